@@ -1,0 +1,257 @@
+/**
+ * Fault injection, deterministic: a fault matches by method/path/parameter and fires on the Nth
+ * matching request (1-based) for `count` requests (-1: forever). Served at `/_sim/faults` on each
+ * cluster's port (root@pam only) and as `SimCluster.faults` in-process. See docs/simulator.md.
+ */
+import type { ClusterState } from './state.ts';
+
+export type FaultSpec =
+  | {
+      kind: 'request';
+      method?: string;
+      /** A concrete path (`/nodes/pve/qemu`), a template (`/nodes/{node}/qemu/{vmid}/status/start`) or `re:<regex>`. */
+      path: string;
+      /** Only requests carrying this parameter (and value, when given). */
+      param?: { name: string; value?: string };
+      nth?: number;
+      count?: number;
+      status: number;
+      message: string;
+    }
+  | {
+      kind: 'task';
+      type?: string;
+      id?: string;
+      node?: string;
+      action: 'fail' | 'stall';
+      message?: string;
+      /** `fail` before the worker does anything (`start`) or after its work (`end`, default). */
+      at?: 'start' | 'end';
+      nth?: number;
+      count?: number;
+      /** `stall`: release after this many simulated ms (default: until the fault is removed). */
+      durationMs?: number;
+    }
+  | { kind: 'latency'; ms: number; method?: string; path?: string; count?: number }
+  | { kind: 'lock'; vmid: number; lock?: string; flock?: boolean }
+  | { kind: 'node-offline'; node: string }
+  | { kind: 'storage-full'; node: string; storage: string }
+  | { kind: 'unavailable'; ms: number; mode?: 'reset' | '503' };
+
+export interface ActiveFault {
+  id: number;
+  spec: FaultSpec;
+  seen: number;
+  fired: number;
+  release?: () => void;
+  released: Promise<void>;
+}
+
+export interface TaskFault {
+  action: 'fail' | 'stall';
+  message: string;
+  at: 'start' | 'end';
+  fault: ActiveFault;
+  durationMs?: number;
+}
+
+export class FaultError extends Error {}
+
+function templateToRegex(t: string): RegExp {
+  if (t.startsWith('re:')) return new RegExp(t.slice(3));
+  const esc = t.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\\?\{[^}]+\\?\}/g, '[^/]+');
+  return new RegExp(`^${esc}$`);
+}
+
+export class Faults {
+  private readonly c: ClusterState;
+  private seq = 0;
+  readonly active = new Map<number, ActiveFault>();
+  readonly counters = new Map<string, number>();
+  unavailableUntil = 0;
+  unavailableMode: 'reset' | '503' = 'reset';
+
+  constructor(c: ClusterState) {
+    this.c = c;
+  }
+
+  add(spec: FaultSpec): number {
+    this.check(spec);
+    const id = ++this.seq;
+    let release: () => void = () => {};
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    const f: ActiveFault = { id, spec, seen: 0, fired: 0, release, released };
+    this.active.set(id, f);
+    switch (spec.kind) {
+      case 'lock': {
+        const vm = this.c.vms.get(spec.vmid)!;
+        if (spec.lock) vm.config.lock = spec.lock;
+        if (spec.flock !== false) {
+          void vm.flock.acquire(0).then((unlock) => {
+            void released.then(unlock);
+          });
+        }
+        break;
+      }
+      case 'node-offline':
+        this.c.nodes.get(spec.node)!.online = false;
+        break;
+      case 'storage-full':
+        this.c.storage(spec.node, spec.storage)!.forcedFull = true;
+        break;
+      case 'unavailable':
+        this.unavailableUntil = this.c.clock.now() + spec.ms;
+        this.unavailableMode = spec.mode ?? 'reset';
+        break;
+    }
+    return id;
+  }
+
+  private check(spec: FaultSpec): void {
+    const bad = (m: string): never => {
+      throw new FaultError(m);
+    };
+    switch (spec.kind) {
+      case 'request':
+        if (typeof spec.path !== 'string' || !spec.path) bad('request fault needs a path');
+        if (!(spec.status >= 400 && spec.status <= 599)) bad('request fault needs a status between 400 and 599');
+        if (typeof spec.message !== 'string') bad('request fault needs a message');
+        break;
+      case 'task':
+        if (spec.action !== 'fail' && spec.action !== 'stall') bad("task fault action must be 'fail' or 'stall'");
+        break;
+      case 'latency':
+        if (!(spec.ms >= 0)) bad('latency fault needs ms >= 0');
+        break;
+      case 'lock':
+        if (!this.c.vms.has(spec.vmid)) bad(`lock fault: VM ${spec.vmid} does not exist`);
+        break;
+      case 'node-offline':
+        if (!this.c.nodes.has(spec.node)) bad(`node-offline fault: no node '${spec.node}'`);
+        break;
+      case 'storage-full':
+        if (!this.c.storage(spec.node, spec.storage))
+          bad(`storage-full fault: no storage '${spec.storage}' on '${spec.node}'`);
+        break;
+      case 'unavailable':
+        if (!(spec.ms > 0)) bad('unavailable fault needs ms > 0');
+        break;
+      default:
+        bad(`unknown fault kind '${(spec as { kind: string }).kind}'`);
+    }
+  }
+
+  remove(id: number): boolean {
+    const f = this.active.get(id);
+    if (!f) return false;
+    this.active.delete(id);
+    f.release?.();
+    const spec = f.spec;
+    switch (spec.kind) {
+      case 'lock': {
+        const vm = this.c.vms.get(spec.vmid);
+        if (vm && spec.lock && vm.config.lock === spec.lock) delete vm.config.lock;
+        break;
+      }
+      case 'node-offline':
+        if (![...this.active.values()].some((o) => o.spec.kind === 'node-offline' && o.spec.node === spec.node)) {
+          this.c.nodes.get(spec.node)!.online = true;
+        }
+        break;
+      case 'storage-full': {
+        const s = this.c.storage(spec.node, spec.storage);
+        if (s) s.forcedFull = false;
+        break;
+      }
+      case 'unavailable':
+        this.unavailableUntil = 0;
+        break;
+    }
+    return true;
+  }
+
+  clear(): void {
+    for (const id of [...this.active.keys()]) this.remove(id);
+  }
+
+  list(): Array<{ id: number; fired: number; seen: number; spec: FaultSpec }> {
+    return [...this.active.values()].map((f) => ({ id: f.id, fired: f.fired, seen: f.seen, spec: f.spec }));
+  }
+
+  /** Whether this occurrence fires, counting matches: nth (1-based) .. nth+count-1. */
+  private fires(f: ActiveFault, nth = 1, count = 1): boolean {
+    f.seen++;
+    const fire = f.seen >= nth && (count < 0 || f.seen < nth + count);
+    if (fire) f.fired++;
+    return fire;
+  }
+
+  matchRequest(
+    method: string,
+    path: string,
+    params: Record<string, unknown>,
+  ): { status: number; message: string } | undefined {
+    for (const f of this.active.values()) {
+      const s = f.spec;
+      if (s.kind !== 'request') continue;
+      if (s.method && s.method.toUpperCase() !== method) continue;
+      if (!templateToRegex(s.path).test(path)) continue;
+      if (s.param) {
+        if (!(s.param.name in params)) continue;
+        if (s.param.value !== undefined && String(params[s.param.name]) !== s.param.value) continue;
+      }
+      if (this.fires(f, s.nth, s.count)) return { status: s.status, message: s.message };
+    }
+    return undefined;
+  }
+
+  latencyFor(method: string, path: string): number {
+    let ms = 0;
+    for (const f of this.active.values()) {
+      const s = f.spec;
+      if (s.kind !== 'latency') continue;
+      if (s.method && s.method.toUpperCase() !== method) continue;
+      if (s.path && !templateToRegex(s.path).test(path)) continue;
+      if (this.fires(f, 1, s.count ?? -1)) ms += s.ms;
+    }
+    return ms;
+  }
+
+  taskFault(node: string, type: string, id: string): TaskFault | undefined {
+    for (const f of this.active.values()) {
+      const s = f.spec;
+      if (s.kind !== 'task') continue;
+      if (s.type && s.type !== type) continue;
+      if (s.id !== undefined && String(s.id) !== id) continue;
+      if (s.node && s.node !== node) continue;
+      if (!this.fires(f, s.nth, s.count ?? 1)) continue;
+      return {
+        action: s.action,
+        message: s.message ?? 'simulated task failure',
+        at: s.at ?? 'end',
+        fault: f,
+        ...(s.durationMs !== undefined ? { durationMs: s.durationMs } : {}),
+      };
+    }
+    return undefined;
+  }
+
+  async waitWhileStalled(tf: TaskFault | undefined, signal: AbortSignal): Promise<void> {
+    if (tf?.action !== 'stall' || !this.active.has(tf.fault.id)) return;
+    const waits: Promise<unknown>[] = [tf.fault.released];
+    if (tf.durationMs !== undefined) waits.push(this.c.clock.sleep(tf.durationMs, signal).catch(() => {}));
+    waits.push(
+      new Promise((resolve) => {
+        if (signal.aborted) resolve(undefined);
+        signal.addEventListener('abort', () => resolve(undefined), { once: true });
+      }),
+    );
+    await Promise.race(waits);
+  }
+
+  count(key: string): void {
+    this.counters.set(key, (this.counters.get(key) ?? 0) + 1);
+  }
+}

@@ -1,0 +1,256 @@
+/**
+ * The Proxmox VE API simulator: several independent clusters, each on its own listen address,
+ * speaking `/api2/json` over HTTPS (self-signed certificate made at start) or plain HTTP.
+ */
+import { X509Certificate } from 'node:crypto';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import selfsigned from 'selfsigned';
+import { Clock } from './clock.ts';
+import { type FaultSpec, Faults } from './faults.ts';
+import type { Profile } from './profiles.ts';
+import { accessRoutes } from './routes/access.ts';
+import { clusterRoutes } from './routes/cluster.ts';
+import { nodeRoutes } from './routes/nodes.ts';
+import { qemuRoutes } from './routes/qemu.ts';
+import { taskRoutes } from './routes/tasks.ts';
+import { ApiHandler, type Route } from './server.ts';
+import { ClusterState } from './state.ts';
+import { TaskRunner } from './tasks.ts';
+import { defaultTopology, type Topology } from './topology.ts';
+
+export { ClusterState } from './state.ts';
+export type { FaultSpec, Profile, Topology };
+
+export const ROUTES: Route[] = [...accessRoutes, ...clusterRoutes, ...nodeRoutes, ...taskRoutes, ...qemuRoutes];
+
+export interface SimulatorOptions {
+  topology?: Topology;
+  profile?: Profile;
+  /** Divides every simulated duration. Default 1 (realistic). */
+  speed?: number;
+  /** Plain HTTP instead of HTTPS. */
+  http?: boolean;
+  rootPassword?: string;
+  /** `USER@REALM!ID=SECRET`, privilege separation off (full rights of the user). */
+  tokens?: string[];
+  /** Listen on port 0 (ephemeral) instead of the topology's ports; for tests. */
+  ephemeralPorts?: boolean;
+  /** Host to listen on when `ephemeralPorts` (default 127.0.0.1). */
+  host?: string;
+  /** Delay of 401 answers in real ms (PVE: 3000). Default 3000 / speed. */
+  authFailDelayMs?: number;
+  /** PRNG seed (MACs, UUIDs, ids). */
+  seed?: number;
+}
+
+export interface Credentials {
+  rootPassword: string;
+  tokens: Array<{ tokenid: string; secret: string }>;
+}
+
+export class SimCluster {
+  readonly state: ClusterState;
+  readonly faults: Faults;
+  readonly tasks: TaskRunner;
+  readonly server: Server;
+  readonly tls: boolean;
+  fingerprint = '';
+  private ticker: NodeJS.Timeout | undefined;
+  url = '';
+
+  constructor(state: ClusterState, server: Server, tls: boolean, faults: Faults, tasks: TaskRunner) {
+    this.state = state;
+    this.server = server;
+    this.tls = tls;
+    this.faults = faults;
+    this.tasks = tasks;
+  }
+
+  get name(): string {
+    return this.state.name;
+  }
+  get nodes(): string[] {
+    return [...this.state.nodes.keys()];
+  }
+
+  /** Add a fault (see FaultSpec); returns its id. */
+  addFault(spec: FaultSpec): number {
+    return this.faults.add(spec);
+  }
+
+  addUser(userid: string, password?: string): void {
+    this.state.users.set(userid, { userid, ...(password !== undefined ? { password } : {}), enable: true, groups: [] });
+  }
+
+  /** `POST /access/users/{userid}/token/{tokenid}`: returns the secret. */
+  addToken(userid: string, tokenid: string, opts: { privsep?: boolean; secret?: string } = {}): string {
+    if (!this.state.users.has(userid)) this.addUser(userid);
+    const secret = opts.secret ?? this.state.rng.uuid();
+    this.state.tokens.set(`${userid}!${tokenid}`, {
+      userid,
+      tokenid,
+      secret,
+      privsep: opts.privsep ?? true,
+      expire: 0,
+    });
+    return secret;
+  }
+
+  /** `PUT /access/acl`. */
+  setAcl(path: string, ugid: string, roleid: string, propagate = true): void {
+    if (!this.state.roles[roleid]) throw new Error(`role '${roleid}' does not exist`);
+    this.state.acls.push({ path, ugid, roleid, propagate });
+  }
+
+  addRole(roleid: string, privs: string[]): void {
+    this.state.roles[roleid] = new Set(privs);
+  }
+
+  /** Every VM's RRD snapshot is taken on pvestatd's 10 s period (scaled). */
+  startStatTicker(): void {
+    const tick = () => {
+      for (const vm of this.state.vms.values()) {
+        const mem = Number.parseInt((vm.config.memory ?? '512').replace(/^current=/, ''), 10) * 1024 * 1024;
+        let maxdisk = 0;
+        for (const [k, v] of Object.entries(vm.config)) {
+          if (!/^(scsi|virtio|sata|ide)\d+$/.test(k) || v.includes('media=cdrom')) continue;
+          maxdisk = this.state.volume(vm.node, v.split(',')[0]!)?.size ?? maxdisk;
+          if (maxdisk) break;
+        }
+        const running = vm.status === 'running';
+        vm.rrd = {
+          status: vm.status,
+          cpu: running ? 0.013 : 0,
+          mem: running ? Math.round(mem * 0.42) : 0,
+          maxmem: mem,
+          maxdisk,
+          disk: 0,
+          uptime: running ? Math.floor((this.state.clock.now() - vm.startedAt) / 1000) : 0,
+        };
+      }
+    };
+    tick();
+    this.ticker = setInterval(tick, this.state.clock.scaled(this.state.statInterval));
+    this.ticker.unref();
+  }
+
+  async close(): Promise<void> {
+    if (this.ticker) clearInterval(this.ticker);
+    for (const t of this.state.tasks.values()) if (t.status === 'running') t.abort.abort(new Error('shutdown'));
+    this.faults.clear();
+    await new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+}
+
+export class Simulator {
+  readonly clusters: SimCluster[];
+  readonly clock: Clock;
+  readonly credentials: Credentials;
+  readonly profile: Profile;
+  constructor(clusters: SimCluster[], clock: Clock, credentials: Credentials, profile: Profile) {
+    this.clusters = clusters;
+    this.clock = clock;
+    this.credentials = credentials;
+    this.profile = profile;
+  }
+  cluster(name: string): SimCluster {
+    const c = this.clusters.find((x) => x.name === name);
+    if (!c) throw new Error(`no simulated cluster '${name}'`);
+    return c;
+  }
+  async close(): Promise<void> {
+    await Promise.all(this.clusters.map((c) => c.close()));
+  }
+}
+
+export function parseTokenArg(arg: string): { userid: string; tokenid: string; secret: string } {
+  const m = /^([^!\s]+@[^!\s]+)!([A-Za-z][A-Za-z0-9._-]*)=(\S+)$/.exec(arg);
+  if (!m) throw new Error(`invalid --token '${arg.replace(/=.*/, '=…')}': expected USER@REALM!TOKENID=SECRET`);
+  return { userid: m[1]!, tokenid: m[2]!, secret: m[3]! };
+}
+
+async function makeCertificate(): Promise<{ key: string; cert: string; fingerprint: string }> {
+  const pems = await selfsigned.generate([{ name: 'commonName', value: 'provider-proxmox-sim' }], {
+    keySize: 2048,
+    days: 3650,
+    algorithm: 'sha256',
+    extensions: [
+      { name: 'basicConstraints', cA: false },
+      {
+        name: 'subjectAltName',
+        altNames: [
+          { type: 2, value: 'localhost' },
+          { type: 7, ip: '127.0.0.1' },
+          { type: 7, ip: '::1' },
+        ],
+      },
+    ],
+  } as Parameters<typeof selfsigned.generate>[1]);
+  return { key: pems.private, cert: pems.cert, fingerprint: new X509Certificate(pems.cert).fingerprint256 };
+}
+
+export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simulator> {
+  const topology = opts.topology ?? defaultTopology();
+  const profile = opts.profile ?? '8.4';
+  const clock = new Clock(opts.speed ?? 1);
+  const seed = opts.seed ?? 1;
+  const rootPassword = opts.rootPassword ?? 'proxmox-sim';
+  const tokens = (opts.tokens ?? []).map(parseTokenArg);
+  const cert = opts.http ? undefined : await makeCertificate();
+  const clusters: SimCluster[] = [];
+  try {
+    for (const [i, t] of topology.clusters.entries()) {
+      const state = new ClusterState(t, t.profile ?? profile, clock, seed + i * 7919);
+      state.users.set('root@pam', { userid: 'root@pam', password: rootPassword, enable: true, groups: [] });
+      const faults = new Faults(state);
+      const tasks = new TaskRunner(state, faults);
+      const handler = new ApiHandler(state, tasks, faults, ROUTES, {
+        authFailDelayMs: opts.authFailDelayMs ?? 3000 / clock.speed,
+      });
+      const server = cert
+        ? createHttpsServer({ key: cert.key, cert: cert.cert, keepAlive: true }, handler.listener)
+        : createHttpServer({ keepAlive: true }, handler.listener);
+      server.keepAliveTimeout = 5000;
+      const sc = new SimCluster(state, server, Boolean(cert), faults, tasks);
+      for (const tok of tokens) sc.addToken(tok.userid, tok.tokenid, { secret: tok.secret, privsep: false });
+      const [host, portStr] = splitListen(t.listen);
+      const listenHost = opts.ephemeralPorts ? (opts.host ?? '127.0.0.1') : host;
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', (e: NodeJS.ErrnoException) =>
+          reject(
+            new Error(
+              `cluster '${t.name}': cannot listen on ${t.listen}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}`,
+            ),
+          ),
+        );
+        server.listen(opts.ephemeralPorts ? 0 : Number(portStr), listenHost, () => resolve());
+      });
+      const addr = server.address() as AddressInfo;
+      const urlHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+      sc.url = `${cert ? 'https' : 'http'}://${urlHost}:${addr.port}`;
+      sc.fingerprint = cert?.fingerprint ?? '';
+      state.sslFingerprint = cert?.fingerprint ?? '';
+      sc.startStatTicker();
+      clusters.push(sc);
+    }
+  } catch (e) {
+    await Promise.all(clusters.map((c) => c.close()));
+    throw e;
+  }
+  return new Simulator(
+    clusters,
+    clock,
+    { rootPassword, tokens: tokens.map((t) => ({ tokenid: `${t.userid}!${t.tokenid}`, secret: t.secret })) },
+    profile,
+  );
+}
+
+function splitListen(listen: string): [string, string] {
+  const i = listen.lastIndexOf(':');
+  return [listen.slice(0, i).replace(/^\[|\]$/g, ''), listen.slice(i + 1)];
+}

@@ -1,0 +1,204 @@
+/** `/cluster/nextid`, `/cluster/resources`, `/cluster/tasks`, `/cluster/status`, `/pools`. */
+import { hasPriv, requirePriv } from '../auth.ts';
+import { die, paramError } from '../errors.ts';
+import type { Route } from '../server.ts';
+import type { ClusterState, NodeState, StorageState } from '../state.ts';
+import { listTasks } from './tasks.ts';
+
+export function nodeUsage(c: ClusterState, n: NodeState): { mem: number; cpu: number } {
+  let mem = n.memoryUsed;
+  let cores = 0;
+  for (const vm of c.vms.values()) {
+    if (vm.node !== n.name || vm.status !== 'running') continue;
+    mem += Number.parseInt(vm.config.memory?.replace(/^current=/, '') ?? '512', 10) * 1024 * 1024 * 0.6;
+    cores += Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1);
+  }
+  return { mem: Math.round(mem), cpu: Math.min(1, 0.02 + (cores * 0.05) / Math.max(1, n.cpus)) };
+}
+
+export function storageEntry(s: StorageState): Record<string, unknown> {
+  return {
+    storage: s.id,
+    type: s.type,
+    content: [...s.content].sort().join(','),
+    active: s.active ? 1 : 0,
+    enabled: s.enabled ? 1 : 0,
+    shared: s.shared ? 1 : 0,
+    total: s.total,
+    used: Math.min(s.total, s.forcedFull ? s.total : s.used),
+    avail: s.avail,
+    used_fraction: s.total ? Math.min(1, (s.forcedFull ? s.total : s.used) / s.total) : 0,
+  };
+}
+
+export const clusterRoutes: Route[] = [
+  {
+    method: 'GET',
+    path: '/cluster/nextid',
+    handler: ({ c, params }) => {
+      if (params.vmid !== undefined) {
+        const vmid = Number(params.vmid);
+        if (c.vms.has(vmid)) paramError({ vmid: `VM ${vmid} already exists` });
+        return String(vmid);
+      }
+      for (let id = c.nextIdLower; id < c.nextIdUpper; id++) if (!c.vms.has(id)) return String(id);
+      return die('unable to get any free VMID in range [100, 999999]');
+    },
+  },
+  {
+    method: 'GET',
+    path: '/cluster/resources',
+    handler: ({ c, auth, params }) => {
+      const type = params.type as string | undefined;
+      const out: Record<string, unknown>[] = [];
+      if (!type || type === 'node') {
+        for (const n of c.nodes.values()) {
+          if (!hasPriv(c, auth, `/nodes/${n.name}`, 'Sys.Audit')) continue;
+          const u = nodeUsage(c, n);
+          out.push({
+            id: `node/${n.name}`,
+            type: 'node',
+            node: n.name,
+            status: n.online ? 'online' : 'offline',
+            ...(n.online
+              ? {
+                  maxcpu: n.cpus,
+                  cpu: u.cpu,
+                  maxmem: n.memory,
+                  mem: u.mem,
+                  maxdisk: 100 * 1024 ** 3,
+                  disk: 12 * 1024 ** 3,
+                  uptime: c.clock.epoch() - n.bootTime,
+                  level: '',
+                  'cgroup-mode': 2,
+                }
+              : {}),
+          });
+        }
+      }
+      if (!type || type === 'vm') {
+        for (const vm of [...c.vms.values()].sort((a, b) => a.vmid - b.vmid)) {
+          if (!hasPriv(c, auth, `/vms/${vm.vmid}`, 'VM.Audit')) continue;
+          const online = c.nodes.get(vm.node)?.online;
+          const e: Record<string, unknown> = { id: `qemu/${vm.vmid}`, vmid: vm.vmid, node: vm.node, type: 'qemu' };
+          if (vm.rrd && online) {
+            Object.assign(e, {
+              name: vm.config.name ?? `VM ${vm.vmid}`,
+              status: vm.rrd.status,
+              template: vm.config.template === '1' ? 1 : 0,
+              maxcpu: Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1),
+              cpu: vm.rrd.cpu,
+              maxmem: vm.rrd.maxmem,
+              mem: vm.rrd.mem,
+              maxdisk: vm.rrd.maxdisk,
+              disk: 0,
+              diskread: 0,
+              diskwrite: 0,
+              netin: 0,
+              netout: 0,
+              uptime: vm.rrd.uptime,
+              ...(c.profile.memhost ? { memhost: vm.rrd.mem } : {}),
+            });
+          } else e.status = 'unknown';
+          if (vm.config.lock) e.lock = vm.config.lock;
+          if (vm.config.tags) e.tags = vm.config.tags;
+          for (const p of c.pools.values()) if (p.members.has(`qemu/${vm.vmid}`)) e.pool = p.poolid;
+          out.push(e);
+        }
+      }
+      if (!type || type === 'storage') {
+        for (const n of c.nodes.values()) {
+          for (const s of n.storages.values()) {
+            if (
+              !hasPriv(c, auth, `/storage/${s.id}`, 'Datastore.Audit') &&
+              !hasPriv(c, auth, `/storage/${s.id}`, 'Datastore.AllocateSpace')
+            )
+              continue;
+            out.push({
+              id: `storage/${n.name}/${s.id}`,
+              type: 'storage',
+              node: n.name,
+              storage: s.id,
+              status: n.online && s.active ? 'available' : 'unknown',
+              plugintype: s.type,
+              content: [...s.content].sort().join(','),
+              shared: s.shared ? 1 : 0,
+              maxdisk: s.total,
+              disk: Math.min(s.total, s.forcedFull ? s.total : s.used),
+            });
+          }
+        }
+      }
+      if (!type || type === 'pool') {
+        for (const p of c.pools.values()) {
+          if (hasPriv(c, auth, `/pool/${p.poolid}`, 'Pool.Audit'))
+            out.push({ id: `/pool/${p.poolid}`, type: 'pool', pool: p.poolid });
+        }
+      }
+      return out;
+    },
+  },
+  {
+    method: 'GET',
+    path: '/cluster/tasks',
+    handler: ({ c, auth }) => listTasks(c, auth, undefined, { source: 'all', limit: 50 }),
+  },
+  {
+    method: 'GET',
+    path: '/cluster/status',
+    handler: ({ c }) => {
+      const nodes = [...c.nodes.values()];
+      return [
+        { type: 'cluster', id: 'cluster', name: c.name, nodes: nodes.length, quorate: 1, version: 1 },
+        ...nodes.map((n, i) => ({
+          type: 'node',
+          id: `node/${n.name}`,
+          name: n.name,
+          online: n.online ? 1 : 0,
+          local: i === 0 ? 1 : 0,
+          nodeid: i + 1,
+          ip: n.ip,
+          level: '',
+        })),
+      ];
+    },
+  },
+  {
+    method: 'GET',
+    path: '/pools',
+    handler: ({ c, auth }) =>
+      [...c.pools.values()]
+        .filter((p) => hasPriv(c, auth, `/pool/${p.poolid}`, 'Pool.Audit'))
+        .map((p) => ({ poolid: p.poolid, ...(p.comment ? { comment: p.comment } : {}) })),
+  },
+  {
+    method: 'POST',
+    path: '/pools',
+    handler: ({ c, auth, params }) => {
+      const poolid = String(params.poolid);
+      requirePriv(c, auth, `/pool/${poolid}`, ['Pool.Allocate']);
+      if (c.pools.has(poolid)) die(`create pool failed: pool '${poolid}' already exists`);
+      c.pools.set(poolid, {
+        poolid,
+        ...(params.comment ? { comment: String(params.comment) } : {}),
+        members: new Set(),
+      });
+      return null;
+    },
+  },
+  {
+    method: 'GET',
+    path: '/pools/{poolid}',
+    handler: ({ c, auth, params }) => {
+      const p = c.pools.get(String(params.poolid));
+      if (!p) die(`pool '${params.poolid}' does not exist`);
+      requirePriv(c, auth, `/pool/${p.poolid}`, ['Pool.Audit']);
+      const members = [...p.members].map((m) => {
+        const vmid = Number(m.split('/')[1]);
+        const vm = c.vms.get(vmid);
+        return { id: m, type: 'qemu', vmid, node: vm?.node, name: vm?.config.name, status: vm?.status ?? 'unknown' };
+      });
+      return { ...(p.comment ? { comment: p.comment } : {}), members };
+    },
+  },
+];

@@ -1,0 +1,338 @@
+/**
+ * The HTTP side of one simulated cluster: pve-http-server's request pipeline (auth, CSRF, routing,
+ * 501 for unknown methods, permission checks before schema validation, the exact envelope and error
+ * shapes) on top of the routes in routes/.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type AuthInfo, authenticate, isRootUser, verifyCsrf } from './auth.ts';
+import { PveHttpError } from './errors.ts';
+import { FaultError, type FaultSpec, type Faults } from './faults.ts';
+import { type HttpMethod, type MethodSchema, matchMethod, validateParams } from './schema/index.ts';
+import type { ClusterState } from './state.ts';
+import type { TaskRunner } from './tasks.ts';
+
+export interface RouteCtx {
+  c: ClusterState;
+  tasks: TaskRunner;
+  faults: Faults;
+  auth: AuthInfo;
+  /** Validated, coerced parameters (path parameters included). */
+  params: Record<string, unknown>;
+  method: HttpMethod;
+  path: string;
+}
+
+export interface Route {
+  method: HttpMethod;
+  /** PVE's path template, e.g. `/nodes/{node}/qemu/{vmid}/config`. */
+  path: string;
+  /** Runs before schema validation (as PVE's `permissions` do); path parameters only. */
+  perm?: (ctx: RouteCtx) => void;
+  handler: (ctx: RouteCtx) => unknown;
+  /** No authentication (`/access/ticket`). */
+  noAuth?: boolean;
+}
+
+/** A handler result with envelope fields beside `data` (e.g. task log `total`). */
+export class Envelope {
+  readonly data: unknown;
+  readonly extra: Record<string, unknown>;
+  constructor(data: unknown, extra: Record<string, unknown>) {
+    this.data = data;
+    this.extra = extra;
+  }
+}
+
+interface CompiledRoute {
+  route: Route;
+  re: RegExp;
+  names: string[];
+}
+
+export interface ServerOptions {
+  /** Delay before a 401 answer, real ms (PVE: 3000). */
+  authFailDelayMs: number;
+}
+
+const JSON_TYPE = 'application/json;charset=UTF-8';
+const COMMON_HEADERS = {
+  Server: 'pve-api-daemon/3.0',
+  'Cache-Control': 'max-age=0',
+  Pragma: 'no-cache',
+  Expires: 'Thu, 01 Jan 1970 00:00:00 GMT',
+};
+
+function compile(route: Route): CompiledRoute {
+  const names: string[] = [];
+  const src = route.path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{([^}]+)\}/g, (_m, n: string) => {
+    names.push(n);
+    return '([^/]+)';
+  });
+  return { route, re: new RegExp(`^${src}$`), names };
+}
+
+function reasonPhrase(message: string): string {
+  return (message.split('\n')[0] ?? '').replace(/[\r\n]/g, '').trim() || 'error';
+}
+
+export class ApiHandler {
+  private readonly c: ClusterState;
+  private readonly tasks: TaskRunner;
+  private readonly faults: Faults;
+  private readonly opts: ServerOptions;
+  private readonly byMethod = new Map<string, CompiledRoute[]>();
+
+  constructor(c: ClusterState, tasks: TaskRunner, faults: Faults, routes: Route[], opts: ServerOptions) {
+    this.c = c;
+    this.tasks = tasks;
+    this.faults = faults;
+    this.opts = opts;
+    for (const r of routes) {
+      const list = this.byMethod.get(r.method) ?? [];
+      list.push(compile(r));
+      this.byMethod.set(r.method, list);
+    }
+  }
+
+  /** The node:http request listener. */
+  readonly listener = (req: IncomingMessage, res: ServerResponse): void => {
+    this.handle(req, res).catch((e) => {
+      if (!res.headersSent) this.sendError(res, 500, e instanceof Error ? e.message : String(e));
+      else res.destroy();
+    });
+  };
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://sim');
+    const method = (req.method ?? 'GET').toUpperCase() as HttpMethod;
+    const body = await readBody(req);
+    if (url.pathname.startsWith('/_sim/')) return this.simApi(req, res, method, url, body);
+
+    if (this.faults.unavailableUntil > this.c.clock.now()) {
+      this.faults.count('unavailable');
+      if (this.faults.unavailableMode === 'reset') {
+        req.socket.destroy();
+        return;
+      }
+      return this.sendError(res, 503, 'Service Unavailable');
+    }
+
+    if (!url.pathname.startsWith('/api2/json/') && url.pathname !== '/api2/json') {
+      return this.sendError(res, 501, `Unknown format`);
+    }
+    const path = url.pathname.slice('/api2/json'.length).replace(/\/+$/, '') || '/';
+    const compiled = this.findRoute(method, path);
+    const counterKey = `${method} ${compiled?.c.route.path ?? path}`;
+    this.faults.count(counterKey);
+
+    const latency = this.faults.latencyFor(method, path);
+    if (latency > 0) await this.c.clock.sleep(latency);
+
+    // Parameters: form or JSON body, query parameters override body parameters.
+    const isJson = /^application\/json/i.test(req.headers['content-type'] ?? '');
+    const raw: Record<string, unknown> = {};
+    if (body.length) {
+      if (isJson) {
+        try {
+          const parsed = JSON.parse(body.toString('utf8')) as unknown;
+          if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) Object.assign(raw, parsed);
+        } catch {
+          return this.sendError(res, 400, 'Parameter verification failed.', { '': 'unable to parse JSON body' });
+        }
+      } else {
+        for (const [k, v] of new URLSearchParams(body.toString('utf8'))) raw[k] = v;
+      }
+    }
+    for (const [k, v] of url.searchParams) raw[k] = v;
+
+    const injected = this.faults.matchRequest(method, path, raw);
+    if (injected) return this.sendError(res, injected.status, injected.message);
+
+    let auth: AuthInfo | undefined;
+    if (!compiled?.c.route.noAuth) {
+      try {
+        auth = authenticate(this.c, headerOf(req, 'cookie'), headerOf(req, 'authorization'));
+      } catch (e) {
+        if (e instanceof PveHttpError && e.status === 401) return this.send401(res, e.message);
+        throw e;
+      }
+    }
+
+    const schemaMatch = matchMethod(this.c.profile.profile, method, path);
+    if (!compiled || !schemaMatch) {
+      return this.sendError(res, 501, `Method '${method} ${path}' not implemented`);
+    }
+    if ((method === 'GET' || method === 'DELETE') && body.length) {
+      return this.sendError(res, 501, `Unexpected content for method '${method}'`);
+    }
+    if (
+      auth?.kind === 'ticket' &&
+      method !== 'GET' &&
+      !verifyCsrf(this.c, auth.userid, headerOf(req, 'csrfpreventiontoken'))
+    ) {
+      return this.send401(res, 'Permission denied - invalid csrf token');
+    }
+    if (auth?.kind === 'token' && !schemaMatch.schema.allowToken) {
+      return this.send401(res, `URI '${path}' not available with API token, need proper ticket.`);
+    }
+
+    const ctx: RouteCtx = {
+      c: this.c,
+      tasks: this.tasks,
+      faults: this.faults,
+      auth: auth ?? { authid: '', userid: '', kind: 'ticket' },
+      params: { ...compiled.params },
+      method,
+      path,
+    };
+    try {
+      // Unknown or offline nodes fail before anything else touches them.
+      const node = compiled.params.node;
+      if (node !== undefined && compiled.c.route.path.startsWith('/nodes/{node}')) {
+        const n = this.c.nodes.get(node);
+        if (!n)
+          throw new PveHttpError(
+            500,
+            `hostname lookup '${node}' failed - failed to get address info for: ${node}: Name or service not known`,
+          );
+        if (!n.online) throw new PveHttpError(595, 'No route to host');
+      }
+      compiled.c.route.perm?.(ctx);
+      const v = validateParams(schemaMatch.schema as MethodSchema, { ...raw, ...compiled.params });
+      if (v.errors && Object.keys(v.errors).length) {
+        return this.sendError(res, 400, 'Parameter verification failed.', v.errors);
+      }
+      ctx.params = v.params;
+      const result = await compiled.c.route.handler(ctx);
+      if (result instanceof Envelope) return this.sendData(res, result.data, result.extra);
+      return this.sendData(res, result === undefined ? null : result);
+    } catch (e) {
+      if (e instanceof PveHttpError) {
+        if (e.status === 401) return this.send401(res, e.message);
+        return this.sendError(res, e.status, e.message, e.errors);
+      }
+      return this.sendError(res, 500, e instanceof Error ? e.message : String(e));
+    }
+  }
+
+  private findRoute(method: string, path: string): { c: CompiledRoute; params: Record<string, string> } | undefined {
+    for (const c of this.byMethod.get(method) ?? []) {
+      const m = c.re.exec(path);
+      if (!m) continue;
+      const params: Record<string, string> = {};
+      c.names.forEach((n, i) => {
+        params[n] = decodeURIComponent(m[i + 1]!);
+      });
+      return { c, params };
+    }
+    return undefined;
+  }
+
+  sendData(res: ServerResponse, data: unknown, extra?: Record<string, unknown>): void {
+    const body = Buffer.from(JSON.stringify({ data, ...extra }));
+    res.writeHead(200, 'OK', { ...COMMON_HEADERS, 'Content-Type': JSON_TYPE, 'Content-Length': body.length });
+    res.end(body);
+  }
+
+  sendError(res: ServerResponse, status: number, message: string, errors?: Record<string, string>): void {
+    const payload: Record<string, unknown> = {};
+    if (errors) payload.errors = errors;
+    payload.data = null;
+    if (this.c.profile.errorMessageField) payload.message = message.endsWith('\n') ? message : `${message}\n`;
+    const body = Buffer.from(JSON.stringify(payload));
+    res.writeHead(status, reasonPhrase(message), {
+      ...COMMON_HEADERS,
+      'Content-Type': JSON_TYPE,
+      'Content-Length': body.length,
+      Connection: 'close',
+    });
+    res.end(body);
+  }
+
+  /** 401: reason in the status line, empty body, no Content-Type, after a delay. */
+  private send401(res: ServerResponse, reason: string): Promise<void> {
+    return new Promise((resolve) => {
+      setTimeout(() => {
+        res.writeHead(401, reasonPhrase(reason), { ...COMMON_HEADERS, 'Content-Length': 0, Connection: 'close' });
+        res.end();
+        resolve();
+      }, this.opts.authFailDelayMs);
+    });
+  }
+
+  /** The fault-injection and control API (`/_sim/...`), root@pam only. */
+  private simApi(req: IncomingMessage, res: ServerResponse, method: string, url: URL, body: Buffer): void {
+    let auth: AuthInfo;
+    try {
+      auth = authenticate(this.c, headerOf(req, 'cookie'), headerOf(req, 'authorization'));
+    } catch (e) {
+      return void this.send401(res, e instanceof Error ? e.message : 'No ticket');
+    }
+    if (auth.userid !== 'root@pam') return this.sendError(res, 403, 'Permission check failed (/_sim, root@pam only)');
+    void isRootUser;
+    let input: Record<string, unknown> = {};
+    if (body.length) {
+      try {
+        input = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
+      } catch {
+        return this.sendError(res, 400, 'Parameter verification failed.', { body: 'expected a JSON object' });
+      }
+    }
+    const p = url.pathname.replace(/\/+$/, '');
+    try {
+      if (p === '/_sim/faults' && method === 'GET') return this.sendData(res, this.faults.list());
+      if (p === '/_sim/faults' && method === 'POST')
+        return this.sendData(res, { id: this.faults.add(input as FaultSpec) });
+      if (p === '/_sim/faults' && method === 'DELETE') {
+        this.faults.clear();
+        return this.sendData(res, null);
+      }
+      const m = /^\/_sim\/faults\/(\d+)$/.exec(p);
+      if (m && method === 'DELETE') {
+        if (!this.faults.remove(Number(m[1]))) return this.sendError(res, 404, `no fault ${m[1]}`);
+        return this.sendData(res, null);
+      }
+      if (p === '/_sim/counters' && method === 'GET')
+        return this.sendData(res, Object.fromEntries(this.faults.counters));
+      if (p === '/_sim/counters' && method === 'DELETE') {
+        this.faults.counters.clear();
+        return this.sendData(res, null);
+      }
+      if (p === '/_sim/clock' && method === 'POST') {
+        const ms = Number(input.advanceMs);
+        if (!Number.isFinite(ms) || ms < 0)
+          return this.sendError(res, 400, 'Parameter verification failed.', { advanceMs: 'expected a number >= 0' });
+        this.c.clock.advance(ms);
+        return this.sendData(res, { now: this.c.clock.now() });
+      }
+      return this.sendError(res, 501, `Method '${method} ${p}' not implemented`);
+    } catch (e) {
+      if (e instanceof FaultError)
+        return this.sendError(res, 400, 'Parameter verification failed.', { fault: e.message });
+      throw e;
+    }
+  }
+}
+
+function headerOf(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name];
+  return Array.isArray(v) ? v.join('; ') : v;
+}
+
+function readBody(req: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > 64 * 1024 * 1024) {
+        reject(new PveHttpError(413, 'request too large'));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}

@@ -1,0 +1,536 @@
+/**
+ * The state of one simulated Proxmox VE cluster: nodes, storages and their volumes, bridges,
+ * VMs (config file, pending section, runtime status), tasks, users, tokens, ACLs and pools.
+ */
+import { createHash } from 'node:crypto';
+import type { Clock } from './clock.ts';
+import { Flock } from './flock.ts';
+import { PROFILES, type Profile, type ProfileFacts } from './profiles.ts';
+import { Rng } from './random.ts';
+import type { StorageType, TopologyBridge, TopologyCluster, TopologyNode, TopologyStorage } from './topology.ts';
+
+export const GiB = 1024 ** 3;
+export const MiB = 1024 ** 2;
+
+export interface Volume {
+  volid: string;
+  storage: string;
+  /** Volume name inside the storage: `iso/x.img`, `vm-100-disk-0`, `100/vm-100-disk-0.qcow2`. */
+  volname: string;
+  content: string;
+  format: string;
+  size: number;
+  vmid?: number;
+  ctime: number;
+  /** For linked clones: the base volume this one depends on. */
+  parent?: string;
+}
+
+export class StorageState {
+  readonly id: string;
+  readonly type: StorageType;
+  content: Set<string>;
+  total: number;
+  baseUsed: number;
+  readonly path: string | undefined;
+  readonly shared: boolean;
+  /** MB/s. */
+  readonly bandwidth: number;
+  readonly volumes = new Map<string, Volume>();
+  enabled = true;
+  active = true;
+  /** Fault: behave as if no space is left. */
+  forcedFull = false;
+  constructor(t: TopologyStorage) {
+    this.id = t.id;
+    this.type = t.type;
+    this.content = new Set(t.content);
+    this.total = t.total;
+    this.baseUsed = t.used ?? 0;
+    this.path = t.path ?? (t.type === 'dir' ? `/mnt/pve/${t.id}` : undefined);
+    this.shared = t.shared ?? false;
+    this.bandwidth = t.bandwidth ?? 200;
+  }
+  get used(): number {
+    let u = this.baseUsed;
+    for (const v of this.volumes.values()) if (!v.parent) u += v.size;
+    return u;
+  }
+  get avail(): number {
+    return this.forcedFull ? 0 : Math.max(0, this.total - this.used);
+  }
+  /** Storages with a file system hold qcow2 files; block storages hold raw volumes. */
+  get isFileBased(): boolean {
+    return this.type === 'dir' || this.type === 'nfs' || this.type === 'cephfs';
+  }
+  get pluginLabel(): string {
+    return this.type;
+  }
+}
+
+export interface BridgeState extends TopologyBridge {
+  leases: Map<string, string>;
+  nextLease: number;
+}
+
+export interface NodeState {
+  name: string;
+  cpus: number;
+  cpuModel: string;
+  memory: number;
+  memoryUsed: number;
+  online: boolean;
+  bootTime: number;
+  storages: Map<string, StorageState>;
+  bridges: Map<string, BridgeState>;
+  ip: string;
+}
+
+export type VmStatus = 'running' | 'stopped';
+
+export interface VmState {
+  vmid: number;
+  node: string;
+  /** The config file, key -> value, as qemu-server writes it (strings). */
+  config: Record<string, string>;
+  pending: Record<string, string>;
+  pendingDelete: Set<string>;
+  status: VmStatus;
+  startedAt: number;
+  /** Simulated time at which the guest agent answers. */
+  agentReadyAt: number;
+  flock: Flock;
+  /** Guest network state reported by the agent once it runs. */
+  guest: { interfaces: Array<{ name: string; mac: string; ipv4?: string; prefix?: number; ipv6?: string }> };
+  /** What /cluster/resources reports: refreshed on each pvestatd tick; undefined before the first. */
+  rrd?: { status: string; cpu: number; mem: number; maxmem: number; maxdisk: number; disk: number; uptime: number };
+  haManaged: boolean;
+}
+
+export interface TaskState {
+  upid: string;
+  node: string;
+  pid: number;
+  pstart: number;
+  starttime: number;
+  type: string;
+  id: string;
+  user: string;
+  tokenid?: string;
+  status: 'running' | 'stopped';
+  exitstatus?: string;
+  endtime?: number;
+  log: string[];
+  done: Promise<void>;
+  abort: AbortController;
+}
+
+export interface UserState {
+  userid: string;
+  password?: string;
+  enable: boolean;
+  groups: string[];
+}
+export interface TokenState {
+  userid: string;
+  tokenid: string;
+  secret: string;
+  privsep: boolean;
+  expire: number;
+}
+export interface AclEntry {
+  path: string;
+  /** user id, `user@realm!token` or `@group`. */
+  ugid: string;
+  roleid: string;
+  propagate: boolean;
+}
+export interface PoolState {
+  poolid: string;
+  comment?: string;
+  members: Set<string>;
+}
+
+const PRIVS_COMMON = [
+  'Datastore.Allocate',
+  'Datastore.AllocateSpace',
+  'Datastore.AllocateTemplate',
+  'Datastore.Audit',
+  'Group.Allocate',
+  'Permissions.Modify',
+  'Pool.Allocate',
+  'Pool.Audit',
+  'Realm.Allocate',
+  'Realm.AllocateUser',
+  'SDN.Allocate',
+  'SDN.Audit',
+  'SDN.Use',
+  'Sys.Audit',
+  'Sys.Console',
+  'Sys.Incoming',
+  'Sys.Modify',
+  'Sys.PowerMgmt',
+  'Sys.Syslog',
+  'User.Modify',
+  'VM.Allocate',
+  'VM.Audit',
+  'VM.Backup',
+  'VM.Clone',
+  'VM.Config.CDROM',
+  'VM.Config.CPU',
+  'VM.Config.Cloudinit',
+  'VM.Config.Disk',
+  'VM.Config.HWType',
+  'VM.Config.Memory',
+  'VM.Config.Network',
+  'VM.Config.Options',
+  'VM.Console',
+  'VM.Migrate',
+  'VM.PowerMgmt',
+  'VM.Snapshot',
+  'VM.Snapshot.Rollback',
+];
+const PRIVS_V9 = [
+  'VM.GuestAgent.Audit',
+  'VM.GuestAgent.FileRead',
+  'VM.GuestAgent.FileWrite',
+  'VM.GuestAgent.FileSystemMgmt',
+  'VM.GuestAgent.Unrestricted',
+  'VM.Replicate',
+];
+
+export function privilegesOf(p: ProfileFacts): string[] {
+  return p.guestAgentPrivs ? [...PRIVS_COMMON, ...PRIVS_V9].sort() : [...PRIVS_COMMON, 'VM.Monitor'].sort();
+}
+
+function builtinRoles(p: ProfileFacts): Record<string, Set<string>> {
+  const all = privilegesOf(p);
+  const vm = all.filter((x) => x.startsWith('VM.'));
+  return {
+    Administrator: new Set(all),
+    NoAccess: new Set(),
+    PVEAuditor: new Set(all.filter((x) => x.endsWith('.Audit'))),
+    PVEVMAdmin: new Set([...vm, 'Datastore.Audit', 'Pool.Audit', 'Sys.Audit']),
+    PVEVMUser: new Set([
+      'VM.Audit',
+      'VM.Backup',
+      'VM.Config.CDROM',
+      'VM.Config.Cloudinit',
+      'VM.Console',
+      'VM.PowerMgmt',
+      ...(p.guestAgentPrivs ? ['VM.GuestAgent.Audit'] : []),
+    ]),
+    PVEDatastoreUser: new Set(['Datastore.AllocateSpace', 'Datastore.Audit']),
+    PVEDatastoreAdmin: new Set([
+      'Datastore.Allocate',
+      'Datastore.AllocateSpace',
+      'Datastore.AllocateTemplate',
+      'Datastore.Audit',
+    ]),
+    PVESDNUser: new Set(['SDN.Audit', 'SDN.Use']),
+    PVEPoolUser: new Set(['Pool.Audit']),
+    PVEPoolAdmin: new Set(['Pool.Allocate', 'Pool.Audit']),
+  };
+}
+
+export function configDigest(
+  config: Record<string, string>,
+  pending: Record<string, string>,
+  pendingDelete: Set<string>,
+): string {
+  let text = '';
+  for (const [k, v] of Object.entries(config)) {
+    if (k === 'description') text = `#${v.replace(/\n/g, '\n#')}\n${text}`;
+    else text += `${k}: ${v}\n`;
+  }
+  const pend = Object.entries(pending);
+  if (pend.length || pendingDelete.size) {
+    text += '\n[PENDING]\n';
+    for (const [k, v] of pend) text += `${k}: ${v}\n`;
+    if (pendingDelete.size) text += `delete: ${[...pendingDelete].join(',')}\n`;
+  }
+  return createHash('sha1').update(text).digest('hex');
+}
+
+function ipToInt(ip: string): number {
+  return ip.split('.').reduce((a, b) => a * 256 + Number(b), 0);
+}
+function intToIp(n: number): string {
+  return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.');
+}
+
+export class ClusterState {
+  readonly name: string;
+  readonly profile: ProfileFacts;
+  readonly clock: Clock;
+  readonly rng: Rng;
+  readonly nodes = new Map<string, NodeState>();
+  readonly vms = new Map<number, VmState>();
+  readonly tasks = new Map<string, TaskState>();
+  readonly users = new Map<string, UserState>();
+  readonly tokens = new Map<string, TokenState>();
+  readonly acls: AclEntry[] = [];
+  readonly roles: Record<string, Set<string>>;
+  readonly pools = new Map<string, PoolState>();
+  readonly repoid: string;
+  /** SHA-256 fingerprint of the API certificate (`ssl_fingerprint` in /nodes). */
+  sslFingerprint = '';
+  /** RSA in real PVE; an HMAC key here. */
+  readonly ticketKey: Buffer;
+  readonly csrfKey: Buffer;
+  /** pvestatd period, simulated ms. */
+  readonly statInterval = 10_000;
+  nextIdLower = 100;
+  nextIdUpper = 1_000_000;
+  private pidCounter = 0x1000;
+
+  constructor(t: TopologyCluster, profile: Profile, clock: Clock, seed: number) {
+    this.name = t.name;
+    this.profile = PROFILES[profile];
+    this.clock = clock;
+    this.rng = new Rng(seed);
+    this.repoid = this.rng.hex(this.profile.repoidLength);
+    this.ticketKey = Buffer.from(this.rng.hex(64), 'hex');
+    this.csrfKey = Buffer.from(this.rng.hex(64), 'hex');
+    this.roles = builtinRoles(this.profile);
+    const sharedStorages = new Map<string, StorageState>();
+    let ipSeq = 10;
+    for (const n of t.nodes) this.addNode(n, sharedStorages, ipSeq++);
+    this.users.set('root@pam', { userid: 'root@pam', enable: true, groups: [] });
+  }
+
+  private addNode(n: TopologyNode, shared: Map<string, StorageState>, ipSeq: number): void {
+    const storages = new Map<string, StorageState>();
+    for (const ts of n.storages) {
+      let s = ts.shared ? shared.get(ts.id) : undefined;
+      if (!s) {
+        s = new StorageState(ts);
+        if (!this.profile.importContent) s.content.delete('import');
+        for (const v of ts.volumes ?? []) {
+          const content = v.name.split('/')[0]!;
+          if (!s.content.has(content)) continue;
+          const volid = `${s.id}:${v.name}`;
+          const ext = /\.([a-z0-9]+)$/.exec(v.name)?.[1] ?? 'raw';
+          const format = content === 'iso' ? 'iso' : content === 'import' ? ext : (v.format ?? ext);
+          s.volumes.set(v.name, {
+            volid,
+            storage: s.id,
+            volname: v.name,
+            content,
+            format,
+            size: v.size,
+            ctime: this.clock.epoch(),
+          });
+        }
+        if (ts.shared) shared.set(ts.id, s);
+      }
+      storages.set(ts.id, s);
+    }
+    const bridges = new Map<string, BridgeState>();
+    for (const b of n.bridges) {
+      bridges.set(b.name, { ...b, leases: new Map(), nextLease: b.dhcp ? ipToInt(b.dhcp.split('-')[0]!) : 0 });
+    }
+    this.nodes.set(n.name, {
+      name: n.name,
+      cpus: n.cpus,
+      cpuModel: n.cpuModel ?? 'Common KVM processor',
+      memory: n.memory,
+      memoryUsed: n.memoryUsed ?? 0,
+      online: n.online !== false,
+      bootTime: this.clock.epoch() - 5 * 86400 - 7 * 3600,
+      storages,
+      bridges,
+      ip: `127.0.${Math.floor(ipSeq / 256)}.${ipSeq % 256}`,
+    });
+    for (const v of n.vms ?? []) this.seedVm(n.name, v);
+  }
+
+  private seedVm(node: string, v: NonNullable<TopologyNode['vms']>[number]): void {
+    const config: Record<string, string> = {
+      name: v.name,
+      cores: String(v.cores ?? 1),
+      memory: String(v.memory ?? 512),
+      ostype: 'l26',
+      scsihw: 'virtio-scsi-single',
+      net0: `virtio=${this.generateMac()},bridge=${[...this.nodes.get(node)!.bridges.keys()][0] ?? 'vmbr0'}`,
+      smbios1: `uuid=${this.rng.uuid()}`,
+      vmgenid: this.rng.uuid(),
+      meta: `creation-qemu=${this.profile.qemuVersion},ctime=${this.clock.epoch()}`,
+    };
+    if (v.disk) {
+      const vol = this.allocVolume(node, v.disk.storage, v.vmid, v.disk.size, v.template ? 'base' : 'disk');
+      config.scsi0 = `${vol.volid},size=${formatSize(vol.size)}`;
+      config.boot = 'order=scsi0';
+    }
+    if (v.cloudinit) {
+      const storage = v.disk?.storage ?? 'local-lvm';
+      const ci = this.allocVolume(node, storage, v.vmid, 4 * MiB, 'cloudinit');
+      config.ide2 = `${ci.volid},media=cdrom`;
+      config.ipconfig0 = 'ip=dhcp';
+    }
+    if (v.agent) config.agent = '1';
+    if (v.tags) config.tags = v.tags;
+    if (v.description) config.description = v.description;
+    if (v.template) config.template = '1';
+    const vm = this.newVm(v.vmid, node, config);
+    if (v.running && !v.template) {
+      vm.status = 'running';
+      vm.startedAt = this.clock.now();
+      vm.agentReadyAt = vm.startedAt;
+    }
+  }
+
+  newVm(vmid: number, node: string, config: Record<string, string>): VmState {
+    const vm: VmState = {
+      vmid,
+      node,
+      config,
+      pending: {},
+      pendingDelete: new Set(),
+      status: 'stopped',
+      startedAt: 0,
+      agentReadyAt: 0,
+      flock: new Flock(`/var/lock/qemu-server/lock-${vmid}.conf`, this.clock),
+      guest: { interfaces: [] },
+      haManaged: false,
+    };
+    this.vms.set(vmid, vm);
+    return vm;
+  }
+
+  digest(vm: VmState): string {
+    return configDigest(vm.config, vm.pending, vm.pendingDelete);
+  }
+
+  node(name: string): NodeState | undefined {
+    return this.nodes.get(name);
+  }
+
+  /** A MAC as PVE generates it: BC:24:11 (PVE >= 8.1) or a random locally administered one. */
+  generateMac(): string {
+    const bytes = this.profile.proxmoxOui
+      ? [0xbc, 0x24, 0x11, this.rng.int(256), this.rng.int(256), this.rng.int(256)]
+      : [
+          (this.rng.int(256) & 0xfe) | 0x02,
+          this.rng.int(256),
+          this.rng.int(256),
+          this.rng.int(256),
+          this.rng.int(256),
+          this.rng.int(256),
+        ];
+    return bytes.map((b) => b.toString(16).padStart(2, '0').toUpperCase()).join(':');
+  }
+
+  leaseAddress(node: string, bridge: string, mac: string): string | undefined {
+    const b = this.nodes.get(node)?.bridges.get(bridge);
+    if (!b?.dhcp) return undefined;
+    const existing = b.leases.get(mac.toLowerCase());
+    if (existing) return existing;
+    const last = ipToInt(b.dhcp.split('-')[1]!);
+    if (b.nextLease > last) return undefined;
+    const ip = intToIp(b.nextLease++);
+    b.leases.set(mac.toLowerCase(), ip);
+    return ip;
+  }
+
+  bridgePrefix(node: string, bridge: string): number {
+    const cidr = this.nodes.get(node)?.bridges.get(bridge)?.cidr;
+    return cidr ? Number(cidr.split('/')[1] ?? 24) : 24;
+  }
+
+  /** Find a storage visible from a node. */
+  storage(node: string, id: string): StorageState | undefined {
+    return this.nodes.get(node)?.storages.get(id);
+  }
+
+  /** Find a volume by volid on a node. */
+  volume(node: string, volid: string): Volume | undefined {
+    const i = volid.indexOf(':');
+    if (i < 0) return undefined;
+    const s = this.storage(node, volid.slice(0, i));
+    return s?.volumes.get(volid.slice(i + 1));
+  }
+
+  /** Allocate a new VM image volume; throws the storage's out-of-space error. */
+  allocVolume(
+    node: string,
+    storageId: string,
+    vmid: number,
+    size: number,
+    kind: 'disk' | 'base' | 'cloudinit',
+    parent?: Volume,
+  ): Volume {
+    const s = this.storage(node, storageId);
+    if (!s) throw new Error(`storage '${storageId}' does not exist`);
+    let name: string;
+    if (kind === 'cloudinit') name = `vm-${vmid}-cloudinit`;
+    else {
+      let i = 0;
+      const used = new Set(
+        [...s.volumes.values()].map((v) => v.volname.replace(/^.*\//, '').replace(/\.[a-z0-9]+$/, '')),
+      );
+      while (used.has(`vm-${vmid}-disk-${i}`) || used.has(`base-${vmid}-disk-${i}`)) i++;
+      name = `${kind === 'base' ? 'base' : 'vm'}-${vmid}-disk-${i}`;
+    }
+    const format = s.isFileBased ? 'qcow2' : 'raw';
+    const own = s.isFileBased ? `${vmid}/${name}.${format}` : name;
+    // Linked clones name their base: local-lvm:base-9000-disk-0/vm-101-disk-0,
+    // local:9000/base-9000-disk-0.qcow2/101/vm-101-disk-0.qcow2
+    const volname = parent ? `${parent.volname}/${own}` : own;
+    if (!parent && s.avail < size) throw new Error(outOfSpaceMessage(s, volname, size));
+    const v: Volume = {
+      volid: `${s.id}:${volname}`,
+      storage: s.id,
+      volname,
+      content: 'images',
+      format,
+      size,
+      vmid,
+      ctime: this.clock.epoch(),
+      ...(parent ? { parent: parent.volid } : {}),
+    };
+    s.volumes.set(volname, v);
+    return v;
+  }
+
+  freeVolume(node: string, volid: string): void {
+    const i = volid.indexOf(':');
+    const s = this.storage(node, volid.slice(0, i));
+    s?.volumes.delete(volid.slice(i + 1));
+  }
+
+  nextPid(): number {
+    this.pidCounter += 1 + this.rng.int(7);
+    return this.pidCounter;
+  }
+}
+
+export function outOfSpaceMessage(s: StorageState, volname: string, size: number): string {
+  const avail = s.avail;
+  switch (s.type) {
+    case 'lvm':
+    case 'lvmthin': {
+      const ext = 4 * MiB;
+      return `lvcreate 'pve/${volname}' error:   Volume group "pve" has insufficient free space (${Math.floor(avail / ext)} extents): ${Math.ceil(size / ext)} required.`;
+    }
+    case 'rbd':
+      return `rbd create '${volname}' error: rbd: create error: (28) No space left on device`;
+    case 'zfspool':
+      return `zfs error: cannot create 'rpool/data/${volname}': out of space`;
+    default:
+      return `unable to create image: qemu-img: ${s.path}/images/${volname}: Could not preallocate metadata: No space left on device`;
+  }
+}
+
+/** `size=32G` as qemu-server prints disk sizes. */
+export function formatSize(bytes: number): string {
+  const units: Array<[string, number]> = [
+    ['T', 1024 ** 4],
+    ['G', GiB],
+    ['M', MiB],
+    ['K', 1024],
+  ];
+  // PVE::JSONSchema::format_size: the largest unit that divides the size exactly.
+  for (const [u, f] of units) if (bytes >= f && bytes % f === 0) return `${bytes / f}${u}`;
+  return String(bytes);
+}
