@@ -1,6 +1,6 @@
 /** `provider-proxmox sim`: run the Proxmox VE API simulator. */
 import { randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { chmodSync, writeFileSync } from 'node:fs';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { parseTokenArg, startSimulator } from '../sim/index.ts';
 import { loadState, saveState } from '../sim/persist.ts';
@@ -35,7 +35,7 @@ export function registerSim(program: Command): void {
     .option('--root-password <pw>', 'password of root@pam (default: proxmox-sim)')
     .option(
       '--token <USER@REALM!ID=SECRET>',
-      "an API token with its owner's full rights (repeatable; default: one random root@pam!provider token)",
+      'an API token with full rights (its user gets Administrator on /; repeatable; default: one random root@pam!provider token)',
       tokenArg,
     )
     .option('--state <file>', 'load simulator state from FILE at start and save it there while running and at exit')
@@ -85,7 +85,9 @@ Examples:
         out.write(`Credentials (every cluster):\n  user      root@pam  password ${sim.credentials.rootPassword}\n`);
         for (const t of sim.credentials.tokens) out.write(`  token     ${t.tokenid}=${t.secret}\n`);
         if (o.printConfig) {
-          writeFileSync(o.printConfig, providerConfigYaml(sim));
+          // It holds the token secret (or the root password): readable by the owner only.
+          writeFileSync(o.printConfig, providerConfigYaml(sim), { mode: 0o600 });
+          chmodSync(o.printConfig, 0o600);
           out.write(`ProviderConfig written to ${o.printConfig}\n`);
         }
         out.write('Press Ctrl-C to stop.\n');

@@ -43,7 +43,8 @@ export function verifyTicket(c: ClusterState, ticket: string): string | undefine
   if (!m) return undefined;
   if (!safeEq(sign(c.ticketKey, m[1]!), m[4]!)) return undefined;
   const age = c.clock.epoch() - Number.parseInt(m[3]!, 16);
-  if (age < MIN_AGE || age > TICKET_LIFETIME) return undefined;
+  // PVE::Ticket: valid while $min_age < age < $max_age (strict on both ends).
+  if (age <= MIN_AGE || age >= TICKET_LIFETIME) return undefined;
   return m[2];
 }
 
@@ -58,7 +59,7 @@ export function verifyCsrf(c: ClusterState, userid: string, token: string | unde
   if (!m) return false;
   if (!safeEq(sign(c.csrfKey, `${m[1]}:${userid}`).replace(/=+$/, ''), m[2]!)) return false;
   const age = c.clock.epoch() - Number.parseInt(m[1]!, 16);
-  return age >= MIN_AGE && age <= TICKET_LIFETIME;
+  return age > MIN_AGE && age < TICKET_LIFETIME;
 }
 
 /** `extract_auth_value`: `(?:^|\s)KEY(?:=| )([^;]*)`, URI-unescaped. */
@@ -102,7 +103,7 @@ export function authenticate(c: ClusterState, cookie: string | undefined, author
     const t = c.tokens.get(full);
     if (!c.users.get(userid)?.enable) throw authFailure(c, `no such user ('${userid}')`);
     if (!t) throw authFailure(c, `no such token '${tokenid}' for user '${userid}'`);
-    if (t.expire && t.expire < c.clock.epoch()) throw authFailure(c, `token '${tokenid}' for user '${userid}' expired`);
+    if (t.expire && t.expire < c.clock.epoch()) throw authFailure(c, `token '${tokenid}' access expired`);
     if (!safeEq(t.secret, secret)) throw authFailure(c, 'invalid token value!');
     return { authid: full, userid, tokenid, kind: 'token' };
   }

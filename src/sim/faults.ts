@@ -25,17 +25,22 @@ export type FaultSpec =
       node?: string;
       action: 'fail' | 'stall';
       message?: string;
-      /** `fail` before the worker does anything (`start`) or after its work (`end`, default). */
+      /**
+       * `fail` before the worker does anything (`start`: a create or clone leaves no VM) or after its
+       * work (`end`, default: a create leaves its VM, as a create that died late would).
+       */
       at?: 'start' | 'end';
       nth?: number;
       count?: number;
       /** `stall`: release after this many simulated ms (default: until the fault is removed). */
       durationMs?: number;
     }
+  /** Delay matching requests by `ms` simulated ms (scaled by the speed factor); `count` requests (default: all). */
   | { kind: 'latency'; ms: number; method?: string; path?: string; count?: number }
   | { kind: 'lock'; vmid: number; lock?: string; flock?: boolean }
   | { kind: 'node-offline'; node: string }
   | { kind: 'storage-full'; node: string; storage: string }
+  /** The whole API (not `/_sim/`) resets connections or answers 503 for `ms` simulated ms, or until removed. */
   | { kind: 'unavailable'; ms: number; mode?: 'reset' | '503' };
 
 export interface ActiveFault {
@@ -53,7 +58,12 @@ export interface TaskFault {
   at: 'start' | 'end';
   fault: ActiveFault;
   durationMs?: number;
+  /** Set when the task first reaches this stall. */
+  stalled?: Promise<void>;
 }
+
+/** How long (simulated ms) a lock fault waits for a VM's flock held by a running worker. */
+const LOCK_FAULT_WAIT_MS = 24 * 3600 * 1000;
 
 export class FaultError extends Error {}
 
@@ -89,9 +99,11 @@ export class Faults {
         const vm = this.c.vms.get(spec.vmid)!;
         if (spec.lock) vm.config.lock = spec.lock;
         if (spec.flock !== false) {
-          void vm.flock.acquire(0).then((unlock) => {
-            void released.then(unlock);
-          });
+          // Held from now on, or as soon as the current holder (a running worker) lets go; until removed.
+          vm.flock.acquire(LOCK_FAULT_WAIT_MS).then(
+            (unlock) => void released.then(unlock),
+            () => {},
+          );
         }
         break;
       }
@@ -102,7 +114,8 @@ export class Faults {
         this.c.storage(spec.node, spec.storage)!.forcedFull = true;
         break;
       case 'unavailable':
-        this.unavailableUntil = this.c.clock.now() + spec.ms;
+        // `ms` is simulated time, like every other duration: scaled by the speed factor.
+        this.unavailableUntil = this.c.clock.now() + this.c.clock.scaled(spec.ms);
         this.unavailableMode = spec.mode ?? 'reset';
         break;
     }
@@ -219,7 +232,9 @@ export class Faults {
     return ms;
   }
 
-  taskFault(node: string, type: string, id: string): TaskFault | undefined {
+  /** Every task fault that fires for this task (they compose: e.g. stall, then fail). */
+  taskFaults(node: string, type: string, id: string): TaskFault[] {
+    const out: TaskFault[] = [];
     for (const f of this.active.values()) {
       const s = f.spec;
       if (s.kind !== 'task') continue;
@@ -227,28 +242,40 @@ export class Faults {
       if (s.id !== undefined && String(s.id) !== id) continue;
       if (s.node && s.node !== node) continue;
       if (!this.fires(f, s.nth, s.count ?? 1)) continue;
-      return {
+      out.push({
         action: s.action,
         message: s.message ?? 'simulated task failure',
         at: s.at ?? 'end',
         fault: f,
         ...(s.durationMs !== undefined ? { durationMs: s.durationMs } : {}),
-      };
+      });
     }
-    return undefined;
+    return out;
   }
 
-  async waitWhileStalled(tf: TaskFault | undefined, signal: AbortSignal): Promise<void> {
-    if (tf?.action !== 'stall' || !this.active.has(tf.fault.id)) return;
-    const waits: Promise<unknown>[] = [tf.fault.released];
-    if (tf.durationMs !== undefined) waits.push(this.c.clock.sleep(tf.durationMs, signal).catch(() => {}));
-    waits.push(
-      new Promise((resolve) => {
-        if (signal.aborted) resolve(undefined);
-        signal.addEventListener('abort', () => resolve(undefined), { once: true });
-      }),
-    );
-    await Promise.race(waits);
+  /**
+   * Hold a task at a stall fault: until the fault is removed, its `durationMs` has passed, or the
+   * task is aborted. A task stalls once per fault (the first time it gets here), not at every step.
+   */
+  async waitWhileStalled(tfs: TaskFault[], signal: AbortSignal): Promise<void> {
+    for (const tf of tfs) {
+      if (tf.action !== 'stall') continue;
+      if (!tf.stalled) {
+        if (!this.active.has(tf.fault.id)) continue;
+        const done = new AbortController();
+        const waits: Promise<unknown>[] = [tf.fault.released];
+        if (tf.durationMs !== undefined)
+          waits.push(this.c.clock.sleep(tf.durationMs, AbortSignal.any([signal, done.signal])).catch(() => {}));
+        waits.push(
+          new Promise((resolve) => {
+            if (signal.aborted) resolve(undefined);
+            signal.addEventListener('abort', () => resolve(undefined), { once: true });
+          }),
+        );
+        tf.stalled = Promise.race(waits).then(() => done.abort());
+      }
+      await tf.stalled;
+    }
   }
 
   count(key: string): void {

@@ -33,7 +33,10 @@ export interface SimulatorOptions {
   /** Plain HTTP instead of HTTPS. */
   http?: boolean;
   rootPassword?: string;
-  /** `USER@REALM!ID=SECRET`, privilege separation off (full rights of the user). */
+  /**
+   * `USER@REALM!ID=SECRET`, privilege separation off (full rights of the user); a user other than
+   * root@pam is created with the Administrator role on `/`.
+   */
   tokens?: string[];
   /** Listen on port 0 (ephemeral) instead of the topology's ports; for tests. */
   ephemeralPorts?: boolean;
@@ -78,6 +81,26 @@ export class SimCluster {
   /** Add a fault (see FaultSpec); returns its id. */
   addFault(spec: FaultSpec): number {
     return this.faults.add(spec);
+  }
+
+  /** `DELETE /_sim/faults/{id}`: false if there is no such fault. */
+  removeFault(id: number): boolean {
+    return this.faults.remove(id);
+  }
+
+  /** `DELETE /_sim/faults`. */
+  clearFaults(): void {
+    this.faults.clear();
+  }
+
+  /** `GET /_sim/counters`: requests per `METHOD /path/template`. */
+  counters(): Record<string, number> {
+    return Object.fromEntries(this.faults.counters);
+  }
+
+  /** `DELETE /_sim/counters`. */
+  resetCounters(): void {
+    this.faults.counters.clear();
   }
 
   addUser(userid: string, password?: string): void {
@@ -217,7 +240,12 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
         : createHttpServer({ keepAlive: true }, handler.listener);
       server.keepAliveTimeout = 5000;
       const sc = new SimCluster(state, server, Boolean(cert), faults, tasks);
-      for (const tok of tokens) sc.addToken(tok.userid, tok.tokenid, { secret: tok.secret, privsep: false });
+      for (const tok of tokens) {
+        sc.addToken(tok.userid, tok.tokenid, { secret: tok.secret, privsep: false });
+        // A user that exists only for this token gets full rights, so the token is usable as printed.
+        if (tok.userid !== 'root@pam' && !state.acls.some((a) => a.ugid === tok.userid))
+          sc.setAcl('/', tok.userid, 'Administrator');
+      }
       const [host, portStr] = splitListen(t.listen);
       const listenHost = opts.ephemeralPorts ? (opts.host ?? '127.0.0.1') : host;
       await new Promise<void>((resolve, reject) => {

@@ -110,6 +110,11 @@ export function loadState(sim: Simulator, file: string): void {
       if (!c.tokens.has(`${t.userid}!${t.tokenid}`)) c.tokens.set(`${t.userid}!${t.tokenid}`, t);
     for (const u of saved.tokens)
       if (!c.users.has(u.userid)) c.users.set(u.userid, { userid: u.userid, enable: true, groups: [] });
+    // Saved ACLs, plus those given at this start (e.g. for a new --token user).
+    const current = [...c.acls];
     c.acls.splice(0, c.acls.length, ...saved.acls);
+    for (const a of current) {
+      if (!c.acls.some((x) => x.path === a.path && x.ugid === a.ugid && x.roleid === a.roleid)) c.acls.push(a);
+    }
   }
 }

@@ -148,6 +148,8 @@ export class ApiHandler {
     const injected = this.faults.matchRequest(method, path, raw);
     if (injected) return this.sendError(res, injected.status, injected.message);
 
+    // pve-http-server order: authentication (CSRF included) in auth_handler, then the
+    // content check, then rest_handler (501 for unknown methods, allowtoken, permissions).
     let auth: AuthInfo | undefined;
     if (!compiled?.c.route.noAuth) {
       try {
@@ -156,24 +158,30 @@ export class ApiHandler {
         if (e instanceof PveHttpError && e.status === 401) return this.send401(res, e.message);
         throw e;
       }
-    }
-
-    const schemaMatch = matchMethod(this.c.profile.profile, method, path);
-    if (!compiled || !schemaMatch) {
-      return this.sendError(res, 501, `Method '${method} ${path}' not implemented`);
+      if (
+        auth.kind === 'ticket' &&
+        method !== 'GET' &&
+        !verifyCsrf(this.c, auth.userid, headerOf(req, 'csrfpreventiontoken'))
+      ) {
+        return this.send401(res, 'Permission denied - invalid csrf token');
+      }
     }
     if ((method === 'GET' || method === 'DELETE') && body.length) {
       return this.sendError(res, 501, `Unexpected content for method '${method}'`);
     }
-    if (
-      auth?.kind === 'ticket' &&
-      method !== 'GET' &&
-      !verifyCsrf(this.c, auth.userid, headerOf(req, 'csrfpreventiontoken'))
-    ) {
-      return this.send401(res, 'Permission denied - invalid csrf token');
+
+    const schemaMatch = matchMethod(this.c.profile.profile, method, path);
+    if (!compiled || !schemaMatch) {
+      // rest_handler's message carries no trailing newline (it is not a die).
+      return this.sendError(res, 501, `Method '${method} ${path}' not implemented`, undefined, { raw: true });
     }
     if (auth?.kind === 'token' && !schemaMatch.schema.allowToken) {
-      return this.send401(res, `URI '${path}' not available with API token, need proper ticket.`);
+      // raise_perm_exc("URI '...' not available with API token, need proper ticket.\n"): a 403.
+      return this.sendError(
+        res,
+        403,
+        `Permission check failed (URI '${path}' not available with API token, need proper ticket.\n)`,
+      );
     }
 
     const ctx: RouteCtx = {
@@ -208,7 +216,8 @@ export class ApiHandler {
       return this.sendData(res, result === undefined ? null : result);
     } catch (e) {
       if (e instanceof PveHttpError) {
-        if (e.status === 401) return this.send401(res, e.message);
+        // A handler's 401 (login failure) keeps the JSON body; every 401 is delayed.
+        if (e.status === 401) return this.sendDelayedError(res, 401, e.message);
         return this.sendError(res, e.status, e.message, e.errors);
       }
       return this.sendError(res, 500, e instanceof Error ? e.message : String(e));
@@ -234,11 +243,22 @@ export class ApiHandler {
     res.end(body);
   }
 
-  sendError(res: ServerResponse, status: number, message: string, errors?: Record<string, string>): void {
+  /**
+   * A JSON error answer. `message` in the body (http-server >= 5.2.0) is the error text as PVE
+   * holds it: die messages end with a newline, `opts.raw` messages (rest_handler's 501) do not.
+   */
+  sendError(
+    res: ServerResponse,
+    status: number,
+    message: string,
+    errors?: Record<string, string>,
+    opts: { raw?: boolean } = {},
+  ): void {
     const payload: Record<string, unknown> = {};
     if (errors) payload.errors = errors;
     payload.data = null;
-    if (this.c.profile.errorMessageField) payload.message = message.endsWith('\n') ? message : `${message}\n`;
+    if (this.c.profile.errorMessageField)
+      payload.message = opts.raw || message.endsWith('\n') ? message : `${message}\n`;
     const body = Buffer.from(JSON.stringify(payload));
     res.writeHead(status, reasonPhrase(message), {
       ...COMMON_HEADERS,
@@ -247,6 +267,16 @@ export class ApiHandler {
       Connection: 'close',
     });
     res.end(body);
+  }
+
+  /** A handler's 401 (login failure): the JSON error answer, delayed like every 401. */
+  private sendDelayedError(res: ServerResponse, status: number, message: string): Promise<void> {
+    return new Promise((resolve) => {
+      setTimeout(() => {
+        this.sendError(res, status, message);
+        resolve();
+      }, this.opts.authFailDelayMs);
+    });
   }
 
   /** 401: reason in the status line, empty body, no Content-Type, after a delay. */

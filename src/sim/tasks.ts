@@ -56,7 +56,12 @@ export class TaskRunner {
     id: string,
     auth: AuthInfo,
     worker: (t: TaskHandle) => Promise<void>,
-    onEnd?: (ok: boolean) => void,
+    /**
+     * Called once the task has stopped. `ran` is false when a fault failed the task at its start,
+     * before the worker ran: the caller then releases what it set up for the worker (locks, a
+     * `lock: create` config), as the worker's own error path would have.
+     */
+    onEnd?: (ok: boolean, ran: boolean) => void,
   ): string {
     const c = this.c;
     const pid = c.nextPid();
@@ -80,7 +85,9 @@ export class TaskRunner {
       done: Promise.resolve(),
       abort,
     };
-    const fault = this.faults.taskFault(node, type, id);
+    const faults = this.faults.taskFaults(node, type, id);
+    const failAtStart = faults.find((f) => f.action === 'fail' && f.at === 'start');
+    const failAtEnd = faults.find((f) => f.action === 'fail' && f.at !== 'start');
     const handle: TaskHandle = {
       upid,
       signal: abort.signal,
@@ -91,17 +98,19 @@ export class TaskRunner {
       },
       sleep: async (ms) => {
         await c.clock.sleep(ms, abort.signal);
-        await this.faults.waitWhileStalled(fault, abort.signal);
+        await this.faults.waitWhileStalled(faults, abort.signal);
       },
     };
     c.tasks.set(upid, task);
     task.done = (async () => {
       let ok = false;
+      let ran = false;
       try {
-        if (fault?.action === 'fail' && fault.at === 'start') throw new Error(fault.message);
+        if (failAtStart) throw new Error(failAtStart.message);
+        ran = true;
         await worker(handle);
-        await this.faults.waitWhileStalled(fault, abort.signal);
-        if (fault?.action === 'fail' && fault.at !== 'start') throw new Error(fault.message);
+        await this.faults.waitWhileStalled(faults, abort.signal);
+        if (failAtEnd) throw new Error(failAtEnd.message);
         task.exitstatus = warnings ? `WARNINGS: ${warnings}` : 'OK';
         task.log.push(warnings ? `TASK WARNINGS: ${warnings}` : 'TASK OK');
         ok = true;
@@ -114,7 +123,7 @@ export class TaskRunner {
       task.status = 'stopped';
       task.endtime = c.clock.epoch();
       try {
-        onEnd?.(ok);
+        onEnd?.(ok, ran);
       } catch {
         // callbacks must not break the task model
       }

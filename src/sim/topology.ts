@@ -83,6 +83,22 @@ export function parseSize(v: unknown): number | undefined {
 
 export class TopologyError extends Error {}
 
+/** `FILE:LINE:COL: ...` messages in file order. */
+function sortByPosition(problems: string[], file: string): string[] {
+  const key = (p: string): [number, number] => {
+    const [line, col] = p
+      .slice(file.length + 1)
+      .split(':', 2)
+      .map(Number);
+    return [line || 0, col || 0];
+  };
+  return [...problems].sort((a, b) => {
+    const [la, ca] = key(a);
+    const [lb, cb] = key(b);
+    return la - lb || ca - cb;
+  });
+}
+
 export function loadTopologyFile(file: string): Topology {
   return parseTopology(readFileSync(file, 'utf8'), file);
 }
@@ -132,6 +148,7 @@ export function parseTopology(text: string, file: string): Topology {
     return v;
   };
   const seenListen = new Set<string>();
+  const seenNames = new Set<string>();
   const clusters: TopologyCluster[] = root.clusters.map((c: unknown, ci: number): TopologyCluster => {
     const cp = ['clusters', ci];
     if (!obj(c)) {
@@ -139,6 +156,8 @@ export function parseTopology(text: string, file: string): Topology {
       return { name: '', listen: '', nodes: [] };
     }
     const name = str([...cp, 'name'], c.name, /^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'a cluster name');
+    if (name && seenNames.has(name)) fail([...cp, 'name'], `cluster name '${name}' is used twice`);
+    seenNames.add(name);
     const listen = str([...cp, 'listen'], c.listen, /^[^\s:]+:\d+$/, 'HOST:PORT');
     if (listen && seenListen.has(listen)) fail([...cp, 'listen'], `address ${listen} is used by another cluster`);
     seenListen.add(listen);
@@ -163,9 +182,9 @@ export function parseTopology(text: string, file: string): Topology {
         const type = so.type as StorageType;
         if (!STORAGE_TYPES.includes(type)) fail([...sp, 'type'], `expected one of ${STORAGE_TYPES.join(', ')}`);
         const content = Array.isArray(so.content) ? so.content.map(String) : [];
-        for (const ct of content) {
+        for (const [k, ct] of content.entries()) {
           if (!(CONTENT_TYPES as readonly string[]).includes(ct)) {
-            fail([...sp, 'content'], `unknown content type '${ct}' (allowed: ${CONTENT_TYPES.join(', ')})`);
+            fail([...sp, 'content', k], `unknown content type '${ct}' (allowed: ${CONTENT_TYPES.join(', ')})`);
           }
         }
         const volumes = (Array.isArray(so.volumes) ? so.volumes : []).map((v: unknown, vi: number) => {
@@ -206,7 +225,8 @@ export function parseTopology(text: string, file: string): Topology {
       const vms = (Array.isArray(n.vms) ? n.vms : []).map((v: unknown, vi: number): TopologyVM => {
         const vo = obj(v) ? v : {};
         const vp = [...np, 'vms', vi];
-        if (typeof vo.vmid !== 'number' || vo.vmid < 100) fail([...vp, 'vmid'], 'expected an integer >= 100');
+        if (typeof vo.vmid !== 'number' || !Number.isInteger(vo.vmid) || vo.vmid < 100)
+          fail([...vp, 'vmid'], 'expected an integer >= 100');
         const disk = obj(vo.disk)
           ? { storage: String(vo.disk.storage), size: size([...vp, 'disk', 'size'], vo.disk.size, true) }
           : undefined;
@@ -236,8 +256,29 @@ export function parseTopology(text: string, file: string): Topology {
         vms,
       };
     });
+    // References and duplicates inside the cluster: node names, VM ids, the storages VM disks use.
+    const nodeNames = new Set<string>();
+    const vmids = new Set<number>();
+    nodes.forEach((n, ni) => {
+      const np = [...cp, 'nodes', ni];
+      if (n.name && nodeNames.has(n.name)) fail([...np, 'name'], `node name '${n.name}' is used twice`);
+      nodeNames.add(n.name);
+      (n.vms ?? []).forEach((vm, vi) => {
+        const vp = [...np, 'vms', vi];
+        if (vmids.has(vm.vmid)) fail([...vp, 'vmid'], `VM ${vm.vmid} is defined twice`);
+        vmids.add(vm.vmid);
+        const imageStorage = (id: string, path: (string | number)[]) => {
+          const st = n.storages.find((x) => x.id === id);
+          if (!st) fail(path, `no storage '${id}' on node '${n.name}'`);
+          else if (!st.content.includes('images'))
+            fail(path, `storage '${id}' does not hold VM images (content: ${st.content.join(', ') || 'none'})`);
+        };
+        if (vm.disk) imageStorage(vm.disk.storage, [...vp, 'disk', 'storage']);
+        else if (vm.cloudinit) imageStorage('local-lvm', [...vp, 'cloudinit']);
+      });
+    });
     return { name, listen, ...(profile ? { profile } : {}), nodes };
   });
-  if (problems.length) throw new TopologyError(problems.join('\n'));
+  if (problems.length) throw new TopologyError(sortByPosition(problems, file).join('\n'));
   return { clusters };
 }

@@ -260,7 +260,7 @@ describe('validateParams: top level', () => {
   it('__proto__ is an ordinary (unknown) parameter', () => {
     const raw = JSON.parse('{"__proto__":"x","node":"pve","vmid":"100"}') as Record<string, unknown>;
     const r = validateParams(method('8.4', 'POST', '/nodes/pve/qemu'), raw);
-    assert.equal(r.errors?.['__proto__'], NOT_DEFINED);
+    assert.equal(Object.getOwnPropertyDescriptor(r.errors ?? {}, '__proto__')?.value, NOT_DEFINED);
     assert.deepEqual(create('8.4', { net0: 'virtio,__proto__=1' }).errors, {
       net0: `invalid format - format error\nnet0.__proto__: ${NOT_DEFINED}\n`,
     });

@@ -621,7 +621,13 @@ export const qemuRoutes: Route[] = [
             unlock();
           }
         },
-        (ok) => {
+        (ok, ran) => {
+          if (!ran) {
+            // Failed (fault) before the worker ran: its error path would have removed the config.
+            if (c.vms.get(vmid) === vm) c.vms.delete(vmid);
+            unlock();
+            return;
+          }
           if (ok && start) {
             ctx.tasks.start(node, 'qmstart', String(vmid), auth, (t) => startWorker(c, t, vm, false));
           }
@@ -693,66 +699,78 @@ export const qemuRoutes: Route[] = [
         const newVm = c.newVm(newid, target, { lock: 'clone' });
         const unlockNew = await newVm.flock.acquire(1000);
         handedOver = true;
-        return ctx.tasks.start(node, 'qmclone', String(vmid), auth, async (t) => {
-          const created: Volume[] = [];
-          try {
-            const conf: Record<string, string> = {};
-            for (const [k, v] of Object.entries(src.config)) {
-              if (k === 'template' || k === 'lock' || UNUSED_KEY_RE.test(k)) continue;
-              conf[k] = v;
-            }
-            t.log(
-              `create ${full ? 'full' : 'linked'} clone of drive${disks.length > 1 ? 's' : ''} ${disks.map((d) => `${d.key} (${d.vol.volid})`).join(', ')}`,
-            );
-            for (const d of disks) {
-              const targetStorage = storageId ?? d.vol.storage;
-              const ts = c.storage(target, targetStorage)!;
-              let nv: Volume;
-              if (isCloudinit(d.drive)) {
-                nv = c.allocVolume(target, ts.id, newid, 4 * MiB, 'cloudinit');
-                created.push(nv);
-                conf[d.key] = `${nv.volid},media=cdrom`;
-                continue;
+        return ctx.tasks.start(
+          node,
+          'qmclone',
+          String(vmid),
+          auth,
+          async (t) => {
+            const created: Volume[] = [];
+            try {
+              const conf: Record<string, string> = {};
+              for (const [k, v] of Object.entries(src.config)) {
+                if (k === 'template' || k === 'lock' || UNUSED_KEY_RE.test(k)) continue;
+                conf[k] = v;
               }
-              if (full) {
-                nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk');
-                created.push(nv);
-                const total = copyMs(d.vol.size, ts);
-                for (let i = 1; i <= 4; i++) {
-                  await t.sleep(total / 4);
-                  t.log(
-                    `transferred ${((d.vol.size * i) / 4 / GiB).toFixed(1)} GiB of ${(d.vol.size / GiB).toFixed(1)} GiB (${(25 * i).toFixed(2)}%)`,
-                  );
+              t.log(
+                `create ${full ? 'full' : 'linked'} clone of drive${disks.length > 1 ? 's' : ''} ${disks.map((d) => `${d.key} (${d.vol.volid})`).join(', ')}`,
+              );
+              for (const d of disks) {
+                const targetStorage = storageId ?? d.vol.storage;
+                const ts = c.storage(target, targetStorage)!;
+                let nv: Volume;
+                if (isCloudinit(d.drive)) {
+                  nv = c.allocVolume(target, ts.id, newid, 4 * MiB, 'cloudinit');
+                  created.push(nv);
+                  conf[d.key] = `${nv.volid},media=cdrom`;
+                  continue;
                 }
-              } else {
-                await t.sleep(DURATIONS.linkedClone);
-                nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk', d.vol);
-                created.push(nv);
+                if (full) {
+                  nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk');
+                  created.push(nv);
+                  const total = copyMs(d.vol.size, ts);
+                  for (let i = 1; i <= 4; i++) {
+                    await t.sleep(total / 4);
+                    t.log(
+                      `transferred ${((d.vol.size * i) / 4 / GiB).toFixed(1)} GiB of ${(d.vol.size / GiB).toFixed(1)} GiB (${(25 * i).toFixed(2)}%)`,
+                    );
+                  }
+                } else {
+                  await t.sleep(DURATIONS.linkedClone);
+                  nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk', d.vol);
+                  created.push(nv);
+                }
+                conf[d.key] = printDrive(nv.volid, d.drive, nv.size);
               }
-              conf[d.key] = printDrive(nv.volid, d.drive, nv.size);
-            }
-            for (const [k, v] of Object.entries(conf)) {
-              if (NET_KEY_RE.test(k)) {
-                const nic = parseNic(v);
-                nic.mac = c.generateMac();
-                conf[k] = printNic(nic);
+              for (const [k, v] of Object.entries(conf)) {
+                if (NET_KEY_RE.test(k)) {
+                  const nic = parseNic(v);
+                  nic.mac = c.generateMac();
+                  conf[k] = printNic(nic);
+                }
               }
+              conf.name = params.name !== undefined ? String(params.name) : `Copy-of-VM-${src.config.name ?? vmid}`;
+              if (params.description !== undefined) conf.description = String(params.description);
+              conf.smbios1 = `uuid=${c.rng.uuid()}`;
+              conf.vmgenid = c.rng.uuid();
+              if (pool) c.pools.get(pool)?.members.add(`qemu/${newid}`);
+              newVm.config = conf;
+            } catch (e) {
+              for (const v of created) c.freeVolume(target, v.volid);
+              c.vms.delete(newid);
+              throw e;
+            } finally {
+              unlockNew();
+              unlockSrc();
             }
-            conf.name = params.name !== undefined ? String(params.name) : `Copy-of-VM-${src.config.name ?? vmid}`;
-            if (params.description !== undefined) conf.description = String(params.description);
-            conf.smbios1 = `uuid=${c.rng.uuid()}`;
-            conf.vmgenid = c.rng.uuid();
-            if (pool) c.pools.get(pool)?.members.add(`qemu/${newid}`);
-            newVm.config = conf;
-          } catch (e) {
-            for (const v of created) c.freeVolume(target, v.volid);
-            c.vms.delete(newid);
-            throw e;
-          } finally {
+          },
+          (_ok, ran) => {
+            if (ran) return;
+            if (c.vms.get(newid) === newVm) c.vms.delete(newid);
             unlockNew();
             unlockSrc();
-          }
-        });
+          },
+        );
       } finally {
         if (!handedOver) unlockSrc();
       }
@@ -962,29 +980,38 @@ export const qemuRoutes: Route[] = [
         if (vm.config.template === '1') die("you can't convert a template to a template");
         if (vm.status === 'running') die("you can't convert a VM to template if VM is running");
         handed = true;
-        return ctx.tasks.start(node, 'qmtemplate', String(vmid), auth, async (t) => {
-          try {
-            await t.sleep(DURATIONS.template);
-            for (const [k, v] of Object.entries(vm.config)) {
-              if (!DRIVE_KEY_RE.test(k)) continue;
-              const d = parseDrive(v);
-              if (isCdrom(d) || isCloudinit(d)) continue;
-              if (params.disk !== undefined && params.disk !== k) continue;
-              const vol = c.volume(node, d.file);
-              if (!vol) continue;
-              const s = c.storage(node, vol.storage)!;
-              s.volumes.delete(vol.volname);
-              vol.volname = vol.volname.replace(`vm-${vmid}-disk-`, `base-${vmid}-disk-`);
-              vol.volid = `${s.id}:${vol.volname}`;
-              s.volumes.set(vol.volname, vol);
-              vm.config[k] = printDrive(vol.volid, d, vol.size);
-              t.log(`  Renamed "vm-${vmid}-${k}" to "${vol.volname}"`);
+        return ctx.tasks.start(
+          node,
+          'qmtemplate',
+          String(vmid),
+          auth,
+          async (t) => {
+            try {
+              await t.sleep(DURATIONS.template);
+              for (const [k, v] of Object.entries(vm.config)) {
+                if (!DRIVE_KEY_RE.test(k)) continue;
+                const d = parseDrive(v);
+                if (isCdrom(d) || isCloudinit(d)) continue;
+                if (params.disk !== undefined && params.disk !== k) continue;
+                const vol = c.volume(node, d.file);
+                if (!vol) continue;
+                const s = c.storage(node, vol.storage)!;
+                s.volumes.delete(vol.volname);
+                vol.volname = vol.volname.replace(`vm-${vmid}-disk-`, `base-${vmid}-disk-`);
+                vol.volid = `${s.id}:${vol.volname}`;
+                s.volumes.set(vol.volname, vol);
+                vm.config[k] = printDrive(vol.volid, d, vol.size);
+                t.log(`  Renamed "vm-${vmid}-${k}" to "${vol.volname}"`);
+              }
+              vm.config.template = '1';
+            } finally {
+              unlock();
             }
-            vm.config.template = '1';
-          } finally {
-            unlock();
-          }
-        });
+          },
+          (_ok, ran) => {
+            if (!ran) unlock();
+          },
+        );
       } finally {
         if (!handed) unlock();
       }
