@@ -1,5 +1,7 @@
 /** The `provider-proxmox` command line: commander wiring only. */
 import { Command, CommanderError } from 'commander';
+import { registerDoctor } from './doctor.ts';
+import { registerLocal } from './local.ts';
 import { registerSim } from './sim.ts';
 
 export const program = new Command('provider-proxmox')
@@ -11,6 +13,8 @@ export const program = new Command('provider-proxmox')
   .exitOverride();
 
 registerSim(program);
+registerLocal(program);
+registerDoctor(program);
 
 try {
   await program.parseAsync(process.argv);

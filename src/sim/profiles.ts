@@ -33,6 +33,10 @@ export interface ProfileFacts {
   memhost: boolean;
   /** ISO volumes on a disk slot need media=cdrom (qemu-server 8.3.10, PVE 8.4). */
   isoNeedsCdrom: boolean;
+  /** Config updates normalise `tags` with get_unique_tags (qemu-server 7.3, commit db22080c). */
+  updateNormalizesTags: boolean;
+  /** Create normalises `tags` too (qemu-server 9.1.16, fix #7480); before, stored verbatim. */
+  createNormalizesTags: boolean;
   pveManagerVersion: string;
   kernel: string;
   qemuVersion: string;
@@ -54,6 +58,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     guestAgentPrivs: false,
     memhost: false,
     isoNeedsCdrom: false,
+    updateNormalizesTags: false,
+    createNormalizesTags: false,
     pveManagerVersion: 'pve-manager/6.4-15/af7986e6',
     kernel: '5.4.203-1-pve',
     qemuVersion: '5.2.0',
@@ -73,6 +79,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     guestAgentPrivs: false,
     memhost: false,
     isoNeedsCdrom: false,
+    updateNormalizesTags: true,
+    createNormalizesTags: false,
     pveManagerVersion: 'pve-manager/7.4-16/0f39f621',
     kernel: '5.15.108-1-pve',
     qemuVersion: '7.2.0',
@@ -92,6 +100,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     guestAgentPrivs: false,
     memhost: false,
     isoNeedsCdrom: true,
+    updateNormalizesTags: true,
+    createNormalizesTags: false,
     pveManagerVersion: 'pve-manager/8.4.5/57892e8e686cb35b',
     kernel: '6.8.12-11-pve',
     qemuVersion: '9.2.0',
@@ -111,6 +121,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     guestAgentPrivs: true,
     memhost: true,
     isoNeedsCdrom: true,
+    updateNormalizesTags: true,
+    createNormalizesTags: true,
     pveManagerVersion: 'pve-manager/9.2.3/42db4a6cf33dac83',
     kernel: '6.17.2-1-pve',
     qemuVersion: '10.1.2',

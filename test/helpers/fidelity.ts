@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import type { Profile } from '../../src/sim/index.ts';
-import { ROOT_PASSWORD, type RawResponse, raw, waitTask } from './sim.ts';
+import { type RawResponse, ROOT_PASSWORD, raw, waitTask } from './sim.ts';
 
 export const NODE = 'ml110-01';
 export const ALL_PROFILES: Profile[] = ['6.4', '7.4', '8.4', '9.2'];

@@ -9,10 +9,16 @@ import {
   ANNOTATION_EXTERNAL_NAME,
   externalName,
   type Managed,
+  policyAllows,
   setAnnotation,
   setCondition,
 } from '../../src/engine/resource.ts';
-import { type Connector, type ExternalClient, type ExternalObservation, ReasonedError } from '../../src/engine/types.ts';
+import {
+  type Connector,
+  type ExternalClient,
+  type ExternalObservation,
+  ReasonedError,
+} from '../../src/engine/types.ts';
 
 export interface VMParams {
   name: string;
@@ -118,7 +124,8 @@ export class ScriptedClient implements ExternalClient<TestVM> {
       }
     }
     const byMarker = [...this.sys.objects.values()].filter((o) => o.marker === r.metadata.uid);
-    if (byMarker.length > 1) throw new ReasonedError('Ambiguous', `${byMarker.length} objects carry this resource's marker`);
+    if (byMarker.length > 1)
+      throw new ReasonedError('Ambiguous', `${byMarker.length} objects carry this resource's marker`);
     const obj = byMarker[0];
     if (obj && name !== obj.id) {
       setAnnotation(r, ANNOTATION_EXTERNAL_NAME, obj.id);
@@ -133,13 +140,17 @@ export class ScriptedClient implements ExternalClient<TestVM> {
     const { obj, adopted } = this.find(r);
     if (!obj) return { exists: false, upToDate: false };
     let lateInitialized = adopted;
-    if (r.spec.forProvider.memory === undefined) {
+    if (r.spec.forProvider.memory === undefined && policyAllows(r.spec.managementPolicies, 'LateInitialize')) {
       r.spec.forProvider.memory = obj.memory;
       lateInitialized = true;
     }
     r.status ??= {};
     r.status.atProvider = { id: obj.id, cpu: obj.cpu };
-    setCondition(r, { type: 'Ready', status: 'True', reason: 'Available', observedGeneration: r.metadata.generation }, this.opts.now());
+    setCondition(
+      r,
+      { type: 'Ready', status: 'True', reason: 'Available', observedGeneration: r.metadata.generation },
+      this.opts.now(),
+    );
     return {
       exists: true,
       upToDate: obj.cpu === r.spec.forProvider.cpu && obj.memory === r.spec.forProvider.memory,
@@ -200,11 +211,16 @@ export class ScriptedConnector implements Connector<TestVM> {
   }
 }
 
-export function testVM(name: string, over: { cpu?: number; annotations?: Record<string, string> } = {}): TestVM {
+/** A resource; `memory: null` leaves memory unset so that observe late-initializes it. */
+export function testVM(
+  name: string,
+  over: { cpu?: number; memory?: number | null; annotations?: Record<string, string> } = {},
+): TestVM {
+  const memory = over.memory === undefined ? 1024 : over.memory;
   return {
     apiVersion: 'test.proxmox.sankofa.io/v1alpha1',
     kind: 'TestVM',
     metadata: { name, namespace: 'default', uid: `uid-${name}`, generation: 1, annotations: { ...over.annotations } },
-    spec: { forProvider: { name, cpu: over.cpu ?? 2 } },
+    spec: { forProvider: { name, cpu: over.cpu ?? 2, ...(memory === null ? {} : { memory }) } },
   };
 }

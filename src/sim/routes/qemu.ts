@@ -61,6 +61,31 @@ function copyMs(bytes: number, s: StorageState): number {
   return (bytes / (s.bandwidth * 1e6)) * 1000;
 }
 
+/** PVE::Format::render_bytes($value, 1). */
+function renderBytes(value: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  let u = 0;
+  if (value > 1023) {
+    u = Math.floor(Math.log(value) / Math.log(1024));
+    value /= 1024 ** u;
+  }
+  return `${value.toFixed(1)} ${units[u]}`;
+}
+
+/**
+ * A copy through `qemu-img convert -p` (import-from, offline full clones): qemu_img_convert
+ * prints `transferred X of Y (P%)` for every percent qemu-img reports, 0.00% to 100.00%.
+ */
+async function copyWithProgress(t: TaskHandle, size: number, totalMs: number): Promise<void> {
+  const line = (pct: number) =>
+    t.log(`transferred ${renderBytes(Math.floor((size * pct) / 100))} of ${renderBytes(size)} (${pct.toFixed(2)}%)`);
+  line(0);
+  for (let step = 1; step <= 4; step++) {
+    await t.sleep(totalMs / 4);
+    for (let pct = (step - 1) * 25 + 1; pct <= step * 25; pct++) line(pct);
+  }
+}
+
 export function loadVm(c: ClusterState, node: string, vmid: number): VmState {
   const vm = c.vms.get(vmid);
   if (!vm || vm.node !== node) die(`Configuration file 'nodes/${node}/qemu-server/${vmid}.conf' does not exist`);
@@ -102,7 +127,8 @@ function parseVolid(
   let vtype: string | undefined;
   if (storage.isFileBased) {
     const m = /^(iso|vztmpl|import|snippets|backup)\/[^/]+$/.exec(volname);
-    if (m) vtype = m[1]!;
+    // Dir plugins parse `import/...` from pve-storage 8.2.8 (PVE 8.3) on.
+    if (m && (m[1] !== 'import' || c.profile.importContent)) vtype = m[1]!;
     else if (/^\d+\/(vm|base)-\d+-(disk-\d+|cloudinit)(\.\w+)?(\/\d+\/vm-\d+-disk-\d+\.\w+)?$/.test(volname))
       vtype = 'images';
     else die(`unable to parse directory volume name '${volname}'`);
@@ -171,18 +197,23 @@ function planDrives(ctx: RouteCtx, vmid: number, conf: Record<string, string>, d
       if (!s.content.has('images')) paramError({ storage: `storage '${sid}' does not support vm images` });
       const src = getOpt(drive.p, 'import-from');
       if (src !== undefined) {
-        if (Number(m[3]) !== 0)
-          paramError({ [key]: "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>" });
+        // $check_storage_access (source type, permissions) runs before $check_drive_param (syntax).
         if (src.startsWith('/')) {
           if (!isRootUser(auth)) die('Only root can pass arbitrary filesystem paths.');
         } else {
           const { storage: ss, vtype } = parseVolid(c, node, src);
           const allowed = vtype === 'images' || (vtype === 'import' && c.profile.importContent);
-          if (!allowed) paramError({ [key]: `${src} has wrong type '${vtype}' - not an image` });
+          // qemu-server 8.2.7 (PVE 8.3) reworded this when it accepted `import` volumes.
+          if (!allowed)
+            paramError({
+              [key]: `${src} has wrong type '${vtype}' - ${c.profile.importContent ? "needs to be 'images' or 'import'" : 'not an image'}`,
+            });
           const srcVmid = /(?:^|\/)(?:vm|base)-(\d+)-/.exec(src)?.[1];
           if (srcVmid) requirePriv(c, auth, `/vms/${srcVmid}`, ['VM.Clone']);
           else requirePriv(c, auth, `/storage/${ss.id}`, ['Datastore.Audit', 'Datastore.AllocateSpace'], { any: true });
         }
+        if (Number(m[3]) !== 0)
+          paramError({ [key]: "'import-from' requires special syntax - use <storage ID>:0,import-from=<source>" });
         plans.push({ key, kind: 'import', drive, storage: s, source: src });
       } else {
         plans.push({ key, kind: 'new', drive, storage: s, size: Math.round(Number(m[3]) * GiB) });
@@ -198,7 +229,7 @@ function planDrives(ctx: RouteCtx, vmid: number, conf: Record<string, string>, d
     if (vtype !== 'images' && vtype !== 'iso') paramError({ [key]: "content type needs to be 'images' or 'iso'" });
     if (!c.volume(node, file)) die(`volume '${file}' does not exist`);
     if (vtype === 'iso' && c.profile.isoNeedsCdrom && !isCdrom(drive)) {
-      paramError({ [key]: `ISO volume '${file}' requires 'media=cdrom'` });
+      paramError({ [key]: "explicit 'media=cdrom' is required for iso images" });
     }
     requirePriv(c, auth, `/storage/${storage.id}`, ['Datastore.AllocateSpace', 'Datastore.Audit'], { any: true });
     void vmid;
@@ -260,15 +291,7 @@ async function executeDrives(
     created.push(v);
     t.log(`importing disk '${src}' to VM ${vmid} ...`);
     if (s.type === 'lvmthin' || s.type === 'lvm') t.log(`  Logical volume "${v.volname}" created.`);
-    const total = copyMs(source.size, s);
-    const steps = 4;
-    for (let i = 1; i <= steps; i++) {
-      await t.sleep(total / steps);
-      const done = (source.size * i) / steps;
-      t.log(
-        `transferred ${(done / GiB).toFixed(1)} GiB of ${(source.size / GiB).toFixed(1)} GiB (${((100 * i) / steps).toFixed(2)}%)`,
-      );
-    }
+    await copyWithProgress(t, source.size, copyMs(source.size, s));
     t.log(`Successfully imported disk as '${p.key}:${v.volid}'`);
     out[p.key] = printDrive(v.volid, p.drive, v.size);
   }
@@ -281,14 +304,15 @@ function configKeys(params: Record<string, unknown>, skip: Set<string>): Record<
   return conf;
 }
 
-/** Non-drive config values as qemu-server stores them. */
-function normalizeValue(c: ClusterState, key: string, value: string): string {
+/** Non-drive config values as qemu-server stores them (`update`: config POST/PUT, else create). */
+function normalizeValue(c: ClusterState, key: string, value: string, update = false): string {
   if (NET_KEY_RE.test(key)) {
     const nic = parseNic(value);
     nic.mac ??= c.generateMac();
     return printNic(nic);
   }
-  if (key === 'tags') return normalizeTags(value);
+  if (key === 'tags')
+    return (update ? c.profile.updateNormalizesTags : c.profile.createNormalizesTags) ? normalizeTags(value) : value;
   if (key === 'cipassword') return fakeCrypt(value, c.rng.hex(16));
   return value;
 }
@@ -471,7 +495,8 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
     try {
       if (params.digest !== undefined && params.digest !== c.digest(vm))
         die('checksum mismatch (file change by other user?)');
-      checkLock(vm, skiplock || (del.length === 1 && del[0] === 'lock' && isRootUser(auth)));
+      // Only skiplock (root@pam) passes a lock, `delete=lock` included.
+      checkLock(vm, skiplock);
       const running = vm.status === 'running';
       const created: Volume[] = [];
       let warnings = 0;
@@ -511,7 +536,7 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
         ? await executeDrives(c, t, node, vmid, plans, created)
         : await executeDrives(c, syncHandle(c), node, vmid, plans, created);
       for (const [k, raw] of Object.entries(set)) {
-        const value = drives[k] ?? (DRIVE_KEY_RE.test(k) ? raw : normalizeValue(c, k, raw));
+        const value = drives[k] ?? (DRIVE_KEY_RE.test(k) ? raw : normalizeValue(c, k, raw, true));
         const live =
           !running ||
           FAST_PLUG.has(k) ||
@@ -531,15 +556,17 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
     }
   };
 
+  // `$load_and_check_config->(0)`: early checks before forking and before the flock, for
+  // PUT and POST alike (a VM locked 'create' answers at once, not after a flock timeout).
+  if (params.digest !== undefined && params.digest !== c.digest(vm))
+    die('checksum mismatch (file change by other user?)');
+  checkLock(vm, skiplock);
   if (!async) {
     // PUT: synchronous; warnings are printed, not returned.
     await apply(undefined);
     return null;
   }
-  // POST: early checks synchronous, the rest in a qmconfig worker.
-  checkLock(vm, skiplock || (del.length === 1 && del[0] === 'lock' && isRootUser(auth)));
-  if (params.digest !== undefined && params.digest !== c.digest(vm))
-    die('checksum mismatch (file change by other user?)');
+  // POST: the rest in a qmconfig worker.
   return ctx.tasks.start(node, 'qmconfig', String(vmid), auth, (t) => apply(t));
 }
 
@@ -612,6 +639,11 @@ export const qemuRoutes: Route[] = [
             final.meta = `creation-qemu=${c.profile.qemuVersion},ctime=${c.clock.epoch()}`;
             if (pool) c.pools.get(pool)?.members.add(`qemu/${vmid}`);
             vm.config = final;
+            if (params['ha-managed']) {
+              // `ha-manager add vm:<vmid> --state stopped|started` (qemu-server 9.0.24).
+              t.log('Add as HA resource');
+              vm.haManaged = true;
+            }
           } catch (e) {
             for (const v of created) c.freeVolume(node, v.volid);
             c.vms.delete(vmid);
@@ -712,10 +744,11 @@ export const qemuRoutes: Route[] = [
                 if (k === 'template' || k === 'lock' || UNUSED_KEY_RE.test(k)) continue;
                 conf[k] = v;
               }
-              t.log(
-                `create ${full ? 'full' : 'linked'} clone of drive${disks.length > 1 ? 's' : ''} ${disks.map((d) => `${d.key} (${d.vol.volid})`).join(', ')}`,
-              );
               for (const d of disks) {
+                // clone_disk: one line per drive; cloud-init drives are always copied in full.
+                t.log(
+                  `create ${full || isCloudinit(d.drive) ? 'full' : 'linked'} clone of drive ${d.key} (${d.vol.volid})`,
+                );
                 const targetStorage = storageId ?? d.vol.storage;
                 const ts = c.storage(target, targetStorage)!;
                 let nv: Volume;
@@ -728,13 +761,7 @@ export const qemuRoutes: Route[] = [
                 if (full) {
                   nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk');
                   created.push(nv);
-                  const total = copyMs(d.vol.size, ts);
-                  for (let i = 1; i <= 4; i++) {
-                    await t.sleep(total / 4);
-                    t.log(
-                      `transferred ${((d.vol.size * i) / 4 / GiB).toFixed(1)} GiB of ${(d.vol.size / GiB).toFixed(1)} GiB (${(25 * i).toFixed(2)}%)`,
-                    );
-                  }
+                  await copyWithProgress(t, d.vol.size, copyMs(d.vol.size, ts));
                 } else {
                   await t.sleep(DURATIONS.linkedClone);
                   nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk', d.vol);
@@ -943,10 +970,11 @@ export const qemuRoutes: Route[] = [
       const vmid = Number(params.vmid);
       const skiplock = checkSkiplock(auth, params);
       const vm = loadVm(c, node, vmid);
+      // destroy_vm's $early_checks order: protection, HA without purge, running.
       if (vm.config.protection === '1') die(`can't remove VM ${vmid} - protection mode enabled`);
-      if (vm.status === 'running') die(`VM ${vmid} is running - destroy failed`);
       if (vm.haManaged && !params.purge)
         die(`unable to remove VM ${vmid} - used in HA resources and purge parameter not set.`);
+      if (vm.status === 'running') die(`VM ${vmid} is running - destroy failed`);
       return ctx.tasks.start(node, 'qmdestroy', String(vmid), auth, async (t) => {
         const unlock = await vm.flock.acquire(10_000);
         try {

@@ -115,11 +115,23 @@ export const taskRoutes: Route[] = [
     method: 'GET',
     path: '/nodes/{node}/tasks/{upid}/log',
     handler: ({ c, auth, params }) => {
-      const t = findTask(c, auth, String(params.node), String(params.upid));
+      const node = String(params.node);
+      const upid = String(params.upid);
       const start = Number(params.start ?? 0);
       const limit = Number(params.limit ?? 50);
-      const lines = t.log.length ? t.log : ['no content'];
-      const slice = lines.slice(start, start + limit).map((text, i) => ({ n: start + i + 1, t: text }));
+      // read_task_log: no status check for the file; an unknown task is a missing log file.
+      if (!parseUpid(upid)) paramError({ upid: 'unable to parse worker upid' });
+      const known = c.tasks.get(upid);
+      if (!known || known.node !== node) {
+        return new Envelope([{ n: 1, t: 'unable to open file - No such file or directory' }], { total: 1 });
+      }
+      const t = findTask(c, auth, node, upid);
+      // PVE::Tools::dump_logfile: `limit` 0 reads to the end; `n` is 1-based; an empty file
+      // (count 0) answers one "no content" line.
+      const lines = t.log;
+      if (!lines.length) return new Envelope([{ n: 1, t: 'no content' }], { total: 1 });
+      const end = limit === 0 ? lines.length : start + limit;
+      const slice = lines.slice(start, end).map((text, i) => ({ n: start + i + 1, t: text }));
       return new Envelope(slice, { total: lines.length });
     },
   },

@@ -1,0 +1,640 @@
+/**
+ * `ProviderConfig` / `ClusterProviderConfig` (proxmox.sankofa.io/v1alpha1): where the Proxmox VE
+ * sites are and how to reach them. One TypeBox source gives the TypeScript type, the JSON Schema
+ * (for the CRD generator; note: it must drop `additionalProperties: false`, which Kubernetes
+ * structural schemas forbid next to `properties`) and the validation of files.
+ *
+ * ```yaml
+ * apiVersion: proxmox.sankofa.io/v1alpha1
+ * kind: ClusterProviderConfig
+ * metadata: { name: default }
+ * spec:
+ *   credentials:
+ *     source: Secret
+ *     secretRef: { name: proxmox-credentials, namespace: crossplane-system }
+ *   sites:
+ *     - name: site-1
+ *       endpoints: [https://ml110-01.example:8006]
+ *       nodes: [ml110-01]
+ *       tls: { fingerprint: "AB:CD:..." }        # or { caBundle: PEM } or { insecureSkipTLSVerify: true }
+ *       credentialsSecretRef: { name: site-1-credentials, namespace: crossplane-system }  # optional, per site
+ *       concurrency: { perNode: 2, perStorage: 2, requests: 16 }                         # optional
+ *       vmidRange: { min: 1000, max: 1999 }                                              # optional
+ * ```
+ *
+ * The credentials Secret holds `tokenid` + `token` (an API token) or `username` + `password`.
+ * loadProviderConfig() reads a YAML file holding the config and, optionally, its Secret(s); its
+ * errors name file:line and the field.
+ */
+import { readFile } from 'node:fs/promises';
+import Type, { type Static } from 'typebox';
+import Value from 'typebox/value';
+import { type Document, isMap, isPair, isScalar, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
+
+export const API_GROUP = 'proxmox.sankofa.io';
+export const API_VERSION = `${API_GROUP}/v1alpha1`;
+
+const NAME_RE = '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$';
+const NODE_RE = '^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$';
+
+export const SecretReference = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 253, pattern: NAME_RE.replace('[-a-z0-9]', '[-.a-z0-9]') }),
+    namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: NAME_RE })),
+  },
+  {
+    additionalProperties: false,
+    description: 'A Kubernetes Secret with the keys tokenid + token, or username + password.',
+  },
+);
+
+export const TlsConfig = Type.Object(
+  {
+    fingerprint: Type.Optional(
+      Type.Union(
+        [
+          Type.String({ minLength: 1 }),
+          Type.Array(Type.String({ minLength: 1 }), { minItems: 1, description: 'one per endpoint certificate' }),
+        ],
+        {
+          description:
+            'SHA-256 fingerprint(s) of the endpoint certificates (`pvenode cert info`), AB:CD:... The certificate is then trusted without a CA.',
+          errorMessage: 'must be a SHA-256 fingerprint (AB:CD:...) or a list of them',
+        },
+      ),
+    ),
+    caBundle: Type.Optional(
+      Type.String({ minLength: 1, description: 'PEM CA certificate(s) that sign the endpoint certificates.' }),
+    ),
+    insecureSkipTLSVerify: Type.Optional(
+      Type.Boolean({ description: 'Do not verify certificates at all (logged as a warning). Prefer fingerprint.' }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      'Default (empty): verify against the system CAs. At most one of fingerprint, caBundle, insecureSkipTLSVerify.',
+  },
+);
+
+export const ConcurrencyConfig = Type.Object(
+  {
+    perNode: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 64,
+        description: 'Heavy operations (clone, import, resize) at once per node. Default 2.',
+      }),
+    ),
+    perStorage: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 64, description: 'Heavy operations at once per storage. Default 2.' }),
+    ),
+    requests: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 256, description: 'HTTP requests in flight per site. Default 16.' }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const VmidRange = Type.Object(
+  {
+    min: Type.Integer({ minimum: 100, maximum: 999_999_999 }),
+    max: Type.Integer({ minimum: 100, maximum: 999_999_999 }),
+  },
+  { additionalProperties: false, description: 'VMIDs the provider may allocate on this site (inclusive).' },
+);
+
+export const SiteConfig = Type.Object(
+  {
+    name: Type.String({
+      minLength: 1,
+      maxLength: 63,
+      pattern: NAME_RE,
+      errorMessage: 'must be a lower-case DNS label (a-z, 0-9, -)',
+    }),
+    endpoints: Type.Array(
+      Type.String({
+        pattern: '^https?://[^\\s/@]+(/api2/json/?|/)?$',
+        errorMessage: 'must be an endpoint URL like https://pve1.example:8006 (no path, no credentials)',
+      }),
+      { minItems: 1, description: 'API URLs of the cluster (several nodes for failover).' },
+    ),
+    nodes: Type.Optional(
+      Type.Array(Type.String({ pattern: NODE_RE, errorMessage: 'must be a Proxmox VE node name' }), {
+        description: 'Nodes the provider places VMs on (default: every online node).',
+      }),
+    ),
+    tls: Type.Optional(TlsConfig),
+    credentialsSecretRef: Type.Optional(SecretReference),
+    concurrency: Type.Optional(ConcurrencyConfig),
+    vmidRange: Type.Optional(VmidRange),
+  },
+  { additionalProperties: false },
+);
+
+export const CredentialsConfig = Type.Object(
+  {
+    source: Type.Optional(Type.Literal('Secret', { description: 'Where credentials come from. Only Secret.' })),
+    secretRef: Type.Optional(SecretReference),
+  },
+  { additionalProperties: false },
+);
+
+export const ProviderConfigSpec = Type.Object(
+  {
+    credentials: CredentialsConfig,
+    sites: Type.Array(SiteConfig, { minItems: 1 }),
+    /** Defaults for every site. */
+    concurrency: Type.Optional(ConcurrencyConfig),
+    vmidRange: Type.Optional(VmidRange),
+  },
+  { additionalProperties: false },
+);
+
+export const ProviderConfigKinds = ['ProviderConfig', 'ClusterProviderConfig'] as const;
+
+export const ProviderConfigSchema = Type.Object({
+  apiVersion: Type.Literal(API_VERSION),
+  kind: Type.Union([Type.Literal('ProviderConfig'), Type.Literal('ClusterProviderConfig')]),
+  metadata: Type.Object(
+    {
+      name: Type.String({ minLength: 1 }),
+      namespace: Type.Optional(Type.String({ minLength: 1 })),
+    },
+    { additionalProperties: true },
+  ),
+  spec: ProviderConfigSpec,
+  status: Type.Optional(Type.Unknown()),
+});
+
+export type SecretRef = Static<typeof SecretReference>;
+export type Tls = Static<typeof TlsConfig>;
+export type Concurrency = Static<typeof ConcurrencyConfig>;
+export type VmidRangeT = Static<typeof VmidRange>;
+export type Site = Static<typeof SiteConfig>;
+export type ProviderConfig = Static<typeof ProviderConfigSchema>;
+
+export const DEFAULT_CONCURRENCY: Required<Concurrency> = { perNode: 2, perStorage: 2, requests: 16 };
+export const DEFAULT_VMID_RANGE: VmidRangeT = { min: 100, max: 999_999 };
+
+// --- loading -------------------------------------------------------------------------------------
+
+/** A configuration problem, located: `file:line: field: message`. */
+export class ConfigError extends Error {
+  readonly file: string;
+  readonly line: number | undefined;
+  readonly field: string | undefined;
+  readonly problems: readonly string[];
+  constructor(
+    file: string,
+    problems: Array<{ line?: number | undefined; field?: string | undefined; message: string }>,
+  ) {
+    const lines = problems.map(
+      (p) => `${file}${p.line ? `:${p.line}` : ''}: ${p.field ? `${p.field}: ` : ''}${p.message}`,
+    );
+    super(lines.join('\n'));
+    this.name = 'ConfigError';
+    this.file = file;
+    this.line = problems[0]?.line;
+    this.field = problems[0]?.field;
+    this.problems = Object.freeze(lines);
+  }
+}
+
+/** A Secret's data, decoded (stringData wins over base64 data). Never printed. */
+export interface SecretData {
+  namespace: string;
+  name: string;
+  data: Record<string, string>;
+  file: string;
+  line: number | undefined;
+}
+
+export interface LoadedProviderConfig {
+  file: string;
+  config: ProviderConfig;
+  /** Secrets found in the file(s), by `namespace/name`. */
+  secrets: Map<string, SecretData>;
+  /** Line of a field (`spec.sites[0].tls`), for later messages. */
+  lineOf(field: string): number | undefined;
+}
+
+interface YamlDoc {
+  doc: Document.Parsed;
+  value: unknown;
+}
+
+function fieldPath(segments: Array<string | number>): string {
+  let out = '';
+  for (const s of segments) out += typeof s === 'number' ? `[${s}]` : out ? `.${s}` : s;
+  return out;
+}
+
+function pointerSegments(pointer: string): Array<string | number> {
+  if (!pointer) return [];
+  return pointer
+    .split('/')
+    .slice(1)
+    .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .map((s) => (/^\d+$/.test(s) ? Number(s) : s));
+}
+
+function keyLine(map: unknown, lc: LineCounter, key: string): number | undefined {
+  if (!isMap(map)) return undefined;
+  const pair = (map as YAMLMap).items.find((p) => isPair(p) && isScalar(p.key) && p.key.value === key);
+  const k = pair && isPair(pair) && isScalar(pair.key) ? pair.key : undefined;
+  return k?.range ? lc.linePos(k.range[0]).line : undefined;
+}
+
+/** Line of a field: its key's line in a map, its item's line in a list; else the nearest parent's. */
+function lineOfNode(
+  doc: Document.Parsed,
+  lc: LineCounter,
+  segments: Array<string | number>,
+  key?: string,
+): number | undefined {
+  if (key !== undefined) {
+    const parent = segments.length ? doc.getIn(segments, true) : doc.contents;
+    const l = keyLine(parent, lc, key);
+    if (l) return l;
+  }
+  for (let n = segments.length; n >= 0; n--) {
+    const last = segments[n - 1];
+    if (n > 0 && typeof last === 'string') {
+      const parent = n - 1 === 0 ? doc.contents : doc.getIn(segments.slice(0, n - 1), true);
+      const l = keyLine(parent, lc, last);
+      if (l) return l;
+    }
+    const node = n === 0 ? doc.contents : doc.getIn(segments.slice(0, n), true);
+    const range = node && typeof node === 'object' ? (node as { range?: [number, number, number] }).range : undefined;
+    if (range) return lc.linePos(range[0]).line;
+  }
+  return undefined;
+}
+
+function resolveSchema(root: unknown, schemaPath: string): Record<string, unknown> | undefined {
+  let cur: unknown = root;
+  for (const seg of pointerSegments(schemaPath.replace(/^#/, ''))) {
+    if (!cur || typeof cur !== 'object') return undefined;
+    cur = (cur as Record<string, unknown>)[String(seg)];
+  }
+  return cur && typeof cur === 'object' ? (cur as Record<string, unknown>) : undefined;
+}
+
+interface Problem {
+  line?: number | undefined;
+  field?: string | undefined;
+  message: string;
+}
+
+function schemaProblems(doc: Document.Parsed, lc: LineCounter, value: unknown): Problem[] {
+  const out: Problem[] = [];
+  const seen = new Set<string>();
+  for (const e of Value.Errors(ProviderConfigSchema, value)) {
+    if (e.keyword === 'boolean') continue; // the additionalProperties twin of another error
+    const segs = pointerSegments(e.instancePath);
+    // Inside an anyOf, report once at the union (its own message) rather than per branch.
+    const unionAt = /^(.*)\/anyOf\/\d+/.exec(e.schemaPath);
+    const schemaNode = unionAt
+      ? resolveSchema(ProviderConfigSchema, unionAt[1]!)
+      : resolveSchema(ProviderConfigSchema, e.schemaPath);
+    let message = e.message;
+    let key: string | undefined;
+    if (e.keyword === 'additionalProperties') {
+      const extra = ((e.params as { additionalProperties?: string[] }).additionalProperties ?? []).join(', ');
+      message = `unknown field${extra.includes(',') ? 's' : ''} ${extra}`;
+      key = (e.params as { additionalProperties?: string[] }).additionalProperties?.[0];
+    } else if (e.keyword === 'required') {
+      const req = ((e.params as { requiredProperties?: string[] }).requiredProperties ?? []).join(', ');
+      message = `missing required field ${req}`;
+    } else if (typeof schemaNode?.errorMessage === 'string') {
+      message = schemaNode.errorMessage;
+    } else if (e.keyword === 'const' && segs.join('.') === 'apiVersion') {
+      message = `must be ${API_VERSION}`;
+    }
+    const field = key ? fieldPath([...segs]) || '(top level)' : fieldPath(segs) || '(top level)';
+    const sig = `${field}|${message}`;
+    if (seen.has(sig)) continue;
+    seen.add(sig);
+    out.push({ line: lineOfNode(doc, lc, segs, key), field, message });
+  }
+  return out;
+}
+
+function semanticProblems(cfg: ProviderConfig, at: (segs: Array<string | number>) => number | undefined): Problem[] {
+  const out: Problem[] = [];
+  const names = new Set<string>();
+  cfg.spec.sites.forEach((s, i) => {
+    const base: Array<string | number> = ['spec', 'sites', i];
+    if (names.has(s.name))
+      out.push({
+        line: at([...base, 'name']),
+        field: fieldPath([...base, 'name']),
+        message: `duplicate site name '${s.name}'`,
+      });
+    names.add(s.name);
+    const eps = new Set<string>();
+    s.endpoints.forEach((ep, j) => {
+      try {
+        const origin = new URL(ep).origin;
+        if (eps.has(origin)) {
+          out.push({
+            line: at([...base, 'endpoints', j]),
+            field: fieldPath([...base, 'endpoints', j]),
+            message: `duplicate endpoint ${origin}`,
+          });
+        }
+        eps.add(origin);
+      } catch {
+        out.push({
+          line: at([...base, 'endpoints', j]),
+          field: fieldPath([...base, 'endpoints', j]),
+          message: 'is not a valid URL',
+        });
+      }
+    });
+    const tls = s.tls;
+    if (tls) {
+      const set = [
+        tls.fingerprint !== undefined,
+        tls.caBundle !== undefined,
+        tls.insecureSkipTLSVerify === true,
+      ].filter(Boolean).length;
+      if (set > 1) {
+        out.push({
+          line: at([...base, 'tls']),
+          field: fieldPath([...base, 'tls']),
+          message: 'set only one of fingerprint, caBundle, insecureSkipTLSVerify',
+        });
+      }
+      const fps =
+        tls.fingerprint === undefined ? [] : Array.isArray(tls.fingerprint) ? tls.fingerprint : [tls.fingerprint];
+      fps.forEach((fp, j) => {
+        const hex = fp
+          .trim()
+          .replace(/^sha256[:=\s]*/i, '')
+          .replace(/[:\s]/g, '');
+        if (!/^[0-9A-Fa-f]{64}$/.test(hex)) {
+          const segs = Array.isArray(tls.fingerprint)
+            ? [...base, 'tls', 'fingerprint', j]
+            : [...base, 'tls', 'fingerprint'];
+          out.push({
+            line: at(segs),
+            field: fieldPath(segs),
+            message: 'must be a SHA-256 certificate fingerprint: 32 hex bytes like AB:CD:... (see `pvenode cert info`)',
+          });
+        }
+      });
+      if (tls.caBundle !== undefined && !tls.caBundle.includes('-----BEGIN CERTIFICATE-----')) {
+        out.push({
+          line: at([...base, 'tls', 'caBundle']),
+          field: fieldPath([...base, 'tls', 'caBundle']),
+          message: 'must hold PEM certificates (-----BEGIN CERTIFICATE-----)',
+        });
+      }
+    }
+    const r = s.vmidRange;
+    if (r && r.min > r.max) {
+      out.push({
+        line: at([...base, 'vmidRange']),
+        field: fieldPath([...base, 'vmidRange']),
+        message: `min (${r.min}) is greater than max (${r.max})`,
+      });
+    }
+    if (new Set(s.nodes ?? []).size !== (s.nodes ?? []).length) {
+      out.push({ line: at([...base, 'nodes']), field: fieldPath([...base, 'nodes']), message: 'lists a node twice' });
+    }
+  });
+  const r = cfg.spec.vmidRange;
+  if (r && r.min > r.max)
+    out.push({
+      line: at(['spec', 'vmidRange']),
+      field: 'spec.vmidRange',
+      message: `min (${r.min}) is greater than max (${r.max})`,
+    });
+  const needsDefaultRef = cfg.spec.sites.some((s) => !s.credentialsSecretRef);
+  if (needsDefaultRef && !cfg.spec.credentials.secretRef) {
+    out.push({
+      line: at(['spec', 'credentials']),
+      field: 'spec.credentials.secretRef',
+      message: 'is required unless every site has its own credentialsSecretRef',
+    });
+  }
+  if (cfg.kind === 'ClusterProviderConfig') {
+    const refs: Array<[Array<string | number>, SecretRef | undefined]> = [
+      [['spec', 'credentials', 'secretRef'], cfg.spec.credentials.secretRef],
+      ...cfg.spec.sites.map((s, i): [Array<string | number>, SecretRef | undefined] => [
+        ['spec', 'sites', i, 'credentialsSecretRef'],
+        s.credentialsSecretRef,
+      ]),
+    ];
+    for (const [segs, ref] of refs) {
+      if (ref && !ref.namespace) {
+        out.push({
+          line: at(segs),
+          field: `${fieldPath(segs)}.namespace`,
+          message: 'is required in a ClusterProviderConfig',
+        });
+      }
+    }
+  }
+  return out;
+}
+
+function parseDocs(text: string, file: string): { docs: YamlDoc[]; lc: LineCounter } {
+  const lc = new LineCounter();
+  const parsed = parseAllDocuments(text, { lineCounter: lc, prettyErrors: false });
+  const list = Array.isArray(parsed) ? parsed : [];
+  if (!Array.isArray(parsed)) {
+    throw new ConfigError(file, [{ message: 'not a YAML stream' }]);
+  }
+  const problems: Problem[] = [];
+  for (const d of list) {
+    for (const e of d.errors) {
+      problems.push({
+        line: e.linePos?.[0]?.line ?? lc.linePos(e.pos[0]).line,
+        message: `YAML: ${e.message.split('\n')[0]}`,
+      });
+    }
+  }
+  if (problems.length) throw new ConfigError(file, problems);
+  return { docs: list.map((doc) => ({ doc, value: doc.toJS() as unknown })), lc };
+}
+
+function secretFromDoc(d: YamlDoc, lc: LineCounter, file: string, defaultNamespace: string): SecretData {
+  const v = d.value as { metadata?: { name?: unknown; namespace?: unknown }; data?: unknown; stringData?: unknown };
+  const name = typeof v.metadata?.name === 'string' ? v.metadata.name : '';
+  const namespace = typeof v.metadata?.namespace === 'string' ? v.metadata.namespace : defaultNamespace;
+  const line = lineOfNode(d.doc, lc, []);
+  if (!name) throw new ConfigError(file, [{ line, field: 'metadata.name', message: 'a Secret needs a name' }]);
+  const data: Record<string, string> = {};
+  if (v.data && typeof v.data === 'object') {
+    for (const [k, x] of Object.entries(v.data as Record<string, unknown>)) {
+      if (typeof x !== 'string' || !/^[A-Za-z0-9+/=\s]*$/.test(x)) {
+        throw new ConfigError(file, [
+          {
+            line: lineOfNode(d.doc, lc, ['data', k]),
+            field: `data.${k}`,
+            message: 'must be base64 (use stringData for plain text)',
+          },
+        ]);
+      }
+      data[k] = Buffer.from(x, 'base64').toString('utf8');
+    }
+  }
+  if (v.stringData && typeof v.stringData === 'object') {
+    for (const [k, x] of Object.entries(v.stringData as Record<string, unknown>)) {
+      if (x === null || x === undefined) continue;
+      if (typeof x === 'object') {
+        throw new ConfigError(file, [
+          { line: lineOfNode(d.doc, lc, ['stringData', k]), field: `stringData.${k}`, message: 'must be a string' },
+        ]);
+      }
+      data[k] = String(x);
+    }
+  }
+  return { namespace, name, data, file, line };
+}
+
+/**
+ * Parse a YAML text holding a ProviderConfig or ClusterProviderConfig (and possibly its Secrets).
+ * `name` picks one when the file has several.
+ */
+export function parseProviderConfig(text: string, file: string, opts: { name?: string } = {}): LoadedProviderConfig {
+  const { docs, lc } = parseDocs(text, file);
+  const secrets = new Map<string, SecretData>();
+  const candidates: YamlDoc[] = [];
+  for (const d of docs) {
+    const v = d.value as { kind?: unknown; apiVersion?: unknown } | null;
+    if (!v || typeof v !== 'object') continue;
+    if (v.kind === 'Secret') {
+      const s = secretFromDoc(d, lc, file, 'default');
+      secrets.set(`${s.namespace}/${s.name}`, s);
+    } else if (typeof v.kind === 'string' && (ProviderConfigKinds as readonly string[]).includes(v.kind)) {
+      candidates.push(d);
+    }
+  }
+  const nameOf = (d: YamlDoc) => String((d.value as { metadata?: { name?: unknown } }).metadata?.name ?? '');
+  let chosen: YamlDoc | undefined;
+  if (opts.name !== undefined) {
+    chosen = candidates.find((d) => nameOf(d) === opts.name);
+    if (!chosen) {
+      throw new ConfigError(file, [
+        {
+          message: `no ProviderConfig or ClusterProviderConfig named '${opts.name}' (found: ${candidates.map(nameOf).join(', ') || 'none'})`,
+        },
+      ]);
+    }
+  } else if (candidates.length === 1) {
+    chosen = candidates[0];
+  } else if (candidates.length === 0) {
+    throw new ConfigError(file, [
+      { message: `no ${API_VERSION} ProviderConfig or ClusterProviderConfig in this file` },
+    ]);
+  } else {
+    throw new ConfigError(file, [
+      { message: `several provider configs (${candidates.map(nameOf).join(', ')}): choose one by name` },
+    ]);
+  }
+  const { doc, value } = chosen!;
+  const problems = schemaProblems(doc, lc, value);
+  if (problems.length) throw new ConfigError(file, problems);
+  const config = value as ProviderConfig;
+  const at = (segs: Array<string | number>) => lineOfNode(doc, lc, segs);
+  const sem = semanticProblems(config, at);
+  if (sem.length) throw new ConfigError(file, sem);
+  const lineOf = (field: string) => {
+    const segs = field
+      .replace(/\[(\d+)\]/g, '.$1')
+      .split('.')
+      .filter(Boolean)
+      .map((s) => (/^\d+$/.test(s) ? Number(s) : s));
+    return lineOfNode(doc, lc, segs);
+  };
+  return { file, config, secrets, lineOf };
+}
+
+/** Secrets from another file (a Secret manifest, or a list of them). */
+export function parseSecrets(text: string, file: string): SecretData[] {
+  const { docs, lc } = parseDocs(text, file);
+  const out: SecretData[] = [];
+  for (const d of docs) {
+    const v = d.value as { kind?: unknown } | null;
+    if (v && typeof v === 'object' && v.kind === 'Secret') out.push(secretFromDoc(d, lc, file, 'default'));
+  }
+  if (!out.length) throw new ConfigError(file, [{ message: 'no v1 Secret in this file' }]);
+  return out;
+}
+
+export async function loadProviderConfig(
+  file: string,
+  opts: { name?: string; secretFiles?: string[] } = {},
+): Promise<LoadedProviderConfig> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (e) {
+    throw new ConfigError(file, [{ message: `cannot read: ${(e as NodeJS.ErrnoException).code ?? String(e)}` }]);
+  }
+  const loaded = parseProviderConfig(text, file, opts.name !== undefined ? { name: opts.name } : {});
+  for (const sf of opts.secretFiles ?? []) {
+    let st: string;
+    try {
+      st = await readFile(sf, 'utf8');
+    } catch (e) {
+      throw new ConfigError(sf, [{ message: `cannot read: ${(e as NodeJS.ErrnoException).code ?? String(e)}` }]);
+    }
+    for (const s of parseSecrets(st, sf)) loaded.secrets.set(`${s.namespace}/${s.name}`, s);
+  }
+  return loaded;
+}
+
+/** The Secret reference a site uses, namespace resolved. */
+export function siteSecretRef(cfg: ProviderConfig, site: Site): { name: string; namespace: string; field: string } {
+  const i = cfg.spec.sites.indexOf(site);
+  const own = site.credentialsSecretRef;
+  const ref = own ?? cfg.spec.credentials.secretRef;
+  const field = own ? `spec.sites[${i}].credentialsSecretRef` : 'spec.credentials.secretRef';
+  if (!ref) throw new Error(`site ${site.name}: no credentials Secret reference (${field})`);
+  return { name: ref.name, namespace: ref.namespace ?? cfg.metadata.namespace ?? 'default', field };
+}
+
+/** Find the Secret of a site among the loaded ones; the error says where it was looked for. */
+export function siteSecret(loaded: LoadedProviderConfig, siteName: string): SecretData {
+  const site = findSite(loaded.config, siteName);
+  const ref = siteSecretRef(loaded.config, site);
+  const s = loaded.secrets.get(`${ref.namespace}/${ref.name}`);
+  if (!s) {
+    throw new ConfigError(loaded.file, [
+      {
+        line: loaded.lineOf(ref.field),
+        field: ref.field,
+        message: `Secret ${ref.namespace}/${ref.name} is not in this file; add it (kind: Secret with stringData tokenid + token, or username + password) or pass its file`,
+      },
+    ]);
+  }
+  return s;
+}
+
+export function findSite(cfg: ProviderConfig, name: string): Site {
+  const s = cfg.spec.sites.find((x) => x.name === name);
+  if (!s)
+    throw new Error(
+      `no site '${name}' in ${cfg.kind} ${cfg.metadata.name} (sites: ${cfg.spec.sites.map((x) => x.name).join(', ')})`,
+    );
+  return s;
+}
+
+export function siteConcurrency(cfg: ProviderConfig, site: Site): Required<Concurrency> {
+  return { ...DEFAULT_CONCURRENCY, ...cfg.spec.concurrency, ...site.concurrency };
+}
+
+export function siteVmidRange(cfg: ProviderConfig, site: Site): VmidRangeT {
+  return site.vmidRange ?? cfg.spec.vmidRange ?? DEFAULT_VMID_RANGE;
+}
+
+/** The site's fingerprints as a list (the field takes one or several). */
+export function siteFingerprints(site: Site): string[] {
+  const f = site.tls?.fingerprint;
+  return f === undefined ? [] : Array.isArray(f) ? f : [f];
+}

@@ -1,0 +1,30 @@
+/** Kubernetes-style quantities for memory and disk sizes (`4Gi`, `512Mi`, `20G`, `1Ti`, bare MiB/GiB numbers). */
+
+const BINARY: Record<string, number> = { Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4, Pi: 1024 ** 5 };
+const DECIMAL: Record<string, number> = { k: 1e3, K: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15 };
+
+export const QUANTITY_PATTERN = '^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$';
+
+/** Bytes of a quantity; a bare number is read in `bareUnit` bytes (MiB for memory, GiB for disks). */
+export function parseQuantity(q: string | number, bareUnit: number): number | undefined {
+  if (typeof q === 'number') return Number.isFinite(q) && q >= 0 ? Math.round(q * bareUnit) : undefined;
+  const m = /^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$/.exec(q.trim());
+  if (!m) return undefined;
+  const n = Number(m[1]);
+  const u = m[2];
+  if (!u) return Math.round(n * bareUnit);
+  return Math.round(n * (BINARY[u] ?? DECIMAL[u] ?? 1));
+}
+
+export const KiB = 1024;
+export const MiB = 1024 ** 2;
+export const GiB = 1024 ** 3;
+export const TiB = 1024 ** 4;
+
+export function formatBytes(b: number): string {
+  if (b >= TiB && b % TiB === 0) return `${b / TiB}Ti`;
+  if (b >= GiB && b % GiB === 0) return `${b / GiB}Gi`;
+  if (b >= MiB && b % MiB === 0) return `${b / MiB}Mi`;
+  if (b >= GiB) return `${(b / GiB).toFixed(1)}Gi`;
+  return `${Math.round(b / MiB)}Mi`;
+}

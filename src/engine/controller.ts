@@ -1,0 +1,101 @@
+/**
+ * Runs a reconciler over a store: a watch feeds the work queue, N workers reconcile, results
+ * become requeues (poll interval, in-flight work) or per-item backoff. Bounded concurrency.
+ */
+
+import type { ManagedReconciler, ReconcileResult } from './reconciler.ts';
+import type { Managed } from './resource.ts';
+import type { ResourceStore } from './types.ts';
+import { type BackoffOptions, type QueueClock, WorkQueue } from './workqueue.ts';
+
+export interface ControllerOptions {
+  /** Concurrent reconciles. Default 4. */
+  workers?: number;
+  backoff?: Partial<BackoffOptions>;
+  clock?: QueueClock;
+  random?: () => number;
+  /** Called after each reconcile with its result and the key's consecutive failures. */
+  onResult?: (key: string, result: ReconcileResult, failures: number) => void;
+}
+
+export class Controller<R extends Managed = Managed> {
+  readonly queue: WorkQueue;
+  private readonly store: ResourceStore<R>;
+  private readonly reconciler: ManagedReconciler<R>;
+  private readonly workers: number;
+  private readonly onResult: ControllerOptions['onResult'];
+  private unwatch: (() => void) | undefined;
+  private running: Promise<void>[] = [];
+  private stopped = false;
+
+  constructor(store: ResourceStore<R>, reconciler: ManagedReconciler<R>, opts: ControllerOptions = {}) {
+    this.store = store;
+    this.reconciler = reconciler;
+    this.workers = opts.workers ?? 4;
+    this.onResult = opts.onResult;
+    this.queue = new WorkQueue({
+      ...(opts.backoff ? { backoff: opts.backoff } : {}),
+      ...(opts.clock ? { clock: opts.clock } : {}),
+      ...(opts.random ? { random: opts.random } : {}),
+    });
+  }
+
+  async start(): Promise<void> {
+    this.unwatch = this.store.watch((key) => this.queue.add(key));
+    for (const r of await this.store.list()) {
+      this.queue.add(r.metadata.namespace ? `${r.metadata.namespace}/${r.metadata.name}` : r.metadata.name);
+    }
+    for (let i = 0; i < this.workers; i++) this.running.push(this.worker());
+  }
+
+  private async worker(): Promise<void> {
+    for (;;) {
+      const key = await this.queue.get();
+      if (key === undefined) return;
+      if (this.stopped) {
+        this.queue.done(key);
+        return;
+      }
+      try {
+        let result: ReconcileResult;
+        try {
+          result = await this.reconciler.reconcile(key);
+        } catch (e) {
+          // A throw must not kill the worker (that would silently shrink concurrency): back off instead.
+          result = { kind: 'rateLimited', error: e instanceof Error ? e : new Error(String(e)) };
+        }
+        try {
+          this.handle(key, result);
+        } catch {
+          // a failing onResult callback must not kill the worker either; the requeue already happened
+        }
+      } finally {
+        this.queue.done(key);
+      }
+    }
+  }
+
+  private handle(key: string, result: ReconcileResult): void {
+    switch (result.kind) {
+      case 'done':
+        this.queue.forget(key);
+        break;
+      case 'requeueAfter':
+        this.queue.forget(key);
+        this.queue.addAfter(key, result.ms);
+        break;
+      case 'rateLimited':
+        this.queue.addRateLimited(key, result.schedule);
+        break;
+    }
+    this.onResult?.(key, result, this.queue.backoff.failuresOf(key));
+  }
+
+  /** Stop taking work; waits for in-flight reconciles to finish. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.unwatch?.();
+    this.queue.shutdown();
+    await Promise.all(this.running);
+  }
+}

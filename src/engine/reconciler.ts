@@ -1,0 +1,418 @@
+/**
+ * The managed reconciler: crossplane-runtime's `managed.Reconciler`, step by step (see
+ * ../shared/research/crossplane-mr-contract.md), generic over a ResourceStore and a Connector.
+ * One call of `reconcile(key)` makes at most one external mutation and says when to come back.
+ */
+import {
+  ANNOTATION_CREATE_FAILED,
+  ANNOTATION_CREATE_PENDING,
+  ANNOTATION_CREATE_SUCCEEDED,
+  ANNOTATION_EXTERNAL_NAME,
+  ANNOTATION_PAUSED,
+  ANNOTATION_POLL_INTERVAL,
+  ANNOTATION_RECONCILE_REQUESTED,
+  addFinalizer,
+  annotation,
+  createIncomplete,
+  externalName,
+  hasFinalizer,
+  type Managed,
+  parseGoDuration,
+  policyAllows,
+  policySupported,
+  Reason,
+  removeFinalizer,
+  rfc3339,
+  setAnnotation,
+  setCondition,
+} from './resource.ts';
+import {
+  ConflictError,
+  type Connector,
+  type EngineHooks,
+  type ExternalClient,
+  ReasonedError,
+  type ResourceStore,
+} from './types.ts';
+import { CREATE_FAILURE_SCHEDULE_MS } from './workqueue.ts';
+
+export type ReconcileResult =
+  | { kind: 'done' }
+  | { kind: 'requeueAfter'; ms: number }
+  /** Back off (per-item exponential; `schedule` overrides the delays, e.g. for failed creates). */
+  | { kind: 'rateLimited'; schedule?: number[]; error?: Error };
+
+export interface ReconcilerOptions {
+  pollIntervalMs?: number;
+  /** After a create succeeded, "not found" within this window is not yet an error. */
+  creationGraceMs?: number;
+  /** How soon to look again after a create or delete was issued. */
+  shortWaitMs?: number;
+  now?: () => number;
+  hooks?: EngineHooks;
+  /** Publishes connection details (Kubernetes: a Secret). */
+  publishConnection?: (r: Managed, details: Record<string, string>) => Promise<void>;
+  onResult?: (key: string, result: ReconcileResult, ms: number) => void;
+  log?: (level: 'info' | 'warn' | 'error' | 'debug', msg: string, fields?: Record<string, unknown>) => void;
+  /** Backoff after a failed create (default CREATE_FAILURE_SCHEDULE_MS: about 30 s, 1 m, 2 m, 5 m, 10 m). */
+  createFailureScheduleMs?: number[];
+}
+
+export class ManagedReconciler<R extends Managed = Managed> {
+  private readonly store: ResourceStore<R>;
+  private readonly connector: Connector<R>;
+  private readonly o: Required<
+    Omit<ReconcilerOptions, 'hooks' | 'publishConnection' | 'onResult' | 'log' | 'createFailureScheduleMs'>
+  > &
+    ReconcilerOptions;
+
+  constructor(store: ResourceStore<R>, connector: Connector<R>, opts: ReconcilerOptions = {}) {
+    this.store = store;
+    this.connector = connector;
+    this.o = {
+      pollIntervalMs: 60_000,
+      creationGraceMs: 30_000,
+      shortWaitMs: 2000,
+      now: () => Date.now(),
+      ...opts,
+    };
+  }
+
+  private get createSchedule(): number[] {
+    return this.o.createFailureScheduleMs ?? CREATE_FAILURE_SCHEDULE_MS;
+  }
+
+  private async hook(step: string, key: string): Promise<void> {
+    await this.o.hooks?.at?.(step, key);
+  }
+
+  private pollInterval(r: R): number {
+    const a = annotation(r, ANNOTATION_POLL_INTERVAL);
+    const ms = a ? parseGoDuration(a) : undefined;
+    return ms && ms > 0 ? ms : this.o.pollIntervalMs;
+  }
+
+  /** Write status, emitting an event for every condition that changed. Conflicts requeue. */
+  private async writeStatus(r: R, before: string): Promise<R> {
+    r.status ??= {};
+    r.status.observedGeneration = r.metadata.generation;
+    const requested = annotation(r, ANNOTATION_RECONCILE_REQUESTED);
+    if (requested) r.status.lastHandledReconcileAt = requested;
+    const after = JSON.stringify(r.status);
+    if (after === before) return r;
+    const prev = JSON.parse(before || '{}') as {
+      conditions?: Array<{ type: string; status: string; reason: string; message?: string }>;
+    };
+    for (const c of r.status.conditions ?? []) {
+      const p = prev.conditions?.find((x) => x.type === c.type);
+      if (!p || p.status !== c.status || p.reason !== c.reason || p.message !== c.message) {
+        const warning =
+          c.status === 'False' &&
+          c.reason !== Reason.Creating &&
+          c.reason !== Reason.Deleting &&
+          c.reason !== Reason.ReconcilePaused &&
+          c.reason !== Reason.Unavailable;
+        this.store.event(r, warning ? 'Warning' : 'Normal', c.reason, c.message ?? `${c.type} is ${c.status}`);
+      }
+    }
+    const stored = await this.store.updateStatus(r);
+    r.metadata.resourceVersion = stored.metadata.resourceVersion;
+    return r;
+  }
+
+  private async writeMeta(r: R): Promise<void> {
+    const stored = await this.store.update(r);
+    r.metadata.resourceVersion = stored.metadata.resourceVersion;
+  }
+
+  /** Like writeMeta, but on conflict re-fetch and re-apply the annotation (5 tries), as crossplane-runtime does for create results. */
+  private async writeAnnotationRetry(r: R, key: string, name: string, value: string): Promise<void> {
+    for (let i = 0; i < 5; i++) {
+      try {
+        setAnnotation(r, name, value);
+        await this.writeMeta(r);
+        return;
+      } catch (e) {
+        if (!(e instanceof ConflictError) || i === 4) throw e;
+        const fresh = await this.store.get(key);
+        if (!fresh) throw e;
+        // Take the fresh spec too: writing our stale copy back would revert a concurrent spec edit.
+        // Keep the generation we acted on, so status.observedGeneration does not claim the newer spec.
+        r.metadata = { ...fresh.metadata, generation: r.metadata.generation };
+        r.spec = fresh.spec;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    }
+  }
+
+  async reconcile(key: string): Promise<ReconcileResult> {
+    const started = this.o.now();
+    let result: ReconcileResult;
+    try {
+      result = await this.reconcileOnce(key);
+    } catch (e) {
+      // A conflict is a plain requeue (crossplane-runtime's `Requeue: true`): no error condition, but
+      // rate-limited, so a resource that keeps conflicting cannot hot-loop or reset its backoff.
+      if (e instanceof ConflictError) result = { kind: 'rateLimited' };
+      else result = { kind: 'rateLimited', error: e as Error };
+    }
+    this.o.onResult?.(key, result, this.o.now() - started);
+    return result;
+  }
+
+  private async reconcileOnce(key: string): Promise<ReconcileResult> {
+    const found = await this.store.get(key);
+    if (!found) return { kind: 'done' };
+    const r = structuredClone(found);
+    const before = JSON.stringify(r.status ?? {});
+    const now = this.o.now();
+    const gen = r.metadata.generation;
+    const policies = r.spec.managementPolicies;
+    const synced = (status: 'True' | 'False', reason: string, message?: string) =>
+      setCondition(
+        r,
+        { type: 'Synced', status, reason, ...(message ? { message } : {}), observedGeneration: gen },
+        now,
+      );
+    const ready = (status: 'True' | 'False', reason: string, message?: string) =>
+      setCondition(r, { type: 'Ready', status, reason, ...(message ? { message } : {}), observedGeneration: gen }, now);
+
+    // 2. Paused.
+    if (annotation(r, ANNOTATION_PAUSED) === 'true' || (policies && policies.length === 0)) {
+      synced(
+        'False',
+        Reason.ReconcilePaused,
+        'Reconciliation is paused via the pause annotation or empty managementPolicies',
+      );
+      await this.writeStatus(r, before);
+      return { kind: 'done' };
+    }
+    // 3. Unsupported policies.
+    if (policies && !policySupported(policies)) {
+      synced('False', Reason.ReconcileError, `unsupported management policy combination: [${policies.join(', ')}]`);
+      await this.writeStatus(r, before);
+      return { kind: 'done' };
+    }
+    const deleting = Boolean(r.metadata.deletionTimestamp);
+    const deleteAllowed = policyAllows(policies, 'Delete') && r.spec.deletionPolicy !== 'Orphan';
+    // 4. Deleting without permission to delete: orphan the external resource.
+    if (deleting && !deleteAllowed) {
+      await this.hook('orphan', key);
+      if (hasFinalizer(r)) {
+        removeFinalizer(r);
+        await this.writeMeta(r);
+      }
+      return { kind: 'done' };
+    }
+
+    // 7. Connect.
+    let ext: ExternalClient<R>;
+    try {
+      ext = await this.connector.connect(r);
+    } catch (e) {
+      return this.fail(r, before, e, 'connect failed');
+    }
+    await this.hook('connected', key);
+
+    // 8. Observe.
+    let obs: Awaited<ReturnType<ExternalClient<R>['observe']>>;
+    try {
+      obs = await ext.observe(r);
+    } catch (e) {
+      return this.fail(r, before, e, 'observe failed');
+    }
+    await this.hook('observed', key);
+
+    // Without prepareCreate: a create whose result was lost, but the resource exists (found by its
+    // marker): the result is known now. Record it, so the create guard below cannot wedge this resource
+    // later (e.g. once we deleted it). Clients with prepareCreate keep the annotations as they are: the
+    // Proxmox client reads createIncomplete() to recognise its own half-created VM.
+    if (obs.exists && !ext.prepareCreate && createIncomplete(r)) {
+      setAnnotation(r, ANNOTATION_CREATE_SUCCEEDED, rfc3339(now));
+      await this.writeMeta(r);
+    }
+
+    // Creation grace period: a resource created moments ago may not be visible yet (Proxmox's
+    // /cluster/resources lags). This comes before deletion, as in crossplane-runtime: otherwise a
+    // resource deleted right after its create would lose its finalizer and leak the VM.
+    if (!obs.exists) {
+      const succeeded = annotation(r, ANNOTATION_CREATE_SUCCEEDED);
+      if (succeeded && now - Date.parse(succeeded) < this.o.creationGraceMs && !createIsNewer(r)) {
+        return { kind: 'requeueAfter', ms: this.o.shortWaitMs };
+      }
+      // 6. Create guard (crossplane's ExternalCreateIncomplete). A create may have happened without its
+      // result being recorded. With the name chosen before create (prepareCreate) creating again is safe:
+      // same name, and "already exists" is settled by the marker. Without it, observe's marker lookup
+      // found nothing, but a lagging listing cannot prove absence: stop and ask a human rather than
+      // risk a second object (or, when deleting, dropping the finalizer of an object that exists).
+      if (!ext.prepareCreate && createIncomplete(r)) {
+        ready('False', Reason.Creating, 'The external resource is being created');
+        synced(
+          'False',
+          Reason.ReconcileError,
+          `cannot determine creation result - remove the ${ANNOTATION_CREATE_PENDING} annotation if it is safe to proceed`,
+        );
+        await this.writeStatus(r, before);
+        return { kind: 'done' };
+      }
+    }
+
+    // 9. Deletion.
+    if (deleting) {
+      // Other finalizers: other controllers still depend on the external resource; wait for them.
+      if ((r.metadata.finalizers?.length ?? 0) > 1) return { kind: 'rateLimited' };
+      if (obs.exists) {
+        let res: Awaited<ReturnType<ExternalClient<R>['delete']>>;
+        try {
+          res = await ext.delete(r);
+        } catch (e) {
+          ready('False', Reason.Deleting, 'Deleting the external resource');
+          return this.fail(r, before, e, 'delete failed');
+        }
+        // (outside the try: a crash here must not be recorded as a failed delete)
+        await this.hook('delete-issued', key);
+        ready('False', Reason.Deleting, 'Deleting the external resource');
+        synced('True', Reason.ReconcileSuccess);
+        await this.writeStatus(r, before);
+        return { kind: 'requeueAfter', ms: res.requeueAfterMs ?? this.o.shortWaitMs };
+      }
+      await this.hook('external-gone', key);
+      await ext.disconnect?.();
+      if (hasFinalizer(r)) {
+        removeFinalizer(r);
+        await this.writeMeta(r);
+      }
+      return { kind: 'done' };
+    }
+
+    if (!obs.exists) {
+      if (!policyAllows(policies, 'Create')) {
+        ready('False', Reason.Unavailable, 'external resource does not exist');
+        synced('False', Reason.ReconcileError, 'observe failed: external resource does not exist');
+        await this.writeStatus(r, before);
+        return { kind: 'requeueAfter', ms: this.pollInterval(r) };
+      }
+    }
+
+    // 10. Connection details, finalizer.
+    if (obs.exists && obs.connectionDetails && this.o.publishConnection && r.spec.writeConnectionSecretToRef) {
+      try {
+        await this.o.publishConnection(r, obs.connectionDetails);
+      } catch (e) {
+        return this.fail(r, before, e, 'cannot publish connection details');
+      }
+    }
+    if (!hasFinalizer(r)) {
+      addFinalizer(r);
+      await this.writeMeta(r);
+      await this.hook('finalizer-added', key);
+    }
+
+    // 11. Create.
+    if (!obs.exists) {
+      if (ext.preflight) {
+        let pf: { waitMs?: number; message?: string };
+        try {
+          pf = await ext.preflight(r);
+        } catch (e) {
+          ready('False', Reason.Unavailable, 'The external resource cannot be created yet');
+          return this.fail(r, before, e, 'cannot create');
+        }
+        await this.hook('preflight-passed', key);
+        if (pf.waitMs !== undefined) {
+          ready('False', 'Waiting', pf.message ?? 'waiting before creating the external resource');
+          synced('True', Reason.ReconcileSuccess);
+          await this.writeStatus(r, before);
+          return { kind: 'requeueAfter', ms: pf.waitMs };
+        }
+      }
+      if (ext.prepareCreate && !externalName(r)) {
+        let prepared: { externalName: string };
+        try {
+          prepared = await ext.prepareCreate(r);
+        } catch (e) {
+          return this.fail(r, before, e, 'create failed', this.createSchedule);
+        }
+        setAnnotation(r, ANNOTATION_EXTERNAL_NAME, prepared.externalName);
+      }
+      // The external name and the pending mark land in one write, before anything is created.
+      setAnnotation(r, ANNOTATION_CREATE_PENDING, rfc3339(this.o.now()));
+      await this.writeMeta(r);
+      await this.hook('create-pending', key);
+      let created: Awaited<ReturnType<ExternalClient<R>['create']>>;
+      try {
+        created = await ext.create(r);
+      } catch (e) {
+        await this.hook('create-failed', key);
+        await this.writeAnnotationRetry(r, key, ANNOTATION_CREATE_FAILED, rfc3339(this.o.now()));
+        ready('False', Reason.Creating, 'The external resource is being created');
+        return this.fail(r, before, e, 'create failed', this.createSchedule);
+      }
+      await this.hook('create-issued', key);
+      await this.writeAnnotationRetry(r, key, ANNOTATION_CREATE_SUCCEEDED, rfc3339(this.o.now()));
+      await this.hook('create-succeeded', key);
+      if (created.connectionDetails && this.o.publishConnection && r.spec.writeConnectionSecretToRef) {
+        await this.o.publishConnection(r, created.connectionDetails);
+      }
+      ready('False', Reason.Creating, 'The external resource is being created');
+      synced('True', Reason.ReconcileSuccess);
+      await this.writeStatus(r, before);
+      return { kind: 'requeueAfter', ms: created.requeueAfterMs ?? this.o.shortWaitMs };
+    }
+
+    // 12. Late initialization.
+    if (obs.lateInitialized && policyAllows(policies, 'LateInitialize')) {
+      await this.writeMeta(r);
+    }
+
+    // 13. Up to date, or update.
+    if (obs.upToDate || !policyAllows(policies, 'Update')) {
+      synced('True', Reason.ReconcileSuccess);
+      await this.writeStatus(r, before);
+      return { kind: 'requeueAfter', ms: obs.requeueAfterMs ?? this.pollInterval(r) };
+    }
+    let res: Awaited<ReturnType<ExternalClient<R>['update']>>;
+    try {
+      res = await ext.update(r);
+    } catch (e) {
+      return this.fail(r, before, e, 'update failed');
+    }
+    await this.hook('update-issued', key);
+    synced('True', Reason.ReconcileSuccess);
+    await this.writeStatus(r, before);
+    return { kind: 'requeueAfter', ms: res.requeueAfterMs ?? obs.requeueAfterMs ?? this.o.shortWaitMs };
+  }
+
+  private async fail(r: R, before: string, e: unknown, what: string, schedule?: number[]): Promise<ReconcileResult> {
+    if (e instanceof ConflictError) return { kind: 'rateLimited' };
+    const err = e instanceof Error ? e : new Error(String(e));
+    const reason = err instanceof ReasonedError ? err.reason : Reason.ReconcileError;
+    setCondition(
+      r,
+      {
+        type: 'Synced',
+        status: 'False',
+        reason,
+        message: `${what}: ${err.message}`,
+        observedGeneration: r.metadata.generation,
+      },
+      this.o.now(),
+    );
+    try {
+      await this.writeStatus(r, before);
+    } catch (we) {
+      if (!(we instanceof ConflictError)) this.o.log?.('warn', 'cannot write status', { error: String(we) });
+    }
+    const retryableQuick = err instanceof ReasonedError && err.retryable;
+    const sched = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
+    return { kind: 'rateLimited', ...(sched && !retryableQuick ? { schedule: sched } : {}), error: err };
+  }
+}
+
+function createIsNewer(r: Managed): boolean {
+  const p = Date.parse(annotation(r, ANNOTATION_CREATE_PENDING) ?? '') || 0;
+  const s = Date.parse(annotation(r, ANNOTATION_CREATE_SUCCEEDED) ?? '') || 0;
+  return p > s;
+}
+
+export { ANNOTATION_CREATE_FAILED, ANNOTATION_CREATE_PENDING, ANNOTATION_CREATE_SUCCEEDED };

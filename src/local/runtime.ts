@@ -1,0 +1,227 @@
+/**
+ * The cluster-less runtime: the engine over a FileStore (state file + lock), the ProxmoxVM
+ * connector over a ProviderConfig file, and a loop that runs until every resource is Ready or
+ * has failed for a reason that retrying will not fix.
+ */
+import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { Controller } from '../engine/controller.ts';
+import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
+import { getCondition, keyOf } from '../engine/resource.ts';
+import type { EngineHooks } from '../engine/types.ts';
+import { type ProviderConfigSource, VmConnector } from '../vm/connector.ts';
+import { FileStore, MemoryStore } from './store.ts';
+
+/** Reasons that no amount of retrying fixes: apply stops waiting for such a resource. */
+export const PERMANENT_REASONS = new Set([
+  'InvalidSpec',
+  'InvalidExternalName',
+  'BridgeNotFound',
+  'ImageNotFound',
+  'ImageNotImportable',
+  'TemplateNotFound',
+  'StorageNotFound',
+  'StorageCannotHoldImages',
+  'NodeNotFound',
+  'VMIDConflict',
+  'VMIDRangeExhausted',
+  'SiteNotFound',
+  'SiteNotSpecified',
+  'ProviderConfigNotFound',
+  'CredentialsNotFound',
+  'PermissionDenied',
+  'AuthenticationFailed',
+  'CreateFailed',
+  'TaskFailed',
+]);
+
+export class FileConfigSource implements ProviderConfigSource {
+  private readonly loaded: LoadedProviderConfig;
+  constructor(loaded: LoadedProviderConfig) {
+    this.loaded = loaded;
+  }
+  async get(ref: { kind?: string; name: string }): Promise<LoadedProviderConfig> {
+    const name = this.loaded.config.metadata.name;
+    if (ref.name !== name) {
+      throw new Error(
+        `ProviderConfig '${ref.name}' not found: ${this.loaded.file} holds '${name}' (fix spec.providerConfigRef.name or pass --config)`,
+      );
+    }
+    return this.loaded;
+  }
+}
+
+export interface RuntimeOptions {
+  config: LoadedProviderConfig;
+  /** State file; in memory when undefined. */
+  stateFile?: string;
+  workers?: number;
+  pollIntervalMs?: number;
+  hooks?: EngineHooks;
+  backoff?: { baseMs?: number; capMs?: number };
+  createFailureScheduleMs?: number[];
+  taskPollMs?: number;
+  /** Called after every reconcile. */
+  onResult?: (key: string, result: ReconcileResult, failures: number) => void;
+}
+
+export interface Row {
+  key: string;
+  name: string;
+  phase?: string;
+  site: string;
+  node: string;
+  vmid: string;
+  step: string;
+  state: string;
+  ip: string;
+  ready: string;
+  synced: string;
+  age: string;
+  message: string;
+  reason: string;
+}
+
+export function age(ts: string | undefined, now = Date.now()): string {
+  if (!ts) return '';
+  const s = Math.max(0, Math.floor((now - Date.parse(ts)) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  if (s < 172800) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
+  const a = r.status?.atProvider ?? {};
+  const rd = getCondition(r, 'Ready');
+  const sy = getCondition(r, 'Synced');
+  const bad = sy?.status === 'False' ? sy : rd?.status === 'False' ? rd : undefined;
+  return {
+    key: keyOf(r),
+    name: r.metadata.name,
+    ...(r.metadata.annotations?.['proxmox.sankofa.io/phase']
+      ? { phase: r.metadata.annotations['proxmox.sankofa.io/phase'] }
+      : {}),
+    site: a.site ?? r.spec.forProvider.site ?? '',
+    node: a.node ?? r.spec.forProvider.node ?? '',
+    vmid: r.metadata.annotations?.['crossplane.io/external-name'] ?? '',
+    step: r.metadata.deletionTimestamp
+      ? `Deleting${a.step && a.step !== 'Ready' ? `/${a.step}` : ''}`
+      : (a.step ?? 'Pending'),
+    state: a.state ?? '',
+    ip: a.ipAddresses?.[0] ?? '',
+    ready: rd?.status ?? 'Unknown',
+    synced: sy?.status ?? 'Unknown',
+    age: age(r.metadata.creationTimestamp, now),
+    message: bad?.message ?? '',
+    reason: bad?.reason ?? '',
+  };
+}
+
+export function settled(r: ProxmoxVM): boolean {
+  return (
+    getCondition(r, 'Ready')?.status === 'True' &&
+    getCondition(r, 'Synced')?.status === 'True' &&
+    r.status?.atProvider?.step === 'Ready'
+  );
+}
+
+export function failedPermanently(r: ProxmoxVM): boolean {
+  const s = getCondition(r, 'Synced');
+  return s?.status === 'False' && PERMANENT_REASONS.has(s.reason);
+}
+
+export class LocalRuntime {
+  readonly store: MemoryStore<ProxmoxVM>;
+  readonly connector: VmConnector;
+  readonly controller: Controller<ProxmoxVM>;
+  private readonly failures = new Map<string, number>();
+
+  constructor(opts: RuntimeOptions) {
+    if (opts.stateFile) {
+      const fs = new FileStore<ProxmoxVM>(opts.stateFile);
+      fs.open();
+      this.store = fs;
+    } else this.store = new MemoryStore<ProxmoxVM>();
+    this.connector = new VmConnector(new FileConfigSource(opts.config), {
+      ...(opts.hooks ? { hooks: opts.hooks } : {}),
+      ...(opts.taskPollMs !== undefined ? { taskPollMs: opts.taskPollMs } : {}),
+    });
+    const reconciler = new ManagedReconciler<ProxmoxVM>(this.store, this.connector, {
+      pollIntervalMs: opts.pollIntervalMs ?? 60_000,
+      ...(opts.taskPollMs !== undefined ? { shortWaitMs: opts.taskPollMs } : {}),
+      ...(opts.hooks ? { hooks: opts.hooks } : {}),
+      ...(opts.createFailureScheduleMs ? { createFailureScheduleMs: opts.createFailureScheduleMs } : {}),
+    });
+    this.controller = new Controller(this.store, reconciler, {
+      workers: opts.workers ?? 8,
+      ...(opts.backoff ? { backoff: opts.backoff } : {}),
+      onResult: (key, result, failures) => {
+        this.failures.set(key, failures);
+        opts.onResult?.(key, result, failures);
+      },
+    });
+  }
+
+  /** Put the manifests into the store (a new uid the first time, kept in the state file after). */
+  applyManifests(vms: ProxmoxVM[]): void {
+    for (const vm of vms) {
+      const copy = structuredClone(vm);
+      copy.metadata.namespace ??= 'default';
+      const cur = this.store.getSync(keyOf(copy));
+      copy.metadata.uid = cur?.metadata.uid ?? '';
+      this.store.apply(copy);
+    }
+  }
+
+  markDeleted(keys: string[]): void {
+    for (const k of keys) this.store.markDeleted(k);
+  }
+
+  rows(): Row[] {
+    const now = Date.now();
+    return this.store
+      .listSync()
+      .map((r) => rowOf(r, now))
+      .sort((a, b) => (a.phase ?? '').localeCompare(b.phase ?? '') || a.key.localeCompare(b.key));
+  }
+
+  /**
+   * Reconcile until `done` says so for every resource in `keys`, or the timeout. Resources
+   * that failed permanently count as done (with failure) after at least `minFailures` attempts.
+   */
+  async run(opts: {
+    keys: string[];
+    until: 'ready' | 'gone';
+    timeoutMs: number;
+    tick?: () => void;
+    tickMs?: number;
+    signal?: AbortSignal;
+  }): Promise<{ ok: boolean; timedOut: boolean }> {
+    await this.controller.start();
+    const deadline = Date.now() + opts.timeoutMs;
+    try {
+      for (;;) {
+        const objs = opts.keys.map((k) => this.store.getSync(k));
+        const allDone =
+          opts.until === 'gone'
+            ? objs.every((o) => !o || failedPermanently(o))
+            : objs.every((o) => o && (settled(o) || (failedPermanently(o) && (this.failures.get(keyOf(o)) ?? 0) >= 1)));
+        opts.tick?.();
+        if (allDone) {
+          const ok = opts.until === 'gone' ? objs.every((o) => !o) : objs.every((o) => o && settled(o));
+          return { ok, timedOut: false };
+        }
+        if (Date.now() > deadline || opts.signal?.aborted) return { ok: false, timedOut: true };
+        await new Promise((resolve) => setTimeout(resolve, opts.tickMs ?? 200));
+      }
+    } finally {
+      await this.controller.stop();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.connector.close();
+    if (this.store instanceof FileStore) this.store.close();
+  }
+}

@@ -1,0 +1,676 @@
+/**
+ * The Proxmox VE client for one site (one cluster, one or more endpoint URLs). Everything else in
+ * the provider talks to PVE through this class.
+ *
+ * - `call(request)` runs a builder from requests.ts: auth headers, form/query encoding, failover
+ *   (transport.ts), the error taxonomy (errors.ts), retries of idempotent reads on transient errors
+ *   with jittered backoff, one re-login + resend after a 401 with ticket auth, metrics hooks.
+ * - Mutations are never retried: the caller checks state and decides.
+ * - Typed methods wrap the builders; capability guards refuse calls the site or the credentials
+ *   cannot do (import-from on PVE < 7.2, skiplock with a token...) before anything is sent.
+ */
+import {
+  type Authenticator,
+  type Credentials,
+  type LoginResult,
+  TicketAuth,
+  type TicketAuthOptions,
+  TokenAuth,
+} from './auth.ts';
+import { type Capabilities, capabilitiesFrom } from './capabilities.ts';
+import {
+  classifyResponse,
+  type ErrorContext,
+  isRetryable,
+  NotFoundError,
+  ProtocolError,
+  PveError,
+  TaskFailedError,
+  TimeoutError,
+  UnsupportedError,
+} from './errors.ts';
+import type { ClientHooks } from './metrics.ts';
+import * as R from './requests.ts';
+import { backoffDelay, sleep as realSleep } from './retry.ts';
+import { scrub } from './secret.ts';
+import { type TlsSettings, tlsMode } from './tls.ts';
+import { type HttpMethod, type RawResponse, Transport } from './transport.ts';
+import type {
+  AgentInterface,
+  ClusterResource,
+  ClusterResourceType,
+  NetworkInterface,
+  NodeListEntry,
+  NodeStatus,
+  PendingEntry,
+  Permissions,
+  PoolInfo,
+  PoolListEntry,
+  StorageEntry,
+  StorageStatus,
+  StorageVolume,
+  TaskListEntry,
+  TaskLogLine,
+  TaskStatus,
+  VersionInfo,
+  VmConfig,
+  VmListEntry,
+  VmStatus,
+} from './types.ts';
+import { exitOutcome, mustParseUpid } from './upid.ts';
+
+/** The subset of a pino logger the client uses. */
+export interface Logger {
+  warn(obj: object, msg?: string): void;
+  info?(obj: object, msg?: string): void;
+  debug?(obj: object, msg?: string): void;
+}
+
+export interface RetryOptions {
+  /** Attempts for idempotent reads, first included (default 4). */
+  attempts?: number;
+  baseMs?: number;
+  capMs?: number;
+}
+
+export interface TaskWaitOptions {
+  /** Give up after this long (default 15 min). The task keeps running in PVE. */
+  timeoutMs?: number;
+  /** First poll delay (default 250 ms), growing ×1.5 up to pollMaxMs (default 5 s). */
+  pollInitialMs?: number;
+  pollMaxMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface PveClientOptions {
+  /** Site name (messages, metrics). Default: the first endpoint's host. */
+  site?: string;
+  endpoints: string[];
+  credentials: Credentials;
+  tls?: TlsSettings;
+  connectTimeoutMs?: number;
+  requestTimeoutMs?: number;
+  connectionsPerEndpoint?: number;
+  endpointCooldownMs?: number;
+  retry?: RetryOptions;
+  /** How long discovered capabilities are trusted (default 10 min). */
+  capabilitiesTtlMs?: number;
+  ticket?: Omit<TicketAuthOptions, 'now'>;
+  task?: Omit<TaskWaitOptions, 'signal'>;
+  hooks?: ClientHooks;
+  logger?: Logger;
+  /** Clock (ms); tests pass the simulator's. */
+  now?: () => number;
+  /** Sleep used between retries and task polls. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  random?: () => number;
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+  timeoutMs?: number;
+}
+
+export type TaskCheck =
+  | { state: 'running'; status: TaskStatus }
+  | { state: 'ok'; warnings: number; status: TaskStatus }
+  | { state: 'failed'; error: TaskFailedError; status: TaskStatus };
+
+function parseJson(text: string): unknown {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+function deepScrub(v: unknown, secrets: string[]): unknown {
+  if (typeof v === 'string') return scrub(v, secrets);
+  if (Array.isArray(v)) return v.map((x) => deepScrub(x, secrets));
+  if (v && typeof v === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v as Record<string, unknown>)) out[k] = deepScrub(x, secrets);
+    return out;
+  }
+  return v;
+}
+
+export class PveClient {
+  readonly site: string;
+  readonly auth: Authenticator;
+  readonly transport: Transport;
+  private readonly opts: PveClientOptions;
+  private readonly now: () => number;
+  private readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
+  private caps: Capabilities | undefined;
+  private capsInflight: Promise<Capabilities> | undefined;
+
+  constructor(opts: PveClientOptions) {
+    this.opts = opts;
+    this.now = opts.now ?? Date.now;
+    this.sleep = opts.sleep ?? realSleep;
+    this.transport = new Transport({
+      endpoints: opts.endpoints,
+      ...(opts.tls ? { tls: opts.tls } : {}),
+      ...(opts.connectTimeoutMs !== undefined ? { connectTimeoutMs: opts.connectTimeoutMs } : {}),
+      ...(opts.requestTimeoutMs !== undefined ? { requestTimeoutMs: opts.requestTimeoutMs } : {}),
+      ...(opts.connectionsPerEndpoint !== undefined ? { connectionsPerEndpoint: opts.connectionsPerEndpoint } : {}),
+      ...(opts.endpointCooldownMs !== undefined ? { endpointCooldownMs: opts.endpointCooldownMs } : {}),
+      now: this.now,
+      onEndpointFailure: (f) => this.opts.hooks?.onEndpointFailure?.({ site: this.site, ...f }),
+    });
+    this.site = opts.site ?? new URL(this.transport.endpoints[0]!).host;
+    const c = opts.credentials;
+    this.auth =
+      c.kind === 'token'
+        ? new TokenAuth(c)
+        : new TicketAuth(c, (u, p) => this.login(u, p), { ...opts.ticket, now: this.now });
+    if (opts.tls && tlsMode(opts.tls) === 'insecure') {
+      opts.logger?.warn(
+        { site: this.site, endpoints: this.transport.endpoints },
+        'TLS verification is disabled (insecureSkipTLSVerify): anyone on the network path can read the credentials; pin the certificate fingerprint instead',
+      );
+    }
+    if (this.transport.endpoints.some((e) => e.startsWith('http:'))) {
+      opts.logger?.warn({ site: this.site }, 'plain http endpoint: credentials travel unencrypted');
+    }
+  }
+
+  // --- core ------------------------------------------------------------------------------------
+
+  private async login(username: string, password: string): Promise<LoginResult> {
+    const renewal = password.startsWith('PVE:');
+    try {
+      const a = await this.exchange(R.login(username, password), { authenticated: false }, 1);
+      this.opts.hooks?.onLogin?.({ site: this.site, renewal, ok: true });
+      return { username: a.username, ticket: a.ticket, csrf: a.CSRFPreventionToken };
+    } catch (e) {
+      this.opts.hooks?.onLogin?.({ site: this.site, renewal, ok: false });
+      throw e;
+    }
+  }
+
+  private secrets(r: R.PveRequest<unknown>): string[] {
+    const out = this.auth.secretValues();
+    for (const k of r.sensitive ?? []) {
+      const v = r.params[k];
+      if (typeof v === 'string') out.push(v);
+    }
+    return out;
+  }
+
+  /** One HTTP exchange (plus one resend after a ticket re-login). */
+  private async exchange<T>(
+    r: R.PveRequest<T>,
+    o: CallOptions & { authenticated?: boolean },
+    attempt: number,
+  ): Promise<T> {
+    const ctx: ErrorContext = { site: this.site, method: r.method, path: r.path };
+    const path = R.buildPath(r.path, r.pathParams);
+    const wire = R.wireParams(r.params);
+    const inQuery = r.method === 'GET' || r.method === 'DELETE';
+    const encoded = wire.length ? new URLSearchParams(wire).toString() : '';
+    const authenticated = o.authenticated !== false;
+    let resent = false;
+    for (;;) {
+      const headers: Record<string, string> = { Accept: 'application/json' };
+      if (!inQuery && encoded) headers['Content-Type'] = 'application/x-www-form-urlencoded';
+      if (authenticated) Object.assign(headers, await this.auth.headers(r.method));
+      const started = performance.now();
+      let res: RawResponse;
+      try {
+        res = await this.transport.send(
+          {
+            method: r.method,
+            path,
+            ...(inQuery && encoded ? { query: encoded } : {}),
+            ...(!inQuery && encoded ? { body: encoded } : {}),
+            headers,
+            idempotent: r.idempotent,
+            ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}),
+            ...(o.signal ? { signal: o.signal } : {}),
+          },
+          ctx,
+        );
+      } catch (e) {
+        this.report(r, 0, started, attempt + (resent ? 1 : 0), e);
+        throw this.clean(e, r);
+      }
+      const secrets = this.secrets(r);
+      const json = parseJson(res.body);
+      const ectx = { ...ctx, endpoint: res.endpoint, status: res.status };
+      if (res.status >= 200 && res.status < 300) {
+        const env = json as { data?: unknown } | undefined;
+        if (!env || typeof env !== 'object' || !('data' in env)) {
+          const err = new ProtocolError(
+            ectx,
+            `HTTP ${res.status} without a JSON {"data":...} body: is this a Proxmox VE API endpoint?`,
+          );
+          this.report(r, res.status, started, attempt, err);
+          throw err;
+        }
+        try {
+          const out = r.decode(env.data);
+          this.report(r, res.status, started, attempt);
+          return out;
+        } catch (e) {
+          const err = new ProtocolError(ectx, scrub(e instanceof Error ? e.message : String(e), secrets));
+          this.report(r, res.status, started, attempt, err);
+          throw err;
+        }
+      }
+      const err = classifyResponse(ectx, scrub(res.statusText, secrets), deepScrub(json, secrets));
+      this.report(r, res.status, started, attempt + (resent ? 1 : 0), err);
+      if (res.status === 401 && authenticated && !resent && this.auth.kind === 'ticket') {
+        // PVE checks credentials before running anything: resending after a fresh login is safe.
+        resent = true;
+        await this.auth.recover();
+        continue;
+      }
+      throw this.clean(err, r);
+    }
+  }
+
+  private report(r: R.PveRequest<unknown>, status: number, started: number, attempt: number, err?: unknown): void {
+    const hook = this.opts.hooks?.onRequest;
+    if (!hook) return;
+    try {
+      hook({
+        site: this.site,
+        method: r.method,
+        path: r.path,
+        status,
+        durationMs: performance.now() - started,
+        attempt,
+        ...(err instanceof PveError ? { errorKind: err.kind } : err ? { errorKind: 'unavailable' as const } : {}),
+      });
+    } catch {
+      // a metrics hook must never break a call
+    }
+  }
+
+  /** Last line of defence: no secret in message or stack, whatever produced the error. */
+  private clean(e: unknown, r: R.PveRequest<unknown>): unknown {
+    if (!(e instanceof Error)) return e;
+    const secrets = this.secrets(r);
+    e.message = scrub(e.message, secrets);
+    if (e.stack) e.stack = scrub(e.stack, secrets);
+    return e;
+  }
+
+  /** Run a request: reads are retried on transient errors (jittered backoff); mutations never. */
+  async call<T>(r: R.PveRequest<T>, o: CallOptions = {}): Promise<T> {
+    const attempts = r.idempotent ? Math.max(1, this.opts.retry?.attempts ?? 4) : 1;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.exchange(r, o, attempt);
+      } catch (e) {
+        if (attempt >= attempts || !isRetryable(e) || o.signal?.aborted) throw e;
+        const delay = backoffDelay(attempt - 1, {
+          baseMs: this.opts.retry?.baseMs ?? 250,
+          capMs: this.opts.retry?.capMs ?? 5000,
+          ...(this.opts.random ? { random: this.opts.random } : {}),
+        });
+        await this.sleep(delay, o.signal);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.transport.close();
+  }
+
+  // --- capabilities ----------------------------------------------------------------------------
+
+  /** Version and feature facts of the site, discovered once and cached (TTL, default 10 min). */
+  async capabilities(opts: { refresh?: boolean } = {}): Promise<Capabilities> {
+    const ttl = this.opts.capabilitiesTtlMs ?? 10 * 60_000;
+    if (!opts.refresh && this.caps && this.now() - this.caps.discoveredAt < ttl) return this.caps;
+    this.capsInflight ??= (async () => {
+      try {
+        const info = await this.call(R.version());
+        this.caps = capabilitiesFrom(
+          info,
+          { authId: this.auth.authId, kind: this.auth.kind, isRootTicket: this.auth.isRootTicket },
+          this.now(),
+        );
+        return this.caps;
+      } finally {
+        this.capsInflight = undefined;
+      }
+    })();
+    return this.capsInflight;
+  }
+
+  invalidateCapabilities(): void {
+    this.caps = undefined;
+  }
+
+  private requireRootTicket(what: string, ctx: ErrorContext): void {
+    if (this.auth.isRootTicket) return;
+    throw new UnsupportedError(
+      ctx,
+      'root-ticket',
+      `${what} is only allowed for root@pam authenticated with a password (PVE: 'Only root may use this option.'); ` +
+        `${this.auth.authId} cannot. Wait for the lock to clear, or give the provider root@pam password credentials`,
+    );
+  }
+
+  /** Refuse `import-from` values the site or the credentials cannot use (see DESIGN "Corrections"). */
+  private async checkImports(config: R.QemuConfigInput, ctx: ErrorContext): Promise<void> {
+    const sources: Array<{ key: string; src: string }> = [];
+    for (const [key, v] of Object.entries(config)) {
+      if (typeof v !== 'string') continue;
+      const m = /(?:^|,)import-from=([^,]+)/.exec(v);
+      if (m) sources.push({ key, src: m[1]! });
+    }
+    if (!sources.length) return;
+    const caps = await this.capabilities();
+    for (const { key, src } of sources) {
+      if (!caps.importFrom) {
+        throw new UnsupportedError(
+          ctx,
+          'import-from',
+          `${key}: PVE ${caps.version.text} has no import-from (needs 7.2 or later): create the VM by cloning a template instead`,
+        );
+      }
+      if (src.startsWith('/')) {
+        if (!caps.rootTicket) {
+          throw new UnsupportedError(
+            ctx,
+            'import-from-path',
+            `${key}: an absolute import-from path needs root@pam with a password (PVE: 'Only root can pass arbitrary filesystem paths.'); ${caps.authId} cannot`,
+          );
+        }
+        continue;
+      }
+      const vtype = /^[^:]+:([a-z]+)\//.exec(src)?.[1];
+      if (vtype === 'import' && !caps.importContent) {
+        throw new UnsupportedError(
+          ctx,
+          'import-content',
+          `${key}: '${src}' is an 'import' volume, usable as import-from source only from PVE 8.3 (site has ${caps.version.text})`,
+        );
+      }
+      if (vtype && vtype !== 'import' && vtype !== 'images') {
+        throw new UnsupportedError(
+          ctx,
+          'import-from-type',
+          `${key}: '${src}' has content type '${vtype}'; import-from accepts 'images'${caps.importContent ? " or 'import'" : ''} volumes` +
+            ` (move the image to an 'import' storage, use a template, or use root@pam password auth with its absolute path)`,
+        );
+      }
+    }
+  }
+
+  // --- access / cluster --------------------------------------------------------------------------
+
+  version(o?: CallOptions): Promise<VersionInfo> {
+    return this.call(R.version(), o);
+  }
+
+  /** Effective privileges of the client's identity (or `userid`) per ACL path. */
+  permissions(opts: { path?: string; userid?: string } = {}): Promise<Permissions> {
+    return this.call(R.permissions(opts));
+  }
+
+  nextId(): Promise<number> {
+    return this.call(R.nextId());
+  }
+
+  /** Whether a VMID is free now (advisory: a concurrent create may still take it). */
+  async isVmidFree(vmid: number): Promise<boolean> {
+    try {
+      await this.call(R.nextId(vmid));
+      return true;
+    } catch (e) {
+      if (e instanceof PveError && e.kind === 'already-exists') return false;
+      throw e;
+    }
+  }
+
+  clusterResources(type?: ClusterResourceType): Promise<ClusterResource[]> {
+    return this.call(R.clusterResources(type));
+  }
+
+  clusterStatus(): Promise<Array<Record<string, unknown>>> {
+    return this.call(R.clusterStatus());
+  }
+
+  listPools(): Promise<PoolListEntry[]> {
+    return this.call(R.listPools());
+  }
+
+  getPool(poolid: string): Promise<PoolInfo> {
+    return this.call(R.getPool(poolid));
+  }
+
+  createPool(poolid: string, comment?: string): Promise<null> {
+    return this.call(R.createPool(poolid, comment));
+  }
+
+  // --- nodes -------------------------------------------------------------------------------------
+
+  listNodes(): Promise<NodeListEntry[]> {
+    return this.call(R.listNodes());
+  }
+
+  nodeStatus(node: string): Promise<NodeStatus> {
+    return this.call(R.nodeStatus(node));
+  }
+
+  nodeNetwork(node: string, type?: R.NetworkTypeFilter): Promise<NetworkInterface[]> {
+    return this.call(R.nodeNetwork(node, type));
+  }
+
+  /** Bridges of a node (`type=any_bridge`: Linux and OVS bridges). */
+  bridges(node: string): Promise<NetworkInterface[]> {
+    return this.call(R.nodeNetwork(node, 'any_bridge'));
+  }
+
+  nodeStorages(
+    node: string,
+    opts?: { content?: string; enabled?: boolean; storage?: string },
+  ): Promise<StorageEntry[]> {
+    return this.call(R.nodeStorages(node, opts));
+  }
+
+  storageStatus(node: string, storage: string): Promise<StorageStatus> {
+    return this.call(R.storageStatus(node, storage));
+  }
+
+  storageContent(node: string, storage: string, opts?: { content?: string; vmid?: number }): Promise<StorageVolume[]> {
+    return this.call(R.storageContent(node, storage, opts));
+  }
+
+  // --- qemu --------------------------------------------------------------------------------------
+
+  listVms(node: string): Promise<VmListEntry[]> {
+    return this.call(R.listVms(node));
+  }
+
+  async createVm(node: string, vmid: number, config: R.QemuConfigInput, opts: R.CreateOptions = {}): Promise<R.Upid> {
+    const r = R.createVm(node, vmid, config, opts);
+    await this.checkImports(config, { site: this.site, method: r.method, path: r.path });
+    return this.call(r);
+  }
+
+  cloneVm(node: string, vmid: number, newid: number, opts?: R.CloneOptions): Promise<R.Upid> {
+    return this.call(R.cloneVm(node, vmid, newid, opts));
+  }
+
+  vmConfig(node: string, vmid: number, opts?: { current?: boolean }): Promise<VmConfig> {
+    return this.call(R.vmConfig(node, vmid, opts));
+  }
+
+  /** `POST .../config` (a `qmconfig` task, or null) or with `sync` `PUT .../config` (null). */
+  async updateVmConfig(
+    node: string,
+    vmid: number,
+    change: R.ConfigChange,
+    opts: { sync?: boolean } = {},
+  ): Promise<R.Upid | null> {
+    const r = opts.sync ? R.updateVmConfigSync(node, vmid, change) : R.updateVmConfigAsync(node, vmid, change);
+    const ctx = { site: this.site, method: r.method, path: r.path };
+    if (change.skiplock) this.requireRootTicket('skiplock', ctx);
+    if (change.set) await this.checkImports(change.set, ctx);
+    return this.call(r);
+  }
+
+  /** Clear a stale lock (`qm unlock` over the API): root@pam with a ticket only. */
+  async unlockVm(node: string, vmid: number): Promise<void> {
+    const r = R.unlockVm(node, vmid);
+    this.requireRootTicket('unlocking a VM', { site: this.site, method: r.method, path: r.path });
+    await this.call(r);
+  }
+
+  vmPending(node: string, vmid: number): Promise<PendingEntry[]> {
+    return this.call(R.vmPending(node, vmid));
+  }
+
+  /** Grow a disk; a UPID on PVE >= 8.0, null (done) before. */
+  async resizeDisk(
+    node: string,
+    vmid: number,
+    disk: string,
+    size: string,
+    opts: { digest?: string; skiplock?: boolean } = {},
+  ) {
+    const r = R.resizeDisk(node, vmid, disk, size, opts);
+    if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
+    return this.call(r);
+  }
+
+  vmStatus(node: string, vmid: number): Promise<VmStatus> {
+    return this.call(R.vmStatus(node, vmid));
+  }
+
+  /** The VM's status, or undefined when its config does not exist on that node. */
+  async findVmStatus(node: string, vmid: number): Promise<VmStatus | undefined> {
+    try {
+      return await this.vmStatus(node, vmid);
+    } catch (e) {
+      if (e instanceof NotFoundError && e.resource === 'vm') return undefined;
+      throw e;
+    }
+  }
+
+  async powerVm(node: string, vmid: number, action: R.PowerAction, opts: R.PowerOptions = {}): Promise<R.Upid> {
+    const r = R.vmPower(node, vmid, action, opts);
+    if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
+    return this.call(r);
+  }
+
+  startVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+    return this.powerVm(node, vmid, 'start', opts);
+  }
+
+  stopVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+    return this.powerVm(node, vmid, 'stop', opts);
+  }
+
+  shutdownVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+    return this.powerVm(node, vmid, 'shutdown', opts);
+  }
+
+  rebootVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+    return this.powerVm(node, vmid, 'reboot', opts);
+  }
+
+  async deleteVm(node: string, vmid: number, opts: R.DeleteOptions = {}): Promise<R.Upid> {
+    const r = R.deleteVm(node, vmid, opts);
+    if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
+    return this.call(r);
+  }
+
+  templateVm(node: string, vmid: number, opts?: { disk?: string }): Promise<R.Upid> {
+    return this.call(R.templateVm(node, vmid, opts));
+  }
+
+  agentNetworkInterfaces(node: string, vmid: number): Promise<AgentInterface[]> {
+    return this.call(R.agentNetworkInterfaces(node, vmid));
+  }
+
+  agentPing(node: string, vmid: number): Promise<null> {
+    return this.call(R.agentPing(node, vmid));
+  }
+
+  // --- tasks -------------------------------------------------------------------------------------
+
+  async taskStatus(upid: string, o?: CallOptions): Promise<TaskStatus> {
+    return this.call(R.taskStatus(mustParseUpid(upid).node, upid), o);
+  }
+
+  async taskLog(upid: string, opts?: { start?: number; limit?: number }): Promise<TaskLogLine[]> {
+    return this.call(R.taskLog(mustParseUpid(upid).node, upid, opts));
+  }
+
+  async stopTask(upid: string): Promise<null> {
+    return this.call(R.stopTask(mustParseUpid(upid).node, upid));
+  }
+
+  listTasks(node: string, opts?: R.TaskListOptions): Promise<TaskListEntry[]> {
+    return this.call(R.listTasks(node, opts));
+  }
+
+  /** Running tasks of a node (one request), optionally for one VM. */
+  activeTasks(node: string, opts: { vmid?: number } = {}): Promise<TaskListEntry[]> {
+    return this.call(R.listTasks(node, { source: 'active', ...(opts.vmid !== undefined ? { vmid: opts.vmid } : {}) }));
+  }
+
+  private async lastLogLines(upid: string, n = 10): Promise<string[]> {
+    try {
+      const lines = await this.taskLog(upid, { start: 0, limit: 5000 });
+      return lines.slice(-n).map((l) => l.t);
+    } catch {
+      return [];
+    }
+  }
+
+  /**
+   * One non-blocking look at a task (for the controller: store the UPID, requeue, look again).
+   * A failed task is reported, not thrown.
+   */
+  async checkTask(upid: string, o?: CallOptions): Promise<TaskCheck> {
+    const status = await this.taskStatus(upid, o);
+    if (status.status !== 'stopped') return { state: 'running', status };
+    const outcome = exitOutcome(status.exitstatus ?? '');
+    if (outcome.ok) return { state: 'ok', warnings: outcome.warnings, status };
+    const error = new TaskFailedError(
+      { site: this.site, method: 'GET', path: '/nodes/{node}/tasks/{upid}/status' },
+      upid,
+      scrub(outcome.error, this.auth.secretValues()),
+      (await this.lastLogLines(upid)).map((l) => scrub(l, this.auth.secretValues())),
+    );
+    return { state: 'failed', error, status };
+  }
+
+  /**
+   * Wait for a task (for the CLI): polls with a growing delay; resolves with the warning count
+   * (`WARNINGS: N` is a success), throws TaskFailedError or TimeoutError.
+   */
+  async waitTask(upid: string, opts: TaskWaitOptions = {}): Promise<{ warnings: number; status: TaskStatus }> {
+    const timeoutMs = opts.timeoutMs ?? this.opts.task?.timeoutMs ?? 15 * 60_000;
+    const maxDelay = opts.pollMaxMs ?? this.opts.task?.pollMaxMs ?? 5000;
+    let delay = opts.pollInitialMs ?? this.opts.task?.pollInitialMs ?? 250;
+    const deadline = this.now() + timeoutMs;
+    for (;;) {
+      const c = await this.checkTask(upid, opts.signal ? { signal: opts.signal } : {});
+      if (c.state === 'ok') return { warnings: c.warnings, status: c.status };
+      if (c.state === 'failed') throw c.error;
+      const left = deadline - this.now();
+      if (left <= 0) {
+        const u = mustParseUpid(upid);
+        throw new TimeoutError(
+          { site: this.site },
+          `task ${u.type}${u.id ? ` ${u.id}` : ''} on ${u.node} still running after ${Math.round(timeoutMs / 1000)} s (${upid})`,
+        );
+      }
+      await this.sleep(Math.min(delay, left), opts.signal);
+      delay = Math.min(maxDelay, Math.ceil(delay * 1.5));
+    }
+  }
+}
+
+export type { Capabilities, HttpMethod };

@@ -1,0 +1,111 @@
+/**
+ * Connects a ProxmoxVM to its site: resolves the ProviderConfig (from Kubernetes or a file, via
+ * a ProviderConfigSource), the site, its credentials, and keeps one client + caches per site and
+ * one VmExternal per resource (so drift bookkeeping survives between reconciles).
+ */
+import { findSite, type LoadedProviderConfig, siteConcurrency, siteVmidRange } from '../api/provider-config.ts';
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { type Connector, ReasonedError } from '../engine/types.ts';
+import type { ClientHooks } from '../proxmox/metrics.ts';
+import { clientForSite } from '../proxmox/site.ts';
+import { SiteContext, type VmClientOptions, VmExternal } from './external.ts';
+import { SlotLimiter } from './limits.ts';
+
+export interface ProviderConfigSource {
+  /** The ProviderConfig a resource refers to (`spec.providerConfigRef`, default `default`). */
+  get(ref: { kind?: string; name: string }, namespace: string | undefined): Promise<LoadedProviderConfig>;
+}
+
+export interface ConnectorOptions extends VmClientOptions {
+  clientHooks?: ClientHooks;
+  /** Cache TTL of the per-site bulk observation (default 1 s). */
+  siteTtlMs?: number;
+}
+
+export class VmConnector implements Connector<ProxmoxVM> {
+  private readonly source: ProviderConfigSource;
+  private readonly opts: ConnectorOptions;
+  private readonly sites = new Map<string, { config: LoadedProviderConfig; ctx: SiteContext }>();
+  private readonly clients = new Map<string, VmExternal>();
+
+  constructor(source: ProviderConfigSource, opts: ConnectorOptions = {}) {
+    this.source = source;
+    this.opts = opts;
+  }
+
+  /** Which site a resource belongs to: `forProvider.site`, or the only site. */
+  static siteName(r: ProxmoxVM, config: LoadedProviderConfig): string {
+    const sites = config.config.spec.sites;
+    if (r.spec.forProvider.site) return r.spec.forProvider.site;
+    if (sites.length === 1) return sites[0]!.name;
+    throw new ReasonedError(
+      'SiteNotSpecified',
+      `spec.forProvider.site is required: ProviderConfig ${config.config.metadata.name} has several sites (${sites.map((s) => s.name).join(', ')})`,
+    );
+  }
+
+  async connect(r: ProxmoxVM): Promise<VmExternal> {
+    const ref = r.spec.providerConfigRef ?? { kind: 'ClusterProviderConfig', name: 'default' };
+    let config: LoadedProviderConfig;
+    try {
+      config = await this.source.get(ref, r.metadata.namespace);
+    } catch (e) {
+      throw new ReasonedError('ProviderConfigNotFound', e instanceof Error ? e.message : String(e));
+    }
+    const siteName = VmConnector.siteName(r, config);
+    try {
+      findSite(config.config, siteName);
+    } catch (e) {
+      throw new ReasonedError('SiteNotFound', `${(e as Error).message}; fix spec.forProvider.site`);
+    }
+    const siteKey = `${config.config.kind}/${config.config.metadata.name}/${siteName}`;
+    let site = this.sites.get(siteKey);
+    if (!site || site.config !== config) {
+      const s = findSite(config.config, siteName);
+      const conc = siteConcurrency(config.config, s);
+      let client: ReturnType<typeof clientForSite>;
+      try {
+        client = clientForSite(config, siteName, {
+          ...(this.opts.clientHooks ? { hooks: this.opts.clientHooks } : {}),
+        });
+      } catch (e) {
+        throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
+      }
+      if (site) await site.ctx.client.close().catch(() => {});
+      site = {
+        config,
+        ctx: new SiteContext({
+          name: siteName,
+          client,
+          limiter: new SlotLimiter({ perNode: conc.perNode, perStorage: conc.perStorage }),
+          vmidRange: siteVmidRange(config.config, s),
+          ...(this.opts.siteTtlMs !== undefined ? { ttlMs: this.opts.siteTtlMs } : {}),
+        }),
+      };
+      this.sites.set(siteKey, site);
+      for (const [k, v] of this.clients) if (v.siteName === siteName) this.clients.delete(k);
+    }
+    const key = `${siteKey}/${r.metadata.uid}`;
+    let ext = this.clients.get(key);
+    if (!ext) {
+      ext = new VmExternal(site.ctx, this.opts);
+      this.clients.set(key, ext);
+    }
+    return ext;
+  }
+
+  /** Forget a resource's client (it was deleted or orphaned). */
+  forget(uid: string): void {
+    for (const k of [...this.clients.keys()]) if (k.endsWith(`/${uid}`)) this.clients.delete(k);
+  }
+
+  siteContexts(): SiteContext[] {
+    return [...this.sites.values()].map((s) => s.ctx);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.sites.values()].map((s) => s.ctx.client.close().catch(() => {})));
+    this.sites.clear();
+    this.clients.clear();
+  }
+}

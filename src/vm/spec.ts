@@ -1,0 +1,220 @@
+/**
+ * ProxmoxVM spec -> what Proxmox should hold: validation with the seed's limits (step 1 of the
+ * flow), the desired config keys, and the ownership marker.
+ */
+import { parse as parseYaml } from 'yaml';
+import { BRIDGE_PATTERN, type ForProvider, LIMITS, MESSAGES, NAME_PATTERN, type ProxmoxVM } from '../api/proxmoxvm.ts';
+import { formatBytes, GiB, MiB, parseQuantity } from '../api/quantity.ts';
+
+export const OWNER_TAG = 'provider-proxmox';
+export const MARKER_PREFIX = 'provider-proxmox.owner:';
+
+export interface Problem {
+  /** Field path, e.g. `spec.forProvider.memory`. */
+  field: string;
+  message: string;
+}
+
+const FP = 'spec.forProvider';
+
+export function vmName(r: ProxmoxVM): string {
+  return r.spec.forProvider.name ?? r.metadata.name;
+}
+
+export function memoryBytes(fp: ForProvider): number | undefined {
+  return fp.memory === undefined ? 2048 * MiB : parseQuantity(fp.memory, MiB);
+}
+
+export function diskBytes(fp: ForProvider): number | undefined {
+  return fp.disk === undefined ? undefined : parseQuantity(fp.disk, GiB);
+}
+
+/** Step 1: every problem of the spec, each with its field and what is allowed. */
+export function validateSpec(r: ProxmoxVM): Problem[] {
+  const fp = r.spec.forProvider ?? ({} as ForProvider);
+  const out: Problem[] = [];
+  const name = vmName(r);
+  if (name.length < LIMITS.name.min || name.length > LIMITS.name.max || !new RegExp(NAME_PATTERN).test(name)) {
+    out.push({
+      field: fp.name !== undefined ? `${FP}.name` : 'metadata.name',
+      message: `${MESSAGES.name}; got '${name}'`,
+    });
+  }
+  if (fp.cpu !== undefined && (!Number.isInteger(fp.cpu) || fp.cpu < LIMITS.cpu.min || fp.cpu > LIMITS.cpu.max)) {
+    out.push({ field: `${FP}.cpu`, message: `${MESSAGES.cpu}; got ${fp.cpu}` });
+  }
+  const mem = memoryBytes(fp);
+  if (mem === undefined || mem < LIMITS.memoryBytes.min || mem > LIMITS.memoryBytes.max) {
+    out.push({ field: `${FP}.memory`, message: `${MESSAGES.memory}; got '${fp.memory}'` });
+  }
+  if (fp.disk !== undefined) {
+    const d = diskBytes(fp);
+    if (d === undefined || d < LIMITS.diskBytes.min || d > LIMITS.diskBytes.max)
+      out.push({ field: `${FP}.disk`, message: `${MESSAGES.disk}; got '${fp.disk}'` });
+  }
+  for (const [i, d] of (fp.disks ?? []).entries()) {
+    const b = parseQuantity(d.size, GiB);
+    if (b === undefined || b < LIMITS.diskBytes.min || b > LIMITS.diskBytes.max)
+      out.push({ field: `${FP}.disks[${i}].size`, message: `${MESSAGES.disk}; got '${d.size}'` });
+  }
+  if (fp.network !== undefined && !new RegExp(BRIDGE_PATTERN).test(fp.network))
+    out.push({ field: `${FP}.network`, message: `${MESSAGES.bridge}; got '${fp.network}'` });
+  for (const [i, n] of (fp.networks ?? []).entries()) {
+    if (!new RegExp(BRIDGE_PATTERN).test(n.bridge))
+      out.push({ field: `${FP}.networks[${i}].bridge`, message: `${MESSAGES.bridge}; got '${n.bridge}'` });
+  }
+  if (fp.image !== undefined && fp.template !== undefined) {
+    out.push({
+      field: `${FP}.template`,
+      message: 'set either image (import a cloud image) or template (clone a template VM), not both',
+    });
+  }
+  if (fp.template && fp.template.name === undefined && fp.template.vmid === undefined) {
+    out.push({ field: `${FP}.template`, message: 'template needs name or vmid' });
+  }
+  if (fp.image !== undefined && !/^([^:\s/]+:)?[^\s]+$/.test(fp.image)) {
+    out.push({
+      field: `${FP}.image`,
+      message: `image must be a volume id (local:import/ubuntu.qcow2) or a file name (ubuntu-22.04-cloud.img); got '${fp.image}'`,
+    });
+  }
+  return out;
+}
+
+/** The description line that marks a VM as ours. */
+export function ownershipMarker(r: ProxmoxVM): string {
+  const ns = r.metadata.namespace ? `${r.metadata.namespace}/` : '';
+  return `${MARKER_PREFIX} ${ns}${r.metadata.name} uid=${r.metadata.uid}`;
+}
+
+export function markerUid(description: string | undefined): string | undefined {
+  if (!description) return undefined;
+  const line = description.split('\n').find((l) => l.startsWith(MARKER_PREFIX));
+  return line ? /uid=([0-9a-fA-F-]+)/.exec(line)?.[1] : undefined;
+}
+
+export function desiredDescription(r: ProxmoxVM): string {
+  const d = r.spec.forProvider.description?.trimEnd();
+  return d ? `${d}\n\n${ownershipMarker(r)}` : ownershipMarker(r);
+}
+
+export function desiredTags(r: ProxmoxVM): string {
+  const tags = new Set((r.spec.forProvider.tags ?? []).map((t) => t.toLowerCase()));
+  tags.add(OWNER_TAG);
+  return [...tags].sort().join(';');
+}
+
+export interface NetSpec {
+  key: string;
+  bridge: string;
+  model: string;
+  vlan?: number;
+  firewall?: boolean;
+  mtu?: number;
+  macaddr?: string;
+}
+
+export function desiredNets(fp: ForProvider): NetSpec[] {
+  const list = fp.networks?.length ? fp.networks : [{ bridge: fp.network ?? 'vmbr0' }];
+  return list.map((n, i) => ({
+    key: `net${i}`,
+    bridge: n.bridge,
+    model: ('model' in n && n.model) || 'virtio',
+    ...('vlan' in n && n.vlan !== undefined ? { vlan: n.vlan } : {}),
+    ...('firewall' in n && n.firewall !== undefined ? { firewall: n.firewall } : {}),
+    ...('mtu' in n && n.mtu !== undefined ? { mtu: n.mtu } : {}),
+    ...('macaddr' in n && n.macaddr ? { macaddr: n.macaddr.toUpperCase() } : {}),
+  }));
+}
+
+/** `virtio=MAC,bridge=vmbr0,firewall=1,mtu=9000,tag=5` (MAC kept from `currentMac` when not specified). */
+export function printNet(n: NetSpec, currentMac?: string): string {
+  const mac = n.macaddr ?? currentMac;
+  const parts = [mac ? `${n.model}=${mac}` : n.model, `bridge=${n.bridge}`];
+  if (n.firewall) parts.push('firewall=1');
+  if (n.mtu !== undefined) parts.push(`mtu=${n.mtu}`);
+  if (n.vlan !== undefined) parts.push(`tag=${n.vlan}`);
+  return parts.join(',');
+}
+
+export function parseNetValue(v: string): { model: string; mac?: string; opts: Record<string, string> } {
+  const opts: Record<string, string> = {};
+  let model = 'virtio';
+  let mac: string | undefined;
+  for (const [i, part] of v.split(',').entries()) {
+    const eq = part.indexOf('=');
+    const k = eq < 0 ? part : part.slice(0, eq);
+    const val = eq < 0 ? '' : part.slice(eq + 1);
+    if (i === 0 && (eq < 0 || /^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$/.test(val))) {
+      model = k;
+      if (val) mac = val;
+    } else if (k === 'model') model = val;
+    else if (k === 'macaddr') mac = val;
+    else opts[k] = val;
+  }
+  return { model, ...(mac ? { mac } : {}), opts };
+}
+
+/** Sizes as qemu-server prints them (`size=20G`) -> bytes. */
+export function parsePveSize(s: string | undefined): number | undefined {
+  if (!s) return undefined;
+  const m = /^(\d+(?:\.\d+)?)([KMGT]?)$/.exec(s);
+  if (!m) return undefined;
+  const f = { '': 1, K: 1024, M: MiB, G: GiB, T: 1024 * GiB }[m[2] as '' | 'K' | 'M' | 'G' | 'T'];
+  return Math.round(Number(m[1]) * f);
+}
+
+export function describeBytes(b: number): string {
+  return formatBytes(b);
+}
+
+/** Cloud-init `ipconfigN` values. */
+export function desiredIpConfigs(fp: ForProvider, nets: number): string[] {
+  const cfg = fp.cloudInit?.ipConfig;
+  const out: string[] = [];
+  for (let i = 0; i < nets; i++) {
+    const c = cfg?.[i];
+    if (!c || c.dhcp || !c.address) out.push('ip=dhcp');
+    else out.push(`ip=${c.address}${c.gateway ? `,gw=${c.gateway}` : ''}`);
+  }
+  return out;
+}
+
+/** What a `#cloud-config` userData can give the native cloud-init keys; the rest is reported. */
+export function parseUserData(userData: string | undefined): {
+  user?: string;
+  sshKeys: string[];
+  unsupported: string[];
+} {
+  const out = { sshKeys: [] as string[], unsupported: [] as string[] } as {
+    user?: string;
+    sshKeys: string[];
+    unsupported: string[];
+  };
+  if (!userData?.trim()) return out;
+  let doc: unknown;
+  try {
+    doc = parseYaml(userData);
+  } catch {
+    out.unsupported.push('userData (not valid YAML)');
+    return out;
+  }
+  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) {
+    out.unsupported.push('userData (not a #cloud-config mapping)');
+    return out;
+  }
+  const native = new Set(['users', 'ssh_authorized_keys', 'hostname', 'fqdn', 'manage_etc_hosts', 'preserve_hostname']);
+  const d = doc as Record<string, unknown>;
+  const keys = (v: unknown) => (Array.isArray(v) ? v.filter((k): k is string => typeof k === 'string') : []);
+  out.sshKeys.push(...keys(d.ssh_authorized_keys));
+  if (Array.isArray(d.users)) {
+    for (const u of d.users) {
+      if (u && typeof u === 'object' && typeof (u as { name?: unknown }).name === 'string') {
+        out.user ??= (u as { name: string }).name;
+        out.sshKeys.push(...keys((u as { ssh_authorized_keys?: unknown }).ssh_authorized_keys));
+      }
+    }
+  }
+  for (const k of Object.keys(d)) if (!native.has(k)) out.unsupported.push(k);
+  return out;
+}

@@ -1,0 +1,325 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import {
+  ANNOTATION_CREATE_PENDING,
+  ANNOTATION_EXTERNAL_NAME,
+  ANNOTATION_PAUSED,
+  FINALIZER,
+} from '../../src/engine/resource.ts';
+import { ConflictError, type WatchEvent } from '../../src/engine/types.ts';
+import { FileStore, MemoryStore, StateLockedError } from '../../src/local/store.ts';
+import { type TestVM, testVM } from '../helpers/scripted-external.ts';
+
+const KEY = 'default/vm1';
+
+function memory(): { store: MemoryStore<TestVM>; seen: Array<{ key: string; event: WatchEvent; gen?: number }> } {
+  const store = new MemoryStore<TestVM>();
+  store.now = () => Date.parse('2025-06-01T12:00:00Z');
+  const seen: Array<{ key: string; event: WatchEvent; gen?: number }> = [];
+  store.watch((key, event, obj) => seen.push({ key, event, ...(obj ? { gen: obj.metadata.generation } : {}) }));
+  return { store, seen };
+}
+
+describe('MemoryStore', () => {
+  it('apply creates with uid, generation 1, a resourceVersion, and announces ADDED', () => {
+    const { store, seen } = memory();
+    const vm = testVM('vm1');
+    vm.metadata.uid = '';
+    const o = store.apply(vm);
+    assert.ok(o.metadata.uid, 'a uid is assigned');
+    assert.equal(o.metadata.generation, 1);
+    assert.ok(o.metadata.resourceVersion);
+    assert.equal(o.metadata.creationTimestamp, '2025-06-01T12:00:00Z');
+    assert.deepEqual(o.metadata.finalizers, []);
+    assert.deepEqual(seen, [{ key: KEY, event: 'ADDED', gen: 1 }]);
+  });
+
+  it('apply of an identical manifest is a no-op; a spec change bumps the generation', () => {
+    const { store, seen } = memory();
+    const a = store.apply(testVM('vm1'));
+    const b = store.apply(testVM('vm1'));
+    assert.equal(b.metadata.resourceVersion, a.metadata.resourceVersion);
+    assert.equal(seen.length, 1);
+    const c = store.apply(testVM('vm1', { cpu: 4 }));
+    assert.equal(c.metadata.generation, 2);
+    assert.notEqual(c.metadata.resourceVersion, a.metadata.resourceVersion);
+    assert.deepEqual(seen.at(-1), { key: KEY, event: 'MODIFIED', gen: 2 });
+    const d = store.apply(testVM('vm1', { cpu: 4, annotations: { note: 'x' } }));
+    assert.equal(d.metadata.generation, 2, 'metadata changes do not bump the generation');
+  });
+
+  it('apply keeps the annotations the engine wrote, but the manifest can drop its own (unpause)', async () => {
+    const { store } = memory();
+    store.apply(testVM('vm1', { annotations: { [ANNOTATION_PAUSED]: 'true', team: 'ml' } }));
+    const cur = (await store.get(KEY))!;
+    cur.metadata.annotations![ANNOTATION_EXTERNAL_NAME] = '101';
+    cur.metadata.annotations![ANNOTATION_CREATE_PENDING] = '2025-06-01T12:00:00Z';
+    await store.update(cur);
+    const next = store.apply(testVM('vm1', { annotations: { team: 'ml' } }));
+    assert.deepEqual(next.metadata.annotations, {
+      team: 'ml',
+      [ANNOTATION_EXTERNAL_NAME]: '101',
+      [ANNOTATION_CREATE_PENDING]: '2025-06-01T12:00:00Z',
+    });
+    // a manifest may still set the external name (import an existing VM)
+    const imported = store.apply(testVM('vm1', { annotations: { [ANNOTATION_EXTERNAL_NAME]: '555' } }));
+    assert.equal(imported.metadata.annotations?.[ANNOTATION_EXTERNAL_NAME], '555');
+  });
+
+  it('get and list return copies', async () => {
+    const { store } = memory();
+    store.apply(testVM('vm1'));
+    const a = (await store.get(KEY))!;
+    a.spec.forProvider.cpu = 99;
+    a.metadata.annotations!.x = 'y';
+    assert.equal((await store.get(KEY))!.spec.forProvider.cpu, 2);
+    const [l] = await store.list();
+    l!.spec.forProvider.cpu = 42;
+    assert.equal(store.getSync(KEY)!.spec.forProvider.cpu, 2);
+    assert.equal(store.listSync().length, 1);
+  });
+
+  it('update with a stale resourceVersion is a conflict (metadata and status alike)', async () => {
+    const { store } = memory();
+    store.apply(testVM('vm1'));
+    const first = (await store.get(KEY))!;
+    const second = (await store.get(KEY))!;
+    first.metadata.annotations!.a = '1';
+    await store.update(first);
+    second.metadata.annotations!.b = '2';
+    await assert.rejects(store.update(second), ConflictError);
+    second.status = { observedGeneration: 1 };
+    await assert.rejects(store.updateStatus(second), ConflictError);
+    await assert.rejects(store.update(testVM('nope')), ConflictError, 'updating a missing object');
+    await assert.rejects(store.updateStatus(testVM('nope')), ConflictError);
+  });
+
+  it('a write returns the new resourceVersion, so the writer can write again', async () => {
+    const { store } = memory();
+    store.apply(testVM('vm1'));
+    const r = (await store.get(KEY))!;
+    r.metadata.annotations!.a = '1';
+    r.metadata.resourceVersion = (await store.update(r)).metadata.resourceVersion;
+    r.status = { observedGeneration: 1 };
+    r.metadata.resourceVersion = (await store.updateStatus(r)).metadata.resourceVersion;
+    r.metadata.annotations!.b = '2';
+    await store.update(r);
+    assert.deepEqual(store.getSync(KEY)!.metadata.annotations, { a: '1', b: '2' });
+  });
+
+  it('update: the generation moves only on a spec change', async () => {
+    const { store, seen } = memory();
+    store.apply(testVM('vm1'));
+    const r = (await store.get(KEY))!;
+    r.metadata.annotations!.a = '1';
+    r.metadata.finalizers = [FINALIZER];
+    const s1 = await store.update(r);
+    assert.equal(s1.metadata.generation, 1);
+    assert.deepEqual(seen.at(-1), { key: KEY, event: 'MODIFIED', gen: 1 });
+    s1.spec.forProvider.memory = 2048;
+    const s2 = await store.update(s1);
+    assert.equal(s2.metadata.generation, 2);
+    const s3 = await store.update(s2);
+    assert.equal(s3.metadata.resourceVersion, s2.metadata.resourceVersion, 'an unchanged write changes nothing');
+  });
+
+  it('update cannot touch status, and status writes cannot touch metadata or spec', async () => {
+    const { store } = memory();
+    store.apply(testVM('vm1'));
+    const r = (await store.get(KEY))!;
+    r.status = { observedGeneration: 7 };
+    const s1 = await store.update(r);
+    assert.equal(s1.status, undefined);
+    s1.status = { observedGeneration: 1 };
+    s1.spec.forProvider.cpu = 64;
+    s1.metadata.annotations!.sneaky = 'yes';
+    const s2 = await store.updateStatus(s1);
+    assert.equal(s2.status?.observedGeneration, 1);
+    assert.equal(s2.spec.forProvider.cpu, 2);
+    assert.equal(s2.metadata.annotations?.sneaky, undefined);
+    assert.equal(s2.metadata.generation, 1);
+  });
+
+  it('status writes bump the resourceVersion but do not wake watchers', async () => {
+    const { store, seen } = memory();
+    store.apply(testVM('vm1'));
+    const r = (await store.get(KEY))!;
+    r.status = { observedGeneration: 1, conditions: [] };
+    const s = await store.updateStatus(r);
+    assert.notEqual(s.metadata.resourceVersion, r.metadata.resourceVersion);
+    assert.equal(seen.length, 1, 'only the ADDED');
+    const same = await store.updateStatus(s);
+    assert.equal(same.metadata.resourceVersion, s.metadata.resourceVersion, 'identical status: no write');
+  });
+
+  it('deletion without finalizers removes the object at once (DELETED)', async () => {
+    const { store, seen } = memory();
+    store.apply(testVM('vm1'));
+    store.markDeleted(KEY);
+    assert.equal(await store.get(KEY), undefined);
+    assert.deepEqual(seen.at(-1), { key: KEY, event: 'DELETED' });
+    store.markDeleted(KEY); // idempotent
+  });
+
+  it('finalizers hold deletion; DELETED once the last one is removed', async () => {
+    const { store, seen } = memory();
+    store.apply(testVM('vm1'));
+    const r = (await store.get(KEY))!;
+    r.metadata.finalizers = [FINALIZER, 'example.com/other'];
+    await store.update(r);
+    store.markDeleted(KEY);
+    const marked = (await store.get(KEY))!;
+    assert.equal(marked.metadata.deletionTimestamp, '2025-06-01T12:00:00Z');
+    assert.deepEqual(seen.at(-1), { key: KEY, event: 'MODIFIED', gen: 1 });
+    const rv = marked.metadata.resourceVersion;
+    store.markDeleted(KEY);
+    assert.equal((await store.get(KEY))!.metadata.resourceVersion, rv, 'marking twice changes nothing');
+    assert.equal((await store.get(KEY))!.metadata.deletionTimestamp, '2025-06-01T12:00:00Z');
+
+    marked.metadata.finalizers = [FINALIZER];
+    const one = await store.update(marked);
+    assert.ok(await store.get(KEY), 'one finalizer left: still there');
+    one.metadata.finalizers = [];
+    await store.update(one);
+    assert.equal(await store.get(KEY), undefined);
+    assert.deepEqual(seen.at(-1), { key: KEY, event: 'DELETED' });
+    const after = testVM('vm1');
+    after.metadata.resourceVersion = one.metadata.resourceVersion;
+    await assert.rejects(store.update(after), ConflictError, 'writes to a deleted object fail');
+  });
+
+  it('unsubscribed watchers hear nothing more', () => {
+    const store = new MemoryStore<TestVM>();
+    const seen: string[] = [];
+    const stop = store.watch((k, e) => seen.push(`${k} ${e}`));
+    store.apply(testVM('vm1'));
+    stop();
+    store.apply(testVM('vm2'));
+    assert.deepEqual(seen, [`${KEY} ADDED`]);
+  });
+
+  it('events repeat as a count, like Kubernetes event aggregation', () => {
+    const store = new MemoryStore<TestVM>();
+    const vm = store.apply(testVM('vm1'));
+    store.event(vm, 'Warning', 'Locked', 'VM 100 is locked');
+    store.event(vm, 'Warning', 'Locked', 'VM 100 is locked');
+    store.event(vm, 'Normal', 'Available', 'Ready is True');
+    store.event(vm, 'Warning', 'Locked', 'VM 100 is locked');
+    assert.deepEqual(
+      store.events.map((e) => [e.reason, e.count]),
+      [
+        ['Locked', 2],
+        ['Available', 1],
+        ['Locked', 1],
+      ],
+    );
+  });
+});
+
+describe('FileStore', () => {
+  const dirs: string[] = [];
+  const opened: FileStore<TestVM>[] = [];
+  function tmp(): string {
+    const d = mkdtempSync(join(tmpdir(), 'pp-store-'));
+    dirs.push(d);
+    return d;
+  }
+  function open(file: string): FileStore<TestVM> {
+    const s = new FileStore<TestVM>(file);
+    s.open();
+    opened.push(s);
+    return s;
+  }
+  after(() => {
+    for (const s of opened) s.close();
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  it('saves atomically on every change and reloads the same state', async () => {
+    const dir = tmp();
+    const file = join(dir, 'state.json');
+    const a = open(file);
+    const vm = a.apply(testVM('vm1'));
+    vm.metadata.finalizers = [FINALIZER];
+    vm.metadata.annotations![ANNOTATION_EXTERNAL_NAME] = '100';
+    const u = await a.update(vm);
+    u.status = { observedGeneration: 1, atProvider: { id: '100', cpu: 2 } };
+    const s = await a.updateStatus(u);
+    a.event(s, 'Normal', 'Available', 'Ready is True');
+    a.apply(testVM('vm2'));
+    const onDisk = JSON.parse(readFileSync(file, 'utf8')) as { version: number; objects: unknown[] };
+    assert.equal(onDisk.version, 1);
+    assert.equal(onDisk.objects.length, 2);
+    assert.deepEqual(readdirSync(dir).sort(), ['state.json', 'state.json.lock'], 'no temp file left behind');
+    a.close();
+    assert.equal(existsSync(`${file}.lock`), false, 'close releases the lock');
+
+    const b = open(file);
+    assert.deepEqual(b.listSync(), a.listSync());
+    assert.deepEqual(b.events, a.events);
+    const again = b.getSync(KEY)!;
+    assert.equal(again.status?.atProvider?.id, '100');
+    // resourceVersions continue where they were: a stale copy from before the restart still conflicts
+    again.metadata.annotations!.more = '1';
+    const next = await b.update(again);
+    assert.ok(Number(next.metadata.resourceVersion) > Number(s.metadata.resourceVersion));
+    await assert.rejects(b.update(s), ConflictError);
+    b.close();
+  });
+
+  it('starts empty when the file does not exist yet', () => {
+    const s = open(join(tmp(), 'new.json'));
+    assert.deepEqual(s.listSync(), []);
+    s.close();
+  });
+
+  it('refuses a second open while the first holds the lock (same process)', () => {
+    const file = join(tmp(), 'state.json');
+    const a = open(file);
+    assert.throws(() => new FileStore<TestVM>(file).open(), StateLockedError);
+    a.close();
+    const b = open(file);
+    b.close();
+  });
+
+  it('refuses to open while another live process holds the lock', () => {
+    const file = join(tmp(), 'state.json');
+    writeFileSync(`${file}.lock`, String(process.ppid)); // our parent is alive
+    assert.throws(
+      () => new FileStore<TestVM>(file).open(),
+      (e: Error) => e instanceof StateLockedError && e.message.includes(`process ${process.ppid}`),
+    );
+    assert.equal(readFileSync(`${file}.lock`, 'utf8'), String(process.ppid), 'the live lock is untouched');
+  });
+
+  it('takes over a stale lock left by a dead process', () => {
+    const file = join(tmp(), 'state.json');
+    const dead = spawnSync(process.execPath, ['-e', '']);
+    assert.ok(dead.pid);
+    writeFileSync(`${file}.lock`, String(dead.pid));
+    const s = open(file);
+    assert.equal(readFileSync(`${file}.lock`, 'utf8'), String(process.pid));
+    s.close();
+  });
+
+  for (const [label, content] of [
+    ['not JSON', '{"version": 1, "objects": ['],
+    ['JSON of the wrong shape', 'null'],
+    ['objects missing', '{"version": 1}'],
+  ] as const) {
+    it(`an unreadable state file (${label}) is an error naming the file, and the lock is released`, () => {
+      const file = join(tmp(), 'state.json');
+      writeFileSync(file, content);
+      assert.throws(
+        () => new FileStore<TestVM>(file).open(),
+        (e: Error) => e.message.includes(file) && e.message.includes('unreadable state file'),
+      );
+      assert.equal(existsSync(`${file}.lock`), false);
+      assert.equal(readFileSync(file, 'utf8'), content, 'the file is left for the user to inspect');
+    });
+  }
+});
