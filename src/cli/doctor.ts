@@ -248,7 +248,7 @@ Examples:
               `--site ${o.site}: no such site in ${o.config} (sites: ${loaded.config.spec.sites.map((s) => s.name).join(', ')})`,
             );
           }
-          sites = await doctorSitesFromConfig(loaded, o.site);
+          sites = doctorSitesFromConfig(loaded, o.site);
           if (o.site !== undefined) needs = needs.filter((n) => !n.site || n.site === o.site);
         } else {
           sites = await sitesFromFlags(o);

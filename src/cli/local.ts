@@ -31,6 +31,17 @@ async function run(fn: () => Promise<number> | number): Promise<void> {
   }
 }
 
+/** In-flight work: Proxmox tasks every DURATION, the guest agent's first address every 2.5x that. */
+const taskPoll = () =>
+  new Option(
+    '--task-poll <duration>',
+    'how often in-flight Proxmox tasks are checked, default 2s (the guest agent: 2.5x that); shorter for a fast simulator',
+  ).argParser(duration);
+
+function pollArgs(ms: number | undefined): { taskPollMs?: number; agentPollMs?: number } {
+  return ms === undefined ? {} : { taskPollMs: ms, agentPollMs: Math.round(ms * 2.5) };
+}
+
 const output = () =>
   new Option('-o, --output <format>', 'output format').choices(['table', 'json', 'yaml']).default('table');
 
@@ -48,11 +59,23 @@ export function registerLocal(program: Command): void {
     .option('--state <file>', 'state file (resource annotations and status, written atomically)', DEFAULT_STATE)
     .option('--timeout <duration>', 'give up after this long', duration, 30 * 60_000)
     .option('--workers <n>', 'concurrent reconciles', positive, 8)
+    .option(
+      '--fleet <file>',
+      'fleet file with phases (phases: [{name, members: [...], maxParallel}]); overrides the phase annotations',
+    )
+    .option('--no-wait', 'start every phase at once instead of waiting for the previous one to be Ready')
+    .option('--max-parallel <n>', 'at most N VMs of a phase in progress at once', positive)
+    .option('--dry-run', 'print the phases and what would be created or updated; contact nothing')
+    .addOption(taskPoll())
     .addOption(output())
     .option('-q, --quiet', 'no live progress, only the final table')
     .addHelpText(
       'after',
       `
+Phases come from the annotation proxmox.sankofa.io/phase (numbers run in order, names after) or
+--fleet; proxmox.sankofa.io/depends-on: a,b makes a VM wait for others. A phase starts when every
+earlier phase is Ready, so a failing VM in phase 1 holds phase 2.
+
 Killing apply at any moment is safe: run it again and it continues from the state file, with exactly
 one VM per manifest. Exit codes: 0 all ready, 1 some failed or timed out, 2 usage errors.
 
@@ -69,16 +92,26 @@ Example:
         workers: number;
         output: 'table';
         quiet?: boolean;
+        fleet?: string;
+        wait: boolean;
+        maxParallel?: number;
+        dryRun?: boolean;
+        taskPoll?: number;
       }) =>
         run(() =>
           applyCommand({
             files: o.filename,
+            ...(o.fleet ? { fleet: o.fleet } : {}),
+            noWait: !o.wait,
+            ...(o.maxParallel ? { maxParallel: o.maxParallel } : {}),
+            dryRun: Boolean(o.dryRun),
             ...(o.config ? { config: o.config } : {}),
             state: o.state,
             timeoutMs: o.timeout,
             workers: o.workers,
             output: o.output,
             quiet: Boolean(o.quiet),
+            ...pollArgs(o.taskPoll),
           }),
         ),
     );
@@ -91,16 +124,26 @@ Example:
     .option('--state <file>', 'state file', DEFAULT_STATE)
     .option('--timeout <duration>', 'give up after this long', duration, 30 * 60_000)
     .option('-q, --quiet', 'no live progress')
-    .action((o: { filename: string[]; config?: string; state: string; timeout: number; quiet?: boolean }) =>
-      run(() =>
-        deleteCommand({
-          files: o.filename,
-          ...(o.config ? { config: o.config } : {}),
-          state: o.state,
-          timeoutMs: o.timeout,
-          quiet: Boolean(o.quiet),
-        }),
-      ),
+    .addOption(taskPoll())
+    .action(
+      (o: {
+        filename: string[];
+        config?: string;
+        state: string;
+        timeout: number;
+        quiet?: boolean;
+        taskPoll?: number;
+      }) =>
+        run(() =>
+          deleteCommand({
+            files: o.filename,
+            ...(o.config ? { config: o.config } : {}),
+            state: o.state,
+            timeoutMs: o.timeout,
+            quiet: Boolean(o.quiet),
+            ...pollArgs(o.taskPoll),
+          }),
+        ),
     );
 
   program

@@ -1,6 +1,8 @@
 /** The `provider-proxmox` command line: commander wiring only. */
 import { Command, CommanderError } from 'commander';
+import { registerController } from './controller.ts';
 import { registerDoctor } from './doctor.ts';
+import { registerFleet } from './fleet.ts';
 import { registerLocal } from './local.ts';
 import { registerSim } from './sim.ts';
 
@@ -15,6 +17,8 @@ export const program = new Command('provider-proxmox')
 registerSim(program);
 registerLocal(program);
 registerDoctor(program);
+registerFleet(program);
+registerController(program);
 
 try {
   await program.parseAsync(process.argv);

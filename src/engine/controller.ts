@@ -81,7 +81,8 @@ export class Controller<R extends Managed = Managed> {
         this.queue.forget(key);
         break;
       case 'requeueAfter':
-        this.queue.forget(key);
+        // Success resets the backoff; progress (work in flight) is not success yet.
+        if (!result.progress) this.queue.forget(key);
         this.queue.addAfter(key, result.ms);
         break;
       case 'rateLimited':

@@ -15,7 +15,9 @@ import {
   annotation,
   createIncomplete,
   externalName,
+  getCondition,
   hasFinalizer,
+  keyOf,
   type Managed,
   parseGoDuration,
   policyAllows,
@@ -38,7 +40,12 @@ import { CREATE_FAILURE_SCHEDULE_MS } from './workqueue.ts';
 
 export type ReconcileResult =
   | { kind: 'done' }
-  | { kind: 'requeueAfter'; ms: number }
+  /**
+   * Look again after `ms`. `progress`: work is in flight (a create, update or delete was issued, or a
+   * task is running): not a success yet, so the key's backoff is kept. A task that fails keeps backing
+   * off (start, fail, start, fail...) instead of starting over at the first step each time.
+   */
+  | { kind: 'requeueAfter'; ms: number; progress?: true }
   /** Back off (per-item exponential; `schedule` overrides the delays, e.g. for failed creates). */
   | { kind: 'rateLimited'; schedule?: number[]; error?: Error };
 
@@ -61,6 +68,13 @@ export interface ReconcilerOptions {
 export class ManagedReconciler<R extends Managed = Managed> {
   private readonly store: ResourceStore<R>;
   private readonly connector: Connector<R>;
+  /**
+   * Consecutive failed creates per key, and when the last one failed. Kept here, not in the work
+   * queue: a create that fails in its Proxmox task comes back after "progress" requeues (create
+   * issued, task polled) that reset the queue's backoff, so the failed-create schedule would
+   * never get past its first step.
+   */
+  private readonly createFailures = new Map<string, { count: number; at: number }>();
   private readonly o: Required<
     Omit<ReconcilerOptions, 'hooks' | 'publishConnection' | 'onResult' | 'log' | 'createFailureScheduleMs'>
   > &
@@ -237,8 +251,19 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // resource deleted right after its create would lose its finalizer and leak the VM.
     if (!obs.exists) {
       const succeeded = annotation(r, ANNOTATION_CREATE_SUCCEEDED);
-      if (succeeded && now - Date.parse(succeeded) < this.o.creationGraceMs && !createIsNewer(r)) {
-        return { kind: 'requeueAfter', ms: this.o.shortWaitMs };
+      // Once we saw the resource and issued its delete (Ready: Deleting), "not found" is the delete's
+      // result, not a lagging listing: waiting out the grace period would only delay the finalizer.
+      const deleteIssued = deleting && getCondition(r, 'Ready')?.reason === Reason.Deleting;
+      // A create known to have failed since it was issued (its task failed) is not lagging: no grace.
+      const failedSince = (this.createFailures.get(key)?.at ?? 0) >= Date.parse(succeeded ?? '');
+      if (
+        succeeded &&
+        now - Date.parse(succeeded) < this.o.creationGraceMs &&
+        !createIsNewer(r) &&
+        !deleteIssued &&
+        !failedSince
+      ) {
+        return { kind: 'requeueAfter', ms: this.o.shortWaitMs, progress: true };
       }
       // 6. Create guard (crossplane's ExternalCreateIncomplete). A create may have happened without its
       // result being recorded. With the name chosen before create (prepareCreate) creating again is safe:
@@ -274,9 +299,10 @@ export class ManagedReconciler<R extends Managed = Managed> {
         ready('False', Reason.Deleting, 'Deleting the external resource');
         synced('True', Reason.ReconcileSuccess);
         await this.writeStatus(r, before);
-        return { kind: 'requeueAfter', ms: res.requeueAfterMs ?? this.o.shortWaitMs };
+        return { kind: 'requeueAfter', ms: res.requeueAfterMs ?? this.o.shortWaitMs, progress: true };
       }
       await this.hook('external-gone', key);
+      this.createFailures.delete(key);
       await ext.disconnect?.();
       if (hasFinalizer(r)) {
         removeFinalizer(r);
@@ -323,7 +349,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
           ready('False', 'Waiting', pf.message ?? 'waiting before creating the external resource');
           synced('True', Reason.ReconcileSuccess);
           await this.writeStatus(r, before);
-          return { kind: 'requeueAfter', ms: pf.waitMs };
+          return { kind: 'requeueAfter', ms: pf.waitMs, progress: true };
         }
       }
       if (ext.prepareCreate && !externalName(r)) {
@@ -357,7 +383,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       ready('False', Reason.Creating, 'The external resource is being created');
       synced('True', Reason.ReconcileSuccess);
       await this.writeStatus(r, before);
-      return { kind: 'requeueAfter', ms: created.requeueAfterMs ?? this.o.shortWaitMs };
+      return { kind: 'requeueAfter', ms: created.requeueAfterMs ?? this.o.shortWaitMs, progress: true };
     }
 
     // 12. Late initialization.
@@ -367,9 +393,12 @@ export class ManagedReconciler<R extends Managed = Managed> {
 
     // 13. Up to date, or update.
     if (obs.upToDate || !policyAllows(policies, 'Update')) {
+      if (obs.requeueAfterMs === undefined) this.createFailures.delete(key);
       synced('True', Reason.ReconcileSuccess);
       await this.writeStatus(r, before);
-      return { kind: 'requeueAfter', ms: obs.requeueAfterMs ?? this.pollInterval(r) };
+      return obs.requeueAfterMs === undefined
+        ? { kind: 'requeueAfter', ms: this.pollInterval(r) }
+        : { kind: 'requeueAfter', ms: obs.requeueAfterMs, progress: true };
     }
     let res: Awaited<ReturnType<ExternalClient<R>['update']>>;
     try {
@@ -380,7 +409,11 @@ export class ManagedReconciler<R extends Managed = Managed> {
     await this.hook('update-issued', key);
     synced('True', Reason.ReconcileSuccess);
     await this.writeStatus(r, before);
-    return { kind: 'requeueAfter', ms: res.requeueAfterMs ?? obs.requeueAfterMs ?? this.o.shortWaitMs };
+    return {
+      kind: 'requeueAfter',
+      ms: res.requeueAfterMs ?? obs.requeueAfterMs ?? this.o.shortWaitMs,
+      progress: true,
+    };
   }
 
   private async fail(r: R, before: string, e: unknown, what: string, schedule?: number[]): Promise<ReconcileResult> {
@@ -404,7 +437,14 @@ export class ManagedReconciler<R extends Managed = Managed> {
       if (!(we instanceof ConflictError)) this.o.log?.('warn', 'cannot write status', { error: String(we) });
     }
     const retryableQuick = err instanceof ReasonedError && err.retryable;
-    const sched = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
+    let sched = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
+    if (sched && !retryableQuick) {
+      // The n-th failed create in a row waits the n-th step of the schedule (see createFailures).
+      const key = keyOf(r);
+      const count = (this.createFailures.get(key)?.count ?? 0) + 1;
+      this.createFailures.set(key, { count, at: this.o.now() });
+      sched = [sched[Math.min(count, sched.length) - 1]!];
+    }
     return { kind: 'rateLimited', ...(sched && !retryableQuick ? { schedule: sched } : {}), error: err };
   }
 }

@@ -10,6 +10,15 @@ import {
 } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { keyOf } from '../engine/resource.ts';
+import {
+  loadFleetFile,
+  nextAdmissions,
+  PHASE_ANNOTATION,
+  planRollout,
+  type ResourceState,
+  RolloutError,
+  type RolloutPlan,
+} from '../fleet/phases.ts';
 import { startSimulator } from '../sim/index.ts';
 import { providerConfigYaml } from '../sim/provider-config.ts';
 import { formatProblem, loadManifests, ManifestError } from './manifests.ts';
@@ -33,7 +42,19 @@ export interface ApplyArgs {
   /** Used by `demo`: a config already loaded. */
   loadedConfig?: LoadedProviderConfig;
   taskPollMs?: number;
+  agentPollMs?: number;
   header?: string;
+  /** Fleet file with phases (overrides the phase annotations). */
+  fleet?: string;
+  /** Do not wait for a phase to be Ready before starting the next. */
+  noWait?: boolean;
+  /** At most this many VMs of a phase in progress at once. */
+  maxParallel?: number;
+  dryRun?: boolean;
+  /** Stop as SIGINT does (for embedding and tests): the state file keeps what was done. */
+  signal?: AbortSignal;
+  /** Called after every admission round with where each resource stands (progress observers, tests). */
+  onTick?: (states: Map<string, ResourceState>) => void;
 }
 
 function write(out: NodeJS.WriteStream | undefined, s: string): void {
@@ -46,7 +67,15 @@ async function resolveConfig(
   others: ReturnType<typeof loadManifests>['others'],
 ): Promise<LoadedProviderConfig> {
   if (args.loadedConfig) return args.loadedConfig;
-  if (args.config) return loadProviderConfig(args.config);
+  if (args.config) {
+    try {
+      return await loadProviderConfig(args.config);
+    } catch (e) {
+      // The file named by --config is unreadable or holds no usable ProviderConfig: a usage error (exit 2).
+      if (e instanceof ConfigError) throw new UsageError(e.message);
+      throw e;
+    }
+  }
   const doc = others.find((d) => d.kind === 'ProviderConfig' || d.kind === 'ClusterProviderConfig');
   if (!doc) {
     throw new UsageError(
@@ -69,59 +98,128 @@ function openRuntime(config: LoadedProviderConfig, state: string, args: ApplyArg
     stateFile: state,
     ...(args.workers ? { workers: args.workers } : {}),
     ...(args.taskPollMs !== undefined ? { taskPollMs: args.taskPollMs } : {}),
+    ...(args.agentPollMs !== undefined ? { agentPollMs: args.agentPollMs } : {}),
   });
 }
 
-/** Reconcile the manifests until every VM is Ready (exit 0) or failed clearly (exit 1). */
+/** Reconcile the manifests phase by phase until every VM is Ready (exit 0) or failed clearly (exit 1). */
 export async function applyCommand(args: ApplyArgs): Promise<number> {
   const { vms, others } = loadVms(args.files);
   if (!vms.length) throw new UsageError(`no ProxmoxVM in ${args.files.join(', ')}`);
+  let plan: RolloutPlan;
+  try {
+    plan = planRollout(vms, {
+      ...(args.fleet ? { fleet: loadFleetFile(args.fleet) } : {}),
+      ...(args.maxParallel ? { maxParallel: args.maxParallel } : {}),
+    });
+  } catch (e) {
+    if (e instanceof RolloutError) throw new UsageError(e.message);
+    throw e;
+  }
+  const byKey = new Map(vms.map((v) => [`${v.metadata.namespace ?? 'default'}/${v.metadata.name}`, v]));
+  const keys = [...byKey.keys()];
+  // With a fleet file the phase comes from the file: record it where `status` shows it.
+  if (args.fleet)
+    for (const p of plan.phases)
+      for (const k of p.members) {
+        const vm = byKey.get(k)!;
+        vm.metadata.annotations = { ...vm.metadata.annotations, [PHASE_ANNOTATION]: p.name };
+      }
+  if (args.dryRun) return dryRun(args, plan, byKey);
   const config = await resolveConfig(args, others);
   const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args);
   const progress = new Progress(args.out);
-  const keys = vms.map((v) =>
-    keyOf({ metadata: { name: v.metadata.name, namespace: v.metadata.namespace ?? 'default' } }),
-  );
   const abort = new AbortController();
   const onSignal = () => abort.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
+  if (args.signal?.aborted) abort.abort();
+  args.signal?.addEventListener('abort', onSignal, { once: true });
   try {
-    rt.applyManifests(vms);
+    // Resume: what an earlier run already started keeps going, with the manifests' current spec.
+    rt.applyManifests(keys.filter((k) => rt.store.getSync(k)).map((k) => byKey.get(k)!));
     const started = Date.now();
-    const header = () => {
-      const rows = rt.rows().filter((r) => keys.includes(r.key));
-      const ready = rows.filter((r) => r.ready === 'True' && r.step === 'Ready').length;
-      return `${args.header ?? 'Applying'} ${rows.length} VMs: ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s)`;
-    };
-    const res = await rt.run({
-      keys,
-      until: 'ready',
+    let blocked: string | undefined;
+    const res = await rt.runUntil({
       timeoutMs: args.timeoutMs ?? 30 * 60_000,
       signal: abort.signal,
-      tick: () => {
-        if (!args.quiet)
+      check: () => {
+        const adm = nextAdmissions(plan, (k) => rt.stateOf(k), { noWait: Boolean(args.noWait) });
+        if (adm.admit.length) rt.applyManifests(adm.admit.map((k) => byKey.get(k)!));
+        blocked = adm.blocked?.reason;
+        args.onTick?.(new Map(keys.map((k) => [k, rt.stateOf(k)])));
+        if (!args.quiet) {
+          const rows = rt.rows().filter((r) => byKey.has(r.key));
+          const ready = rows.filter((r) => r.ready === 'True' && r.step === 'Ready').length;
+          const phases = plan.phases
+            .map((p) => `${p.name}:${p.members.filter((m) => rt.stateOf(m) === 'ready').length}/${p.members.length}`)
+            .join(' ');
           progress.update(
-            rt.rows().filter((r) => keys.includes(r.key)),
-            header(),
+            rows,
+            `${args.header ?? 'Applying'} ${keys.length} VMs, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) phases ${phases}${blocked ? ` — waiting: ${blocked}` : ''}`,
           );
+        }
+        const states = keys.map((k) => rt.stateOf(k));
+        if (states.every((x) => x === 'ready')) return 'ok';
+        if (adm.stuck) return 'fail';
+        return 'continue';
       },
     });
     progress.done();
-    const rows = rt.rows().filter((r) => keys.includes(r.key));
+    const rows = rt.rows().filter((r) => byKey.has(r.key));
     write(args.out, `\n${formatRows(rows, args.output ?? 'table')}`);
+    const notStarted = keys.filter((k) => !rt.store.getSync(k));
     const failed = rows.filter((r) => !(r.ready === 'True' && r.synced === 'True'));
     if (abort.signal.aborted) write(args.out, '\ninterrupted: run apply again to continue where it stopped');
-    else if (res.timedOut) write(args.out, `\ntimed out with ${failed.length} VM(s) not ready`);
-    else if (failed.length)
+    else if (res.timedOut) write(args.out, `\ntimed out with ${failed.length + notStarted.length} VM(s) not ready`);
+    else if (failed.length || notStarted.length) {
       write(args.out, `\n${failed.length} VM(s) failed; the MESSAGE column says why and how to fix it`);
-    else write(args.out, `\nall ${rows.length} VMs ready`);
+      if (notStarted.length) {
+        // Why: the gate of an earlier phase (one line), or a dependency that is not Ready (one line each).
+        const name = (k: string) => k.split('/')[1]!;
+        const lines = [`${notStarted.length} VM(s) not started: ${blocked ?? 'an earlier phase did not become Ready'}`];
+        for (const k of notStarted) {
+          const bad = (plan.dependsOn.get(k) ?? []).filter((d) => rt.stateOf(d) !== 'ready');
+          if (bad.length)
+            lines.push(
+              `  ${name(k)} waits for ${bad.map((d) => `${name(d)} (${rt.stateOf(d) === 'absent' ? 'not started' : rt.stateOf(d)})`).join(', ')}`,
+            );
+        }
+        write(args.out, lines.join('\n'));
+      }
+    } else write(args.out, `\nall ${rows.length} VMs ready`);
     return res.ok ? 0 : 1;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    args.signal?.removeEventListener('abort', onSignal);
     await rt.close();
   }
+}
+
+function dryRun(args: ApplyArgs, plan: RolloutPlan, byKey: Map<string, ProxmoxVM>): number {
+  let existing: Set<string> = new Set();
+  try {
+    const data = JSON.parse(readFileSync(args.state ?? DEFAULT_STATE, 'utf8')) as { objects?: ProxmoxVM[] };
+    existing = new Set((data.objects ?? []).map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
+  } catch {
+    // no state yet: everything is a create
+  }
+  const lines: string[] = ['Dry run: nothing is contacted or changed.', ''];
+  for (const p of plan.phases) {
+    lines.push(
+      `phase ${p.name}${p.maxParallel ? ` (at most ${p.maxParallel} at once)` : ''}: ${p.members.length} VM(s)${plan.phases[0] === p ? '' : args.noWait ? ', at once (--no-wait)' : ', after the previous phase is Ready'}`,
+    );
+    for (const k of p.members) {
+      const fp = byKey.get(k)!.spec.forProvider;
+      const deps = plan.dependsOn.get(k);
+      lines.push(
+        `  ${existing.has(k) ? 'update' : 'create'} ${k}: ${fp.cpu ?? 1} cpu, ${fp.memory ?? '2048Mi'}, disk ${fp.disk ?? '(image size)'} on ${fp.site ?? '(only site)'}/${fp.node ?? '(placed)'}${fp.storage ? `:${fp.storage}` : ''}${deps ? `; after ${deps.join(', ')}` : ''}`,
+      );
+    }
+  }
+  write(args.out, lines.join('\n'));
+  return 0;
 }
 
 /** Delete what the manifests own: stop, destroy, confirm gone. */
@@ -212,6 +310,7 @@ export async function demoCommand(args: {
       state: join(dir, 'state.json'),
       out,
       taskPollMs: Math.max(20, Math.round(2000 / args.speed)),
+      agentPollMs: Math.max(20, Math.round(5000 / args.speed)),
       header: 'Deploying the seed fleet:',
     });
     return code;

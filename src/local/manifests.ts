@@ -6,7 +6,7 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { Value } from 'typebox/value';
-import { type Document, isMap, isPair, isScalar, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
+import { type Document, isMap, isPair, isScalar, isSeq, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
 import { API_VERSION, ForProviderSchema, type ProxmoxVM, ProxmoxVMSpecSchema } from '../api/proxmoxvm.ts';
 
 export interface ManifestProblem {
@@ -23,8 +23,11 @@ export interface ManifestDoc {
   kind: string;
   apiVersion: string;
   value: Record<string, unknown>;
-  /** Line of a field path like `spec.forProvider.memory`. */
-  lineOf(field: string): { line: number; column: number } | undefined;
+  /**
+   * Line of a field path like `spec.forProvider.memory`: where its value starts, or with
+   * `{ key: true }` where its key is (an unknown or missing field is best shown at its key).
+   */
+  lineOf(field: string, opts?: { key?: boolean }): { line: number; column: number } | undefined;
 }
 
 export class ManifestError extends Error {
@@ -63,12 +66,21 @@ export function manifestFiles(paths: string[]): string[] {
 }
 
 function segmentsOf(field: string): Array<string | number> {
+  // Annotation and label keys hold dots (proxmox.sankofa.io/phase): the rest of the path is one key.
+  const m = /^(metadata\.(?:annotations|labels))\.(.+)$/.exec(field);
+  if (m) return [...segmentsOf(m[1]!), m[2]!];
   return field
     .replace(/\[(\d+)\]/g, '.$1')
     .split('.')
     .filter(Boolean)
     .map((s) => (/^\d+$/.test(s) ? Number(s) : s));
 }
+
+const YAML_HINTS: Partial<Record<string, string>> = {
+  TAB_AS_INDENT: ' (indent with spaces)',
+  BLOCK_AS_IMPLICIT_KEY: " (is the next line indented too far, or does an unquoted value contain ': '? quote it)",
+  DUPLICATE_KEY: ' (the same key twice in one mapping)',
+};
 
 /** Parse one file into documents (YAML syntax errors become problems with positions). */
 export function readManifestFile(file: string, problems: ManifestProblem[], display = file): ManifestDoc[] {
@@ -79,13 +91,16 @@ export function readManifestFile(file: string, problems: ManifestProblem[], disp
   for (const d of Array.isArray(docs) ? docs : [docs]) {
     const doc = d as Document.Parsed;
     if (doc.errors.length) {
-      for (const e of doc.errors) {
+      for (const [i, e] of doc.errors.entries()) {
+        // After a first error the parser reads the following lines of the mapping as broken keys:
+        // those follow-on errors say nothing new (a tab on one line gave a dozen of them).
+        if (i > 0 && (e.code === 'BLOCK_AS_IMPLICIT_KEY' || e.code === 'MULTILINE_IMPLICIT_KEY')) continue;
         const pos = lc.linePos(e.pos[0]);
         problems.push({
           file: display,
           line: pos.line,
           column: pos.col,
-          message: `YAML syntax error: ${e.message.split('\n')[0]}`,
+          message: `YAML syntax error: ${e.message.split('\n')[0]}${YAML_HINTS[e.code] ?? ''}`,
         });
       }
       continue;
@@ -102,8 +117,28 @@ export function readManifestFile(file: string, problems: ManifestProblem[], disp
       continue;
     }
     const v = value as Record<string, unknown>;
-    const lineOf = (field: string) => {
+    const pos = (range: [number, number, number] | undefined | null) => {
+      if (!range) return undefined;
+      const p = lc.linePos(range[0]);
+      return { line: p.line, column: p.col };
+    };
+    // Where the key of a field is; for a missing field, the key of the nearest parent that exists.
+    const keyPos = (segs: Array<string | number>): { line: number; column: number } | undefined => {
+      if (!segs.length) return pos(doc.contents?.range);
+      const parent = segs.length === 1 ? doc.contents : doc.getIn(segs.slice(0, -1), true);
+      const last = segs[segs.length - 1];
+      if (isMap(parent)) {
+        const pair = parent.items.find((p) => isPair(p) && isScalar(p.key) && p.key.value === last);
+        if (pair && isScalar(pair.key) && pair.key.range) return pos(pair.key.range);
+      } else if (isSeq(parent) && typeof last === 'number') {
+        const item = parent.items[last] as { range?: [number, number, number] } | undefined;
+        if (item?.range) return pos(item.range);
+      }
+      return keyPos(segs.slice(0, -1));
+    };
+    const lineOf = (field: string, opts: { key?: boolean } = {}) => {
       const segs = segmentsOf(field);
+      if (opts.key) return keyPos(segs);
       for (let n = segs.length; n >= 0; n--) {
         const node = n === 0 ? doc.contents : doc.getIn(segs.slice(0, n), true);
         if (!node || typeof node !== 'object') continue;
@@ -165,11 +200,20 @@ function levenshtein(a: string, b: string): number {
 
 const FOR_PROVIDER_KEYS = Object.keys(ForProviderSchema.properties);
 
+/** The sub-schema an error's schemaPath (`#/properties/forProvider/properties/cpu`) points at. */
+function schemaAt(schemaPath: string): Record<string, unknown> | undefined {
+  let s: unknown = ProxmoxVMSpecSchema;
+  for (const seg of schemaPath.replace(/^#/, '').split('/').filter(Boolean)) {
+    s = s && typeof s === 'object' ? (s as Record<string, unknown>)[seg.replace(/~1/g, '/').replace(/~0/g, '~')] : undefined;
+  }
+  return s && typeof s === 'object' ? (s as Record<string, unknown>) : undefined;
+}
+
 /** Schema problems of a ProxmoxVM document, each with its line and field. */
 export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
   const out: ManifestProblem[] = [];
   const v = d.value;
-  const at = (field: string) => d.lineOf(field) ?? { line: d.line, column: 1 };
+  const at = (field: string, key = false) => d.lineOf(field, { key }) ?? { line: d.line, column: 1 };
   if (v.apiVersion !== API_VERSION) {
     out.push({
       file: d.file,
@@ -208,43 +252,73 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
       .map((s, i) => (/^\d+$/.test(s) && i > 0 ? `[${s}]` : s))
       .join('.')
       .replace(/\.\[/g, '[');
+    const schema = schemaAt(e.schemaPath);
     let message = e.message;
+    let hint = '';
     if (e.keyword === 'additionalProperties') {
       const extra = ((e.params as { additionalProperties?: string[] }).additionalProperties ?? []) as string[];
+      const allowed = Object.keys((schema?.properties as Record<string, unknown> | undefined) ?? {});
       for (const k of extra) {
         const f = `${field}.${k}`;
-        const allowed = path.length === 1 && path[0] === 'forProvider' ? FOR_PROVIDER_KEYS : [];
-        const hint = allowed.length ? didYouMean(k, allowed) : undefined;
+        const hint = didYouMean(k, allowed);
+        // `spec.cpu`: a forProvider field one level too high (forProvider: forgotten or mis-indented).
+        const misplaced = !hint && path.length === 0 && FOR_PROVIDER_KEYS.includes(k);
         out.push({
           file: d.file,
-          ...at(f),
+          ...at(f, true),
           field: f,
-          message: `unknown field '${k}'${hint ? ` (did you mean '${hint}'?)` : ''}`,
+          message: `unknown field '${k}'${hint ? ` (did you mean '${hint}'?)` : misplaced ? ` (it belongs under spec.forProvider)` : allowed.length ? ` (allowed: ${allowed.join(', ')})` : ''}`,
         });
       }
       continue;
     }
+    if (/\/(anyOf|oneOf)\/\d+$/.test(e.schemaPath)) continue; // one branch of a union: the union reports it
     if (e.keyword === 'boolean') continue; // reported by the additionalProperties entry
     if (e.keyword === 'required') {
       const req = ((e.params as { requiredProperties?: string[] }).requiredProperties ?? []) as string[];
       for (const k of req)
-        out.push({ file: d.file, ...at(field), field: `${field}.${k}`.replace(/^\./, ''), message: 'required' });
+        out.push({
+          file: d.file,
+          ...at(field, true),
+          field: `${field}.${k}`.replace(/^\./, ''),
+          message: `required${field === 'spec' && k === 'forProvider' ? ' (the VM to create)' : ''}`,
+        });
       continue;
     }
-    if (e.keyword === 'anyOf' || e.keyword === 'oneOf')
-      message = 'expected a quantity like 4Gi / 512Mi / 20Gi, or a whole number';
-    if (e.keyword === 'pattern' && /memory|disk|size/.test(field))
-      message = 'expected a quantity like 4Gi / 512Mi / 20Gi, or a whole number';
     const found = path.reduce<unknown>(
       (o, k) => (o && typeof o === 'object' ? (o as Record<string, unknown>)[k] : undefined),
       spec,
     );
+    const min = schema?.minimum as number | undefined;
+    const max = schema?.maximum as number | undefined;
+    const range =
+      min !== undefined && max !== undefined
+        ? ` between ${min} and ${max}`
+        : min !== undefined
+          ? ` >= ${min}`
+          : max !== undefined
+            ? ` <= ${max}`
+            : '';
+    if (e.keyword === 'anyOf' || e.keyword === 'oneOf') {
+      const branches = ((schema?.anyOf ?? schema?.oneOf ?? []) as Array<Record<string, unknown>>).filter(Boolean);
+      if (branches.length && branches.every((b) => b.const !== undefined))
+        message = `must be one of: ${branches.map((b) => String(b.const)).join(', ')}`;
+      else {
+        message = 'expected a quantity like 4Gi / 512Mi / 20Gi, or a whole number';
+        const unit = typeof found === 'string' ? /^(\d+(?:\.\d+)?)\s*([KMGTP])i?B$/i.exec(found.trim()) : null;
+        if (unit) hint = ` (did you mean '${unit[1]}${unit[2]!.toUpperCase()}i'?)`;
+      }
+    } else if (e.keyword === 'pattern' && /memory|disk|size/.test(field))
+      message = 'expected a quantity like 4Gi / 512Mi / 20Gi, or a whole number';
+    else if (e.keyword === 'minimum' || e.keyword === 'maximum') message = `must be${range}`;
+    else if (e.keyword === 'type' && (e.params as { type?: string }).type === 'integer')
+      message = `must be a whole number${range}`;
     if (field === 'spec') field = 'spec';
     out.push({
       file: d.file,
       ...at(field),
       field,
-      message: `${message}${found !== undefined && typeof found !== 'object' ? `; found ${JSON.stringify(found)}` : ''}`,
+      message: `${message}${found !== undefined && typeof found !== 'object' ? `; found ${JSON.stringify(found)}` : ''}${hint}`,
     });
   }
   // Collapse duplicate messages for one field (a union reports each branch).
@@ -260,6 +334,8 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
 export interface LoadedManifests {
   vms: Array<{ vm: ProxmoxVM; doc: ManifestDoc }>;
   others: ManifestDoc[];
+  /** ProxmoxVM documents with schema problems (in `problems`); `validate` checks what it can of them. */
+  rejected: ManifestDoc[];
   problems: ManifestProblem[];
 }
 
@@ -268,6 +344,7 @@ export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManif
   const problems: ManifestProblem[] = [];
   const vms: LoadedManifests['vms'] = [];
   const others: ManifestDoc[] = [];
+  const rejected: ManifestDoc[] = [];
   const seen = new Map<string, ManifestDoc>();
   for (const file of manifestFiles(paths)) {
     const display = relative(cwd, file) || file;
@@ -278,7 +355,10 @@ export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManif
       }
       const p = checkProxmoxVM(d);
       problems.push(...p);
-      if (p.length) continue;
+      if (p.length) {
+        rejected.push(d);
+        continue;
+      }
       const vm = d.value as unknown as ProxmoxVM;
       vm.metadata.namespace ??= 'default';
       const key = `${vm.metadata.namespace}/${vm.metadata.name}`;
@@ -296,5 +376,5 @@ export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManif
       vms.push({ vm, doc: d });
     }
   }
-  return { vms, others, problems };
+  return { vms, others, rejected, problems };
 }

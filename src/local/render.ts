@@ -19,7 +19,8 @@ export const STATUS_COLUMNS: Column[] = [
   { title: 'READY', get: (r) => r.ready },
   { title: 'SYNCED', get: (r) => r.synced },
   { title: 'AGE', get: (r) => r.age },
-  { title: 'MESSAGE', get: (r) => (r.reason ? `${r.reason}: ${r.message}` : r.message), max: 100 },
+  // Never cut: the final table is where a failed VM says why and how to fix it (last column: it may wrap).
+  { title: 'MESSAGE', get: (r) => (r.reason ? `${r.reason}: ${r.message}` : r.message) },
 ];
 
 export const PROGRESS_COLUMNS: Column[] = [

@@ -61,6 +61,8 @@ export interface RuntimeOptions {
   backoff?: { baseMs?: number; capMs?: number };
   createFailureScheduleMs?: number[];
   taskPollMs?: number;
+  /** How soon to ask the guest agent again while a running VM has no address yet (default 5 s). */
+  agentPollMs?: number;
   /** Called after every reconcile. */
   onResult?: (key: string, result: ReconcileResult, failures: number) => void;
 }
@@ -146,6 +148,7 @@ export class LocalRuntime {
     this.connector = new VmConnector(new FileConfigSource(opts.config), {
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.taskPollMs !== undefined ? { taskPollMs: opts.taskPollMs } : {}),
+      ...(opts.agentPollMs !== undefined ? { agentPollMs: opts.agentPollMs } : {}),
     });
     const reconciler = new ManagedReconciler<ProxmoxVM>(this.store, this.connector, {
       pollIntervalMs: opts.pollIntervalMs ?? 60_000,
@@ -186,15 +189,22 @@ export class LocalRuntime {
       .sort((a, b) => (a.phase ?? '').localeCompare(b.phase ?? '') || a.key.localeCompare(b.key));
   }
 
+  /** Where a resource stands, for rollout gates. */
+  stateOf(key: string): 'absent' | 'progressing' | 'ready' | 'failed' {
+    const o = this.store.getSync(key);
+    if (!o) return 'absent';
+    if (settled(o)) return 'ready';
+    if (failedPermanently(o) && (this.failures.get(key) ?? 0) >= 1) return 'failed';
+    return 'progressing';
+  }
+
   /**
-   * Reconcile until `done` says so for every resource in `keys`, or the timeout. Resources
-   * that failed permanently count as done (with failure) after at least `minFailures` attempts.
+   * Reconcile until `check` says ok or fail (it also admits new resources: rollout gates), or the
+   * timeout / the signal. `check` runs every `tickMs`.
    */
-  async run(opts: {
-    keys: string[];
-    until: 'ready' | 'gone';
+  async runUntil(opts: {
+    check: () => 'continue' | 'ok' | 'fail';
     timeoutMs: number;
-    tick?: () => void;
     tickMs?: number;
     signal?: AbortSignal;
   }): Promise<{ ok: boolean; timedOut: boolean }> {
@@ -202,22 +212,41 @@ export class LocalRuntime {
     const deadline = Date.now() + opts.timeoutMs;
     try {
       for (;;) {
-        const objs = opts.keys.map((k) => this.store.getSync(k));
-        const allDone =
-          opts.until === 'gone'
-            ? objs.every((o) => !o || failedPermanently(o))
-            : objs.every((o) => o && (settled(o) || (failedPermanently(o) && (this.failures.get(keyOf(o)) ?? 0) >= 1)));
-        opts.tick?.();
-        if (allDone) {
-          const ok = opts.until === 'gone' ? objs.every((o) => !o) : objs.every((o) => o && settled(o));
-          return { ok, timedOut: false };
-        }
-        if (Date.now() > deadline || opts.signal?.aborted) return { ok: false, timedOut: true };
+        const c = opts.check();
+        if (c !== 'continue') return { ok: c === 'ok', timedOut: false };
+        if (Date.now() > deadline || opts.signal?.aborted) return { ok: false, timedOut: !opts.signal?.aborted };
         await new Promise((resolve) => setTimeout(resolve, opts.tickMs ?? 200));
       }
     } finally {
       await this.controller.stop();
     }
+  }
+
+  /** Reconcile until every resource of `keys` is Ready (or failed for good) / gone. */
+  run(opts: {
+    keys: string[];
+    until: 'ready' | 'gone';
+    timeoutMs: number;
+    tick?: () => void;
+    tickMs?: number;
+    signal?: AbortSignal;
+  }): Promise<{ ok: boolean; timedOut: boolean }> {
+    return this.runUntil({
+      timeoutMs: opts.timeoutMs,
+      ...(opts.tickMs !== undefined ? { tickMs: opts.tickMs } : {}),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+      check: () => {
+        opts.tick?.();
+        const states = opts.keys.map((k) => this.stateOf(k));
+        if (opts.until === 'gone') {
+          const objs = opts.keys.map((k) => this.store.getSync(k));
+          if (objs.every((o) => !o)) return 'ok';
+          return objs.every((o) => !o || failedPermanently(o)) ? 'fail' : 'continue';
+        }
+        if (states.every((x) => x === 'ready')) return 'ok';
+        return states.every((x) => x === 'ready' || x === 'failed') ? 'fail' : 'continue';
+      },
+    });
   }
 
   async close(): Promise<void> {

@@ -4,12 +4,14 @@
  * can hold VM disks, the images / templates / pools the manifests reference, and the privileges
  * the credentials lack. Every failure names the fix. No secret is ever printed.
  */
+import { findSite, type LoadedProviderConfig, siteSecretRef } from '../api/provider-config.ts';
 import { authIdOf, type Credentials } from './auth.ts';
 import { type Capabilities, describeCapabilities } from './capabilities.ts';
 import { PveClient, type PveClientOptions } from './client.ts';
 import { AuthenticationError, PermissionError, PveError, TlsError, UnavailableError } from './errors.ts';
 import type { VmNeeds } from './manifests.ts';
 import { scrub } from './secret.ts';
+import { siteCredentials, siteTls } from './site.ts';
 import { probeCertificate, type TlsSettings, tlsMode } from './tls.ts';
 import type { NodeListEntry, StorageEntry, StorageVolume, VmListEntry } from './types.ts';
 
@@ -803,16 +805,11 @@ export function renderText(r: DoctorReport): string {
 // --- targets ---------------------------------------------------------------------------------------
 
 /** Doctor sites from a loaded ProviderConfig; credential problems become failed checks, not exceptions. */
-export async function doctorSitesFromConfig(
-  loaded: import('../api/provider-config.ts').LoadedProviderConfig,
-  only?: string,
-): Promise<DoctorSite[]> {
-  const pc = await import('../api/provider-config.ts');
-  const { siteCredentials, siteTls } = await import('./site.ts');
-  const sites = only ? [pc.findSite(loaded.config, only)] : loaded.config.spec.sites;
+export function doctorSitesFromConfig(loaded: LoadedProviderConfig, only?: string): DoctorSite[] {
+  const sites = only ? [findSite(loaded.config, only)] : loaded.config.spec.sites;
   return sites.map((s) => {
     const i = loaded.config.spec.sites.indexOf(s);
-    const ref = pc.siteSecretRef(loaded.config, s);
+    const ref = siteSecretRef(loaded.config, s);
     const line = loaded.lineOf(`spec.sites[${i}]`);
     const base: DoctorSite = {
       name: s.name,

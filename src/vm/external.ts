@@ -6,7 +6,15 @@
 
 import type { AtProvider, ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
-import { createIncomplete, externalName, policyAllows, setAnnotation, setCondition } from '../engine/resource.ts';
+import {
+  ANNOTATION_CREATE_PENDING,
+  annotation,
+  createIncomplete,
+  externalName,
+  policyAllows,
+  setAnnotation,
+  setCondition,
+} from '../engine/resource.ts';
 import { type EngineHooks, type ExternalClient, type ExternalObservation, ReasonedError } from '../engine/types.ts';
 import { AlreadyExistsError, NotFoundError, type PveClient, PveError } from '../proxmox/index.ts';
 import type { ClusterResource, StorageEntry, VmConfig } from '../proxmox/types.ts';
@@ -94,6 +102,8 @@ export interface VmClientOptions {
   driftIntervalMs?: number;
   /** How soon to look at an in-flight task again (default 2 s). */
   taskPollMs?: number;
+  /** How soon to ask the guest agent again while a running VM reports no address yet (default 5 s). */
+  agentPollMs?: number;
   /** Resolves Secret references (cloud-init password, SSH keys). */
   secret?: (ref: { name: string; key: string; namespace?: string }, r: ProxmoxVM) => Promise<string>;
 }
@@ -260,7 +270,9 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     if (!observeOnly && cfg) {
       const owner = markerUid(cfg.description);
       if (!owner) {
-        if ((lock === 'create' || lock === 'clone') && createIncomplete(r)) {
+        // Locked mid-create, its config not written yet: ours if we issued a create at this VMID, even
+        // when the result was recorded and the status holding its task was lost (a restart): wait.
+        if ((lock === 'create' || lock === 'clone') && annotation(r, ANNOTATION_CREATE_PENDING)) {
           a.step = lock === 'create' ? 'Creating' : 'Cloning';
           ready(
             r,
@@ -269,6 +281,14 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
             `VM ${vmid} is being ${lock === 'create' ? 'created' : 'cloned'} on ${found.node}`,
           );
           return { exists: true, upToDate: true, requeueAfterMs: this.o.taskPollMs ?? SHORT };
+        }
+        if (createIncomplete(r) && !r.spec.forProvider.vmid) {
+          // Unlocked and unmarked: never ours (our create writes the marker when it ends). Our create
+          // never happened at this VMID (a foreign VM took it before a crash): choose another.
+          setAnnotation(r, 'crossplane.io/external-name', undefined);
+          delete a.vmId;
+          if (this.site.reserved.get(vmid) === r.metadata.uid) this.site.reserved.delete(vmid);
+          return { exists: false, upToDate: false };
         }
         throw reason(
           'VMIDConflict',
@@ -350,7 +370,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     if (want === 'running' && agentWanted && state === 'running' && !a.ipAddresses?.length) {
       a.step = 'WaitingForAgent';
       ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for the guest agent to report addresses`);
-      return { exists: true, upToDate: true, requeueAfterMs: 5000, ...this.connection(r, found) };
+      return { exists: true, upToDate: true, requeueAfterMs: this.o.agentPollMs ?? 5000, ...this.connection(r, found) };
     }
     a.step = 'Ready';
     ready(r, 'True', 'Available');
@@ -573,7 +593,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       case 'resize': {
         if (!this.site.limiter.tryAcquire(r.metadata.uid, node, [])) {
           a.step = 'WaitingForSlot';
-          return { requeueAfterMs: SHORT };
+          return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
         }
         upid = (await this.c.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;
         if (!upid) this.site.limiter.release(r.metadata.uid);
@@ -703,7 +723,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
         this.site.invalidate();
         const found = await this.locate(vmid, true);
         const cfg = found ? await this.c.vmConfig(found.node, vmid).catch(() => undefined) : undefined;
-        if (cfg && markerUid(cfg.values.description) === r.metadata.uid) return { requeueAfterMs: SHORT };
+        if (cfg && markerUid(cfg.values.description) === r.metadata.uid) return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
         if (!r.spec.forProvider.vmid) {
           // We picked this VMID and someone else took it first (the nextid race): pick another.
           setAnnotation(r, 'crossplane.io/external-name', undefined);
@@ -904,6 +924,13 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     }
     if (!fp.image) return { kind: 'blank' };
     const caps = await this.c.capabilities();
+    // Before looking for the image: without import-from no image can be imported, wherever it is.
+    if (!caps.importFrom) {
+      throw reason(
+        'ImageNotImportable',
+        `PVE ${caps.version.text} on site ${this.site.name} has no import-from (added in 7.2), so ${fp.image} cannot be imported over the API. Fix: create a template VM and set spec.forProvider.template, or upgrade to PVE >= 7.2`,
+      );
+    }
     let volid: string | undefined;
     let content: string | undefined;
     const searched: string[] = [];
@@ -941,12 +968,6 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     }
     const fixes =
       'Fix: (1) put the image in a storage with the `import` content type (PVE >= 8.3), e.g. local:import/<name>.qcow2, and set spec.forProvider.image to it; (2) clone a template with spec.forProvider.template; or (3) use root@pam password credentials';
-    if (!caps.importFrom) {
-      throw reason(
-        'ImageNotImportable',
-        `PVE ${caps.version.text} on site ${this.site.name} has no import-from (added in 7.2), so ${volid} cannot be imported over the API. Fix: create a template VM and set spec.forProvider.template, or upgrade to PVE >= 7.2`,
-      );
-    }
     if (content === 'import') {
       if (!caps.importContent)
         throw reason(
@@ -1046,7 +1067,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   async delete(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
     const a = atp(r);
     const vmid = Number(externalName(r));
-    if (a.task) return { requeueAfterMs: SHORT }; // observe clears it once the task ends
+    if (a.task) return { requeueAfterMs: this.o.taskPollMs ?? SHORT }; // observe clears it once the task ends
     const found = await this.locate(vmid, true);
     if (!found) return {};
     const cfg = await this.c.vmConfig(found.node, vmid).catch((e) => {

@@ -143,7 +143,7 @@ describe('ManagedReconciler: create', () => {
     assert.ok(order.indexOf('prepare') < order.indexOf('create'));
     assert.deepEqual([...env.sys.objects.keys()], ['100']);
 
-    assert.deepEqual(result, { kind: 'requeueAfter', ms: 2000 });
+    assert.deepEqual(result, { kind: 'requeueAfter', ms: 2000, progress: true });
     const stored = env.get()!;
     assert.equal(stored.metadata.annotations?.[ANNOTATION_CREATE_SUCCEEDED], rfc3339(T0));
     assert.equal(stored.metadata.annotations?.[ANNOTATION_CREATE_FAILED], undefined);
@@ -196,7 +196,8 @@ describe('ManagedReconciler: create', () => {
     env.store.apply(testVM('vm1'));
     const result = await env.rec.reconcile(KEY);
     assert.equal(result.kind, 'rateLimited');
-    assert.deepEqual((result as { schedule?: number[] }).schedule, CREATE_FAILURE_SCHEDULE_MS);
+    // the n-th failed create in a row waits the n-th step of the schedule (counted by the reconciler)
+    assert.deepEqual((result as { schedule?: number[] }).schedule, [CREATE_FAILURE_SCHEDULE_MS[0]]);
     const stored = env.get()!;
     assert.equal(stored.metadata.annotations?.[ANNOTATION_CREATE_FAILED], rfc3339(T0));
     assert.equal(stored.metadata.annotations?.[ANNOTATION_CREATE_SUCCEEDED], undefined);
@@ -541,7 +542,7 @@ describe('ManagedReconciler: update', () => {
     await createReady(env);
     env.store.apply(testVM('vm1', { cpu: 4 }));
     const r = await env.rec.reconcile(KEY);
-    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000 });
+    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000, progress: true });
     assert.equal(env.sys.callsOf('update'), 1);
     assert.equal(env.sys.objects.get('100')?.cpu, 4);
     env.advance(2000);
@@ -592,7 +593,7 @@ describe('ManagedReconciler: creation grace period', () => {
     env.advance(10_000);
     const writes = env.store.writes.length;
     const r = await env.rec.reconcile(KEY);
-    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000 });
+    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000, progress: true });
     assert.equal(env.sys.callsOf('create'), 1);
     assert.equal(env.store.writes.length, writes, 'quiet: no writes');
     // after the grace period the engine trusts the observation; the marker check in create keeps it single
@@ -609,7 +610,7 @@ describe('ManagedReconciler: creation grace period', () => {
     env.store.markDeleted(KEY);
     env.advance(3000);
     const r = await env.rec.reconcile(KEY);
-    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000 });
+    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000, progress: true });
     assert.ok(env.get()?.metadata.finalizers?.includes(FINALIZER), 'finalizer kept');
     env.sys.invisible = false; // the listing caught up
     env.advance(2000);
@@ -629,7 +630,7 @@ describe('ManagedReconciler: deletion', () => {
     env.store.watch((k, ev) => seen.push(`${k} ${ev}`));
     env.store.markDeleted(KEY);
     const r1 = await env.rec.reconcile(KEY);
-    assert.deepEqual(r1, { kind: 'requeueAfter', ms: 2000 });
+    assert.deepEqual(r1, { kind: 'requeueAfter', ms: 2000, progress: true });
     assert.equal(env.sys.callsOf('delete'), 1);
     assert.equal(env.sys.objects.size, 0);
     assert.deepEqual(pick(env.cond('Ready')), { status: 'False', reason: 'Deleting' });
@@ -647,7 +648,7 @@ describe('ManagedReconciler: deletion', () => {
     await createReady(env);
     env.sys.asyncDelete = true;
     env.store.markDeleted(KEY);
-    assert.deepEqual(await env.rec.reconcile(KEY), { kind: 'requeueAfter', ms: 5000 });
+    assert.deepEqual(await env.rec.reconcile(KEY), { kind: 'requeueAfter', ms: 5000, progress: true });
     assert.equal(env.sys.objects.size, 1);
     assert.ok(env.get());
     env.sys.finishDeletes();
@@ -781,7 +782,7 @@ describe('ManagedReconciler: conflicts', () => {
     });
     env.store.apply(testVM('vm1'));
     const r = await env.rec.reconcile(KEY);
-    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000 });
+    assert.deepEqual(r, { kind: 'requeueAfter', ms: 2000, progress: true });
     const stored = env.get()!;
     assert.ok(stored.metadata.annotations?.[ANNOTATION_CREATE_SUCCEEDED], 'the result was recorded');
     assert.equal(stored.spec.forProvider.cpu, 8, "the user's edit survived");

@@ -1,0 +1,41 @@
+# syntax=docker/dockerfile:1
+#
+# The controller image: `provider-proxmox controller` on Node.js 24, as a non-root user, with only the
+# compiled dist/, the production node_modules and package.json.
+#
+#   docker build -t ghcr.io/sankofa/provider-proxmox:0.1.0 .
+#
+# Note: there is no Docker daemon on the development machines, so this file has not been built there;
+# each step only does what the repository does itself (npm ci, npm run build = tsc -p tsconfig.build.json).
+
+ARG NODE_VERSION=24
+
+# 1. Build: every dependency (TypeScript, @types/node), then dist/.
+FROM node:${NODE_VERSION}-trixie-slim AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+# --ignore-scripts: the only install script is the `node` devDependency's, which would download a second
+# Node.js 24 binary; this image has one. Its (dangling) bin link goes, so that scripts find the image's node.
+RUN npm ci --ignore-scripts --no-audit --no-fund && rm -f node_modules/.bin/node
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+RUN npm run build
+
+# 2. Production dependencies only.
+FROM node:${NODE_VERSION}-trixie-slim AS deps
+WORKDIR /src
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+
+# 3. Runtime: Node.js and nothing else (no shell, no package manager), user 65532 (nonroot).
+FROM gcr.io/distroless/nodejs24-debian13:nonroot
+WORKDIR /app
+ENV NODE_ENV=production
+COPY --from=deps /src/node_modules ./node_modules
+COPY --from=build /src/dist ./dist
+COPY package.json ./
+# Numeric, so that Kubernetes can verify runAsNonRoot.
+USER 65532:65532
+# 8080: /metrics; 8081: /healthz, /readyz.
+EXPOSE 8080 8081
+ENTRYPOINT ["/nodejs/bin/node", "/app/dist/cli/main.js", "controller"]

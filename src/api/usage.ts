@@ -1,0 +1,112 @@
+/**
+ * Crossplane's common API pieces (conditions, provider config references) and the provider config
+ * usage kinds, in the Crossplane v2 shape (crossplane-runtime v2 `TypedProviderConfigUsage`):
+ *
+ * ```yaml
+ * apiVersion: proxmox.sankofa.io/v1alpha1
+ * kind: ProviderConfigUsage            # namespaced; ClusterProviderConfigUsage is cluster-scoped
+ * metadata:
+ *   name: 5e0c1c5a-...                 # the using resource's UID
+ *   namespace: team-a
+ *   labels: { crossplane.io/provider-config: default }
+ *   ownerReferences: [ ...the using resource... ]
+ * providerConfigRef: { kind: ProviderConfig, name: default }
+ * resourceRef: { apiVersion: proxmox.sankofa.io/v1alpha1, kind: ProxmoxVM, name: web-1, uid: 5e0c1c5a-... }
+ * ```
+ *
+ * A usage has no `spec`: `providerConfigRef` and `resourceRef` sit at the top level, as Crossplane's do.
+ * While a usage names a ProviderConfig, that config carries the `in-use.crossplane.io` finalizer and
+ * cannot be deleted.
+ */
+import Type, { type Static } from 'typebox';
+
+export const USAGE_KINDS = ['ProviderConfigUsage', 'ClusterProviderConfigUsage'] as const;
+export type UsageKind = (typeof USAGE_KINDS)[number];
+
+/** Label on a usage naming the provider config it tracks (Crossplane's key). */
+export const LABEL_PROVIDER_CONFIG = 'crossplane.io/provider-config';
+/** Finalizer on a provider config while usages refer to it (Crossplane's key). */
+export const FINALIZER_IN_USE = 'in-use.crossplane.io';
+
+/** One entry of `status.conditions` (crossplane-runtime `xpv1.Condition`). */
+export const ConditionSchema = Type.Object({
+  type: Type.String({
+    minLength: 1,
+    description: 'Type of this condition (Ready, Synced, ...). At most one of each type applies at a time.',
+  }),
+  status: Type.Union([Type.Literal('True'), Type.Literal('False'), Type.Literal('Unknown')], {
+    description: 'Status of this condition: True, False or Unknown.',
+  }),
+  reason: Type.String({ description: "A machine-readable reason for the condition's last transition." }),
+  message: Type.Optional(Type.String({ description: "Details about the condition's last transition, if any." })),
+  lastTransitionTime: Type.String({
+    format: 'date-time',
+    description: 'When this condition last changed status.',
+  }),
+  observedGeneration: Type.Optional(
+    Type.Integer({
+      format: 'int64',
+      minimum: 0,
+      description: 'The metadata.generation the condition was set for.',
+    }),
+  ),
+});
+
+/** `status.conditions`: a list map keyed by `type` (server-side apply merges by type). */
+export const ConditionsSchema = Type.Array(ConditionSchema, {
+  'x-kubernetes-list-type': 'map',
+  'x-kubernetes-list-map-keys': ['type'],
+  description: 'Conditions of the resource.',
+});
+
+export type ConditionT = Static<typeof ConditionSchema>;
+
+/** A reference to a ProviderConfig (namespaced, same namespace) or a ClusterProviderConfig. */
+export const ProviderConfigReferenceSchema = Type.Object({
+  kind: Type.Union([Type.Literal('ProviderConfig'), Type.Literal('ClusterProviderConfig')], {
+    description: 'ProviderConfig (in the namespace of the user) or ClusterProviderConfig.',
+  }),
+  name: Type.String({ minLength: 1, description: 'Name of the provider config.' }),
+});
+
+/** A reference to a Kubernetes object by API version, kind, name and UID. */
+export const TypedReferenceSchema = Type.Object({
+  apiVersion: Type.String({ minLength: 1, description: 'API version of the referenced object.' }),
+  kind: Type.String({ minLength: 1, description: 'Kind of the referenced object.' }),
+  name: Type.String({ minLength: 1, description: 'Name of the referenced object.' }),
+  uid: Type.Optional(Type.String({ description: 'UID of the referenced object.' })),
+});
+
+/** The body of a (Cluster)ProviderConfigUsage: everything but apiVersion, kind and metadata. */
+export const ProviderConfigUsageBodySchema = Type.Object({
+  providerConfigRef: ProviderConfigReferenceSchema,
+  resourceRef: TypedReferenceSchema,
+});
+
+export type ProviderConfigReference = Static<typeof ProviderConfigReferenceSchema>;
+export type TypedReference = Static<typeof TypedReferenceSchema>;
+
+export interface ProviderConfigUsage extends Static<typeof ProviderConfigUsageBodySchema> {
+  apiVersion: string;
+  kind: UsageKind;
+  metadata: {
+    name: string;
+    namespace?: string;
+    uid?: string;
+    resourceVersion?: string;
+    labels?: Record<string, string>;
+    ownerReferences?: Array<{
+      apiVersion: string;
+      kind: string;
+      name: string;
+      uid: string;
+      controller?: boolean;
+      blockOwnerDeletion?: boolean;
+    }>;
+  };
+}
+
+/** The usage kind that tracks a reference: ClusterProviderConfig -> ClusterProviderConfigUsage. */
+export function usageKindFor(ref: { kind?: string }): UsageKind {
+  return ref.kind === 'ProviderConfig' ? 'ProviderConfigUsage' : 'ClusterProviderConfigUsage';
+}

@@ -1,0 +1,88 @@
+/** `provider-proxmox controller`: commander wiring for src/kube/controller.ts. */
+import { type Command, InvalidArgumentError } from 'commander';
+import { KubeApi, loadKubeConfig } from '../kube/api.ts';
+import { ProviderController } from '../kube/controller.ts';
+import { createLogger } from '../observability/log.ts';
+
+function int(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('expected a whole number >= 0');
+  return n;
+}
+
+function seconds(v: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(v);
+  if (!m) throw new InvalidArgumentError('expected a duration like 15s, 1m or 1h');
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
+}
+
+export function registerController(program: Command): void {
+  program
+    .command('controller')
+    .description(
+      'Run the Kubernetes controller (ProxmoxVM, ProxmoxVMScaleSet, ProviderConfig) with leader election, /healthz, /readyz and /metrics.',
+    )
+    .option('--kubeconfig <file>', 'kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)')
+    .option(
+      '--namespace <ns>',
+      'namespace of the leader-election Lease',
+      process.env.POD_NAMESPACE ?? 'crossplane-system',
+    )
+    .option('--leader-election <bool>', 'use leader election (true/false)', (v) => v !== 'false', true)
+    .option('--lease-duration <d>', 'leader lease duration', seconds, 15_000)
+    .option('--renew-deadline <d>', 'leader renew deadline', seconds, 10_000)
+    .option('--retry-period <d>', 'leader retry period', seconds, 2000)
+    .option('--workers <n>', 'concurrent reconciles', int, 8)
+    .option('--poll <d>', 'poll interval of a ready resource', seconds, 60_000)
+    .option('--health-port <port>', 'port of /healthz and /readyz', int, 8081)
+    .option('--metrics-port <port>', 'port of /metrics (Prometheus)', int, 8080)
+    .option('--orphan-scan <d>', 'orphan scan period (0 disables)', seconds, 3_600_000)
+    .option('--delete-orphans', 'delete VMs with our marker and no resource (default: report only)')
+    .action(
+      async (o: {
+        kubeconfig?: string;
+        namespace: string;
+        leaderElection: boolean;
+        leaseDuration: number;
+        renewDeadline: number;
+        retryPeriod: number;
+        workers: number;
+        poll: number;
+        healthPort: number;
+        metricsPort: number;
+        orphanScan: number;
+        deleteOrphans?: boolean;
+      }) => {
+        const log = createLogger();
+        const api = new KubeApi(loadKubeConfig(o.kubeconfig));
+        const ctl = new ProviderController({
+          api,
+          namespace: o.namespace,
+          leaderElection: o.leaderElection,
+          leaseDurationMs: o.leaseDuration,
+          renewDeadlineMs: o.renewDeadline,
+          retryPeriodMs: o.retryPeriod,
+          workers: o.workers,
+          pollIntervalMs: o.poll,
+          healthPort: o.healthPort,
+          metricsPort: o.metricsPort,
+          orphanScanMs: o.orphanScan,
+          deleteOrphans: Boolean(o.deleteOrphans),
+          log: (level, msg, fields) => log[level](fields ?? {}, msg),
+          onLostLeadership: () => {
+            log.error('leadership lost; exiting so that a fresh process rejoins the election');
+            process.exit(1);
+          },
+        });
+        await ctl.start();
+        log.info({ server: api.server.origin, namespace: o.namespace, healthPort: o.healthPort }, 'controller started');
+        await new Promise<void>((resolve) => {
+          process.once('SIGTERM', resolve);
+          process.once('SIGINT', resolve);
+        });
+        log.info('shutting down');
+        await ctl.stop();
+        api.close();
+      },
+    );
+}

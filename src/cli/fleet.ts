@@ -1,0 +1,74 @@
+/** `validate`, `plan`, `gc`: commander wiring for src/fleet/commands.ts. */
+import { type Command, Option } from 'commander';
+import { gcCommand, planCommand, validateCommand } from '../fleet/commands.ts';
+import { DEFAULT_STATE, describeError, UsageError } from '../local/commands.ts';
+
+async function run(fn: () => Promise<number>): Promise<void> {
+  try {
+    process.exitCode = await fn();
+  } catch (e) {
+    process.stderr.write(`provider-proxmox: ${describeError(e)}\n`);
+    process.exitCode = e instanceof UsageError ? 2 : 1;
+  }
+}
+
+const output = () =>
+  new Option('-o, --output <format>', 'output format').choices(['table', 'json', 'yaml']).default('table');
+
+export function registerFleet(program: Command): void {
+  program
+    .command('validate')
+    .description(
+      'Check manifests without contacting anything: every problem with file:line:column, field, found and allowed. Exit 1 on errors.',
+    )
+    .requiredOption('-f, --filename <path...>', 'manifest files or directories')
+    .option('--config <file>', 'ProviderConfig to check site and ProviderConfig references against')
+    .addOption(output())
+    .action((o: { filename: string[]; config?: string; output: 'table' }) =>
+      run(() => validateCommand({ files: o.filename, ...(o.config ? { config: o.config } : {}), output: o.output })),
+    );
+
+  program
+    .command('plan')
+    .description(
+      'Capacity plan: requested CPU, memory and disk per site, node and storage against what Proxmox has (read live). Exit 1 on hard violations.',
+    )
+    .requiredOption('-f, --filename <path...>', 'manifest files or directories')
+    .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
+    .addOption(output())
+    .action((o: { filename: string[]; config?: string; output: 'table' }) =>
+      run(() => planCommand({ files: o.filename, ...(o.config ? { config: o.config } : {}), output: o.output })),
+    );
+
+  program
+    .command('gc')
+    .description(
+      'Find VMs with our ownership marker and no resource (orphans), VMs stuck in a lock we set, half-created VMs. Report first; delete with --delete --yes.',
+    )
+    .option('--config <file>', 'ProviderConfig (+ Secret) YAML')
+    .option('--state <file>', 'state file listing the resources that exist', DEFAULT_STATE)
+    .option('--delete', 'delete the orphans (stop, unlock when the credentials may, destroy with purge)')
+    .option('--yes', 'confirm --delete')
+    .option('--include-half-created', 'with --delete, also delete half-created and stuck VMs of existing resources')
+    .addOption(output())
+    .action(
+      (o: {
+        config?: string;
+        state: string;
+        delete?: boolean;
+        yes?: boolean;
+        includeHalfCreated?: boolean;
+        output: 'table';
+      }) =>
+        run(() =>
+          gcCommand({
+            ...(o.config ? { config: o.config } : {}),
+            state: o.state,
+            delete: Boolean(o.delete),
+            yes: Boolean(o.yes),
+            includeHalfCreated: Boolean(o.includeHalfCreated),
+            output: o.output,
+          }),
+        ),
+    );
+}

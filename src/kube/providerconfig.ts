@@ -1,0 +1,249 @@
+/**
+ * ProviderConfigs from the cluster: the config source for the VM connector (credentials read from
+ * their Secrets), ProviderConfigUsage tracking (one usage per resource, named by its uid), the
+ * `in-use.crossplane.io` finalizer that blocks deleting a ProviderConfig while it is used, and
+ * connection Secrets.
+ */
+import { Value } from 'typebox/value';
+import {
+  type LoadedProviderConfig,
+  type ProviderConfig,
+  ProviderConfigSchema,
+  type SecretData,
+} from '../api/provider-config.ts';
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { GROUP, VERSION } from '../api/proxmoxvm.ts';
+import { FINALIZER_IN_USE, LABEL_PROVIDER_CONFIG, usageKindFor } from '../api/usage.ts';
+import type { Managed } from '../engine/resource.ts';
+import type { ProviderConfigSource } from '../vm/connector.ts';
+import { collectionPath, type KubeApi, KubeError } from './api.ts';
+import type { Informer, KubeObject } from './informer.ts';
+
+type PcObject = ProviderConfig &
+  KubeObject & { metadata: { finalizers?: string[]; deletionTimestamp?: string; uid?: string } };
+
+interface SecretObject {
+  metadata: { name: string; namespace: string; resourceVersion?: string };
+  data?: Record<string, string>;
+}
+
+export class KubeConfigSource implements ProviderConfigSource {
+  private readonly api: KubeApi;
+  private readonly pcs: Informer<PcObject>;
+  private readonly cpcs: Informer<PcObject>;
+  private readonly cache = new Map<string, { version: string; loaded: LoadedProviderConfig; at: number }>();
+  /** How long credentials read from a Secret are reused (rotation is picked up after this). */
+  secretTtlMs = 30_000;
+
+  constructor(api: KubeApi, pcs: Informer<PcObject>, cpcs: Informer<PcObject>) {
+    this.api = api;
+    this.pcs = pcs;
+    this.cpcs = cpcs;
+  }
+
+  async get(ref: { kind?: string; name: string }, namespace: string | undefined): Promise<LoadedProviderConfig> {
+    const kind = ref.kind ?? 'ClusterProviderConfig';
+    const key = kind === 'ProviderConfig' ? `${namespace ?? 'default'}/${ref.name}` : ref.name;
+    const obj = (kind === 'ProviderConfig' ? this.pcs : this.cpcs).cache.get(key);
+    if (!obj) throw new Error(`${kind} ${key} not found`);
+    const cacheKey = `${kind}/${key}`;
+    const cached = this.cache.get(cacheKey);
+    if (cached && cached.version === obj.metadata.resourceVersion && Date.now() - cached.at < this.secretTtlMs)
+      return cached.loaded;
+    const config = structuredClone(obj) as ProviderConfig;
+    const errors = [...Value.Errors(ProviderConfigSchema, config)].slice(0, 5);
+    if (errors.length)
+      throw new Error(
+        `${kind} ${key} is invalid: ${errors.map((e) => `${e.instancePath || '/'} ${e.message}`).join('; ')}`,
+      );
+    const secrets = new Map<string, SecretData>();
+    const refs = [config.spec.credentials?.secretRef, ...config.spec.sites.map((s) => s.credentialsSecretRef)].filter(
+      Boolean,
+    ) as Array<{ name: string; namespace?: string }>;
+    for (const r of refs) {
+      // A namespaced ProviderConfig reads Secrets of its own namespace only.
+      if (kind === 'ProviderConfig' && r.namespace && r.namespace !== obj.metadata.namespace) {
+        throw new Error(`${kind} ${key}: Secret ${r.namespace}/${r.name} is in another namespace; a ProviderConfig may only use Secrets of its own namespace (use a ClusterProviderConfig)`);
+      }
+      const ns = kind === 'ProviderConfig' ? (obj.metadata.namespace ?? 'default') : (r.namespace ?? 'crossplane-system');
+      try {
+        const s = await this.api.request<SecretObject>('GET', `/api/v1/namespaces/${ns}/secrets/${r.name}`);
+        const data: Record<string, string> = {};
+        for (const [k, v] of Object.entries(s.data ?? {})) data[k] = Buffer.from(v, 'base64').toString('utf8');
+        secrets.set(`${ns}/${r.name}`, {
+          namespace: ns,
+          name: r.name,
+          data,
+          file: `Secret ${ns}/${r.name}`,
+          line: undefined,
+        });
+      } catch (e) {
+        if (e instanceof KubeError && e.status === 404)
+          throw new Error(`${kind} ${key}: credentials Secret ${ns}/${r.name} not found`);
+        throw e;
+      }
+    }
+    // Reuse the previous object when nothing changed, so clients and caches survive.
+    const fingerprint = JSON.stringify([obj.metadata.resourceVersion, [...secrets.values()].map((s) => s.data)]);
+    if (cached && cached.version === fingerprint) {
+      cached.at = Date.now();
+      return cached.loaded;
+    }
+    const loaded: LoadedProviderConfig = { file: `${kind} ${key}`, config, secrets, lineOf: () => undefined };
+    this.cache.set(cacheKey, { version: fingerprint, loaded, at: Date.now() });
+    return loaded;
+  }
+}
+
+/** Keep one usage per resource: `ProviderConfigUsage` named by the resource's uid. */
+export class UsageTracker {
+  private readonly api: KubeApi;
+  private readonly known = new Map<string, string>();
+  constructor(api: KubeApi) {
+    this.api = api;
+  }
+
+  private path(kind: 'ProviderConfigUsage' | 'ClusterProviderConfigUsage', namespace: string | undefined): string {
+    const plural = kind === 'ProviderConfigUsage' ? 'providerconfigusages' : 'clusterproviderconfigusages';
+    return collectionPath(GROUP, VERSION, plural, kind === 'ProviderConfigUsage' ? namespace : undefined);
+  }
+
+  async track(r: Managed): Promise<void> {
+    const ref = {
+      kind: (r.spec.providerConfigRef?.kind ?? 'ClusterProviderConfig') as 'ProviderConfig' | 'ClusterProviderConfig',
+      name: r.spec.providerConfigRef?.name ?? 'default',
+    };
+    const want = `${ref.kind}/${ref.name}`;
+    if (this.known.get(r.metadata.uid) === want) return;
+    const kind = 'ProviderConfigUsage';
+    const body = {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind,
+      metadata: {
+        name: r.metadata.uid,
+        namespace: r.metadata.namespace ?? 'default',
+        labels: { [LABEL_PROVIDER_CONFIG]: ref.name },
+        ownerReferences: [{ apiVersion: r.apiVersion, kind: r.kind, name: r.metadata.name, uid: r.metadata.uid }],
+      },
+      providerConfigRef: ref,
+      resourceRef: { apiVersion: r.apiVersion, kind: r.kind, name: r.metadata.name, uid: r.metadata.uid },
+    };
+    void usageKindFor;
+    const path = this.path(kind, r.metadata.namespace ?? 'default');
+    try {
+      await this.api.request('POST', path, { body });
+    } catch (e) {
+      if (!(e instanceof KubeError && e.status === 409)) throw e;
+      const cur = await this.api.request<{ metadata: { resourceVersion: string } }>('GET', `${path}/${r.metadata.uid}`);
+      await this.api.request('PUT', `${path}/${r.metadata.uid}`, {
+        body: { ...body, metadata: { ...body.metadata, resourceVersion: cur.metadata.resourceVersion } },
+      });
+    }
+    this.known.set(r.metadata.uid, want);
+  }
+
+  /** The resource is gone: so is its usage (there may be no garbage collector to do it). */
+  async release(r: { metadata: { uid: string; namespace?: string } }): Promise<void> {
+    this.known.delete(r.metadata.uid);
+    try {
+      await this.api.request(
+        'DELETE',
+        `${this.path('ProviderConfigUsage', r.metadata.namespace ?? 'default')}/${r.metadata.uid}`,
+      );
+    } catch (e) {
+      if (!(e instanceof KubeError && e.status === 404)) throw e;
+    }
+  }
+}
+
+/**
+ * The ProviderConfig side: while usages point at a (Cluster)ProviderConfig it carries the
+ * `in-use.crossplane.io` finalizer (deletion waits); without usages the finalizer goes.
+ */
+export async function reconcileProviderConfigInUse(
+  api: KubeApi,
+  pc: PcObject,
+  kind: 'ProviderConfig' | 'ClusterProviderConfig',
+  usages: Array<{ providerConfigRef?: { kind?: string; name?: string }; metadata: { namespace?: string } }>,
+): Promise<void> {
+  const users = usages.filter(
+    (u) =>
+      u.providerConfigRef?.name === pc.metadata.name &&
+      (u.providerConfigRef?.kind ?? 'ClusterProviderConfig') === kind &&
+      (kind === 'ClusterProviderConfig' || u.metadata.namespace === pc.metadata.namespace),
+  ).length;
+  const has = pc.metadata.finalizers?.includes(FINALIZER_IN_USE) ?? false;
+  const plural = kind === 'ProviderConfig' ? 'providerconfigs' : 'clusterproviderconfigs';
+  const path = `${collectionPath(GROUP, VERSION, plural, kind === 'ProviderConfig' ? pc.metadata.namespace : undefined)}/${pc.metadata.name}`;
+  if (users > 0 && !has && !pc.metadata.deletionTimestamp) {
+    await api.request('PUT', path, {
+      body: { ...pc, metadata: { ...pc.metadata, finalizers: [...(pc.metadata.finalizers ?? []), FINALIZER_IN_USE] } },
+    });
+  } else if (users === 0 && has) {
+    await api.request('PUT', path, {
+      body: {
+        ...pc,
+        metadata: { ...pc.metadata, finalizers: (pc.metadata.finalizers ?? []).filter((f) => f !== FINALIZER_IN_USE) },
+      },
+    });
+  }
+  const status = (pc as { status?: { users?: number } }).status;
+  if ((status?.users ?? -1) !== users) {
+    try {
+      const fresh = await api.request<PcObject>('GET', path);
+      await api.request('PUT', `${path}/status`, {
+        body: { ...fresh, status: { ...(fresh as { status?: object }).status, users } },
+      });
+    } catch {
+      // status is informative; the next event retries
+    }
+  }
+}
+
+/** `writeConnectionSecretToRef`: endpoint, node, vmid, IP addresses, user; owned by the resource. */
+export async function publishConnectionSecret(
+  api: KubeApi,
+  r: ProxmoxVM | Managed,
+  details: Record<string, string>,
+): Promise<void> {
+  const ref = r.spec.writeConnectionSecretToRef;
+  if (!ref) return;
+  const namespace = r.metadata.namespace ?? 'default';
+  const data: Record<string, string> = {};
+  for (const [k, v] of Object.entries(details)) data[k] = Buffer.from(v).toString('base64');
+  const path = `/api/v1/namespaces/${namespace}/secrets`;
+  const body = {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    type: 'connection.crossplane.io/v1alpha1',
+    metadata: {
+      name: ref.name,
+      namespace,
+      ownerReferences: [
+        { apiVersion: r.apiVersion, kind: r.kind, name: r.metadata.name, uid: r.metadata.uid, controller: true },
+      ],
+    },
+    data,
+  };
+  let cur:
+    | { metadata: { resourceVersion: string; ownerReferences?: Array<{ uid: string }> }; data?: Record<string, string> }
+    | undefined;
+  try {
+    cur = await api.request('GET', `${path}/${ref.name}`);
+  } catch (e) {
+    if (!(e instanceof KubeError && e.status === 404)) throw e;
+  }
+  if (!cur) {
+    await api.request('POST', path, { body });
+    return;
+  }
+  if (!cur.metadata.ownerReferences?.some((o) => o.uid === r.metadata.uid)) {
+    throw new Error(
+      `connection Secret ${namespace}/${ref.name} exists and is not owned by this resource; pick another writeConnectionSecretToRef.name`,
+    );
+  }
+  if (JSON.stringify(cur.data ?? {}) === JSON.stringify(data)) return;
+  await api.request('PUT', `${path}/${ref.name}`, {
+    body: { ...body, metadata: { ...body.metadata, resourceVersion: cur.metadata.resourceVersion } },
+  });
+}

@@ -1,0 +1,78 @@
+/** Prometheus metrics of the provider (prom-client), one registry per process. */
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly reconciles = new Counter({
+    name: 'provider_proxmox_reconciles_total',
+    help: 'Reconciles by kind and result (done, requeue, error).',
+    labelNames: ['kind', 'result'],
+    registers: [this.registry],
+  });
+  readonly reconcileSeconds = new Histogram({
+    name: 'provider_proxmox_reconcile_duration_seconds',
+    help: 'Reconcile duration.',
+    labelNames: ['kind'],
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [this.registry],
+  });
+  readonly pveRequests = new Counter({
+    name: 'provider_proxmox_pve_requests_total',
+    help: 'Proxmox VE API requests by site, method, path template and outcome class.',
+    labelNames: ['site', 'method', 'path', 'class'],
+    registers: [this.registry],
+  });
+  readonly pveSeconds = new Histogram({
+    name: 'provider_proxmox_pve_request_duration_seconds',
+    help: 'Proxmox VE API request latency by site, method and path template.',
+    labelNames: ['site', 'method', 'path'],
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  readonly creates = new Counter({
+    name: 'provider_proxmox_vm_creates_total',
+    help: 'VM creates issued, by outcome (ok, failed).',
+    labelNames: ['outcome'],
+    registers: [this.registry],
+  });
+  readonly orphans = new Gauge({
+    name: 'provider_proxmox_orphan_vms',
+    help: 'VMs with our ownership marker and no resource, by site, at the last scan.',
+    labelNames: ['site'],
+    registers: [this.registry],
+  });
+  readonly byCondition = new Gauge({
+    name: 'provider_proxmox_resources',
+    help: 'Managed resources by kind and Ready/Synced condition status.',
+    labelNames: ['kind', 'condition', 'status'],
+    registers: [this.registry],
+  });
+  readonly queueDepth = new Gauge({
+    name: 'provider_proxmox_workqueue_depth',
+    help: 'Keys waiting in the work queue.',
+    labelNames: ['kind'],
+    registers: [this.registry],
+  });
+  readonly queueLatency = new Histogram({
+    name: 'provider_proxmox_workqueue_latency_seconds',
+    help: 'Time a key waits in the queue before it is processed.',
+    labelNames: ['kind'],
+    buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60],
+    registers: [this.registry],
+  });
+  readonly leader = new Gauge({
+    name: 'provider_proxmox_leader',
+    help: '1 while this replica holds the leader lease.',
+    registers: [this.registry],
+  });
+  readonly kubeRequests = new Counter({
+    name: 'provider_proxmox_kube_requests_total',
+    help: 'Kubernetes API requests by verb and status code.',
+    labelNames: ['verb', 'code'],
+    registers: [this.registry],
+  });
+
+  constructor(opts: { defaults?: boolean } = {}) {
+    if (opts.defaults !== false) collectDefaultMetrics({ register: this.registry, prefix: 'provider_proxmox_' });
+  }
+}

@@ -1,0 +1,258 @@
+/**
+ * `validate`: the seed's three unreadable manifests (test/fixtures/seed-broken, each commented
+ * with what is wrong) give precise messages, every problem in one run, with file:line:column,
+ * the field, what was found and what is allowed; the seed fleet as fixed in examples/production
+ * is valid; duplicate names; references to unknown sites and ProviderConfigs with --config;
+ * phases and dependencies.
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { validateCommand } from '../../src/fleet/commands.ts';
+import { validateManifests } from '../../src/fleet/validate.ts';
+import { formatProblem } from '../../src/local/manifests.ts';
+import { cli, ROOT } from '../helpers/cli.ts';
+
+const BROKEN = join(ROOT, 'test/fixtures/seed-broken');
+const PRODUCTION = join(ROOT, 'examples/production');
+
+/** What validate prints for a file: paths relative to the working directory. */
+const rel = (p: string) => relative(process.cwd(), p) || p;
+
+/** The seed's two sites, as a ProviderConfig file (validate contacts nothing: the endpoints are never used). */
+const SEED_CONFIG = `apiVersion: v1
+kind: Secret
+metadata: { name: proxmox-credentials, namespace: crossplane-system }
+stringData: { tokenid: "root@pam!sankofa", token: "00000000-0000-4000-8000-000000000000" }
+---
+apiVersion: proxmox.sankofa.io/v1alpha1
+kind: ClusterProviderConfig
+metadata: { name: default }
+spec:
+  credentials: { source: Secret, secretRef: { name: proxmox-credentials, namespace: crossplane-system } }
+  sites:
+    - { name: site-1, endpoints: ["https://192.168.11.10:8006"], nodes: [ml110-01], tls: { insecureSkipTLSVerify: true } }
+    - { name: site-2, endpoints: ["https://192.168.11.11:8006"], nodes: [r630-01], tls: { insecureSkipTLSVerify: true } }
+`;
+
+function capture(): { out: NodeJS.WriteStream; text: () => string } {
+  let buf = '';
+  const out = {
+    write(s: string) {
+      buf += s;
+      return true;
+    },
+  } as unknown as NodeJS.WriteStream;
+  return { out, text: () => buf };
+}
+
+function vm(name: string, extra = '', opts: { annotations?: string; forProvider?: string } = {}): string {
+  return `apiVersion: proxmox.sankofa.io/v1alpha1
+kind: ProxmoxVM
+metadata:
+  name: ${name}
+${opts.annotations ? `  annotations:\n${opts.annotations}` : ''}spec:
+  forProvider:
+${opts.forProvider ?? '    site: site-1\n    node: ml110-01\n    cpu: 2\n    memory: 4Gi\n    disk: 20Gi\n'}${extra}  providerConfigRef:
+    name: default
+`;
+}
+
+describe('validate', () => {
+  let dir: string;
+  let config: string;
+
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'pp-validate-'));
+    config = join(dir, 'providerconfig.yaml');
+    writeFileSync(config, SEED_CONFIG);
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("the seed's three unreadable manifests: every problem, in one run, with file:line:column, field, found and allowed", async () => {
+    const c = capture();
+    const code = await validateCommand({ files: [BROKEN], config, out: c.out });
+    assert.equal(code, 1);
+    const b = rel(join(BROKEN, 'blockscout.yaml'));
+    const l = rel(join(BROKEN, 'large-vm.yaml'));
+    const m = rel(join(BROKEN, 'medium-vm.yaml'));
+    // Each line was checked against the fixture by hand (the fixtures' comments give the lines).
+    assert.deepEqual(c.text().trimEnd().split('\n'), [
+      // `spec:` at 17:1 has no forProvider (it is spelt `forprovider` at 18:3)
+      `${b}:17:1: spec.forProvider: required (the VM to create)`,
+      `${b}:18:3: spec.forprovider: unknown field 'forprovider' (did you mean 'forProvider'?)`,
+      // the second document: `  name: blockscout` at 33:9 (value), the first one at 15
+      `${b}:33:9: metadata.name: duplicate ProxmoxVM default/blockscout (also in ${b}:15)`,
+      `${b}:40:10: spec.forProvider.cpu: must be a whole number between 1 and 1024; found "four"`,
+      `${b}:41:13: spec.forProvider.memory: expected a quantity like 4Gi / 512Mi / 20Gi, or a whole number; found "4GB" (did you mean '4Gi'?)`,
+      `${b}:48:11: spec.providerConfigRef.name: unknown ProviderConfig 'proxmox' (known: default)`,
+      `${l}:18:10: spec.forProvider.cpu: must be between 1 and 1024; found 2048`,
+      // unknown fields point at the key (column 5), values at the value
+      `${l}:19:5: spec.forProvider.memroy: unknown field 'memroy' (did you mean 'memory'?)`,
+      `${l}:20:11: spec.forProvider.disk: disk must be between 1Gi and 100Ti (units Mi, Gi, Ti; a bare number is GiB); got '200Ti'`,
+      `${l}:24:11: spec.forProvider.site: unknown site 'site-3' (sites of default: site-1, site-2)`,
+      // one tab, one problem (not the dozen follow-on errors of the YAML parser)
+      `${m}:17:1: YAML syntax error: Tabs are not allowed as indentation (indent with spaces)`,
+      '',
+      '11 problem(s) in 3 file(s); 0 valid ProxmoxVM(s)',
+    ]);
+  });
+
+  it('without --config the references are not checked, everything else is', () => {
+    const r = validateManifests([BROKEN]);
+    const fields = r.problems.map((p) => `${p.file.split('/').pop()}:${p.line}:${p.field ?? ''}`);
+    assert.deepEqual(fields, [
+      'blockscout.yaml:17:spec.forProvider',
+      'blockscout.yaml:18:spec.forprovider',
+      'blockscout.yaml:33:metadata.name',
+      'blockscout.yaml:40:spec.forProvider.cpu',
+      'blockscout.yaml:41:spec.forProvider.memory',
+      'large-vm.yaml:18:spec.forProvider.cpu',
+      'large-vm.yaml:19:spec.forProvider.memroy',
+      'large-vm.yaml:20:spec.forProvider.disk',
+      'medium-vm.yaml:17:',
+    ]);
+    assert.equal(r.resources, 0);
+    assert.equal(r.files, 3);
+  });
+
+  it('examples/production (the seed fleet, fixed) is valid, with and without --config: exit 0', async () => {
+    for (const args of [{}, { config }]) {
+      const c = capture();
+      assert.equal(await validateCommand({ files: [PRODUCTION], ...args, out: c.out }), 0, c.text());
+      assert.equal(c.text(), '30 ProxmoxVM(s) in 30 file(s): valid\n');
+    }
+  });
+
+  it('the CLI: exit 1 with the problems on stdout; exit 0 for the seed fleet; -o json parses', async () => {
+    const bad = await cli(['validate', '-f', BROKEN, '--config', config]);
+    assert.equal(bad.code, 1, bad.stderr);
+    assert.match(bad.stdout, /large-vm\.yaml:19:5: spec\.forProvider\.memroy: unknown field 'memroy' \(did you mean 'memory'\?\)/);
+    assert.match(bad.stdout, /^11 problem\(s\) in 3 file\(s\)/m);
+    const good = await cli(['validate', '-f', PRODUCTION, '--config', config]);
+    assert.equal(good.code, 0, good.stdout + good.stderr);
+    const json = await cli(['validate', '-f', BROKEN, '-o', 'json']);
+    assert.equal(json.code, 1);
+    const parsed = JSON.parse(json.stdout) as { problems: Array<{ file: string; line: number; column?: number }> };
+    assert.equal(parsed.problems.length, 9);
+    assert.ok(parsed.problems.every((p) => p.file.endsWith('.yaml') && p.line > 0));
+  });
+
+  it('duplicate names across files (per namespace), with both places', () => {
+    const d = join(dir, 'dup');
+    mkdirSync(d);
+    writeFileSync(join(d, 'a.yaml'), vm('web'));
+    writeFileSync(join(d, 'b.yaml'), vm('web'));
+    // the same name in another namespace is another resource
+    writeFileSync(join(d, 'c.yaml'), vm('web').replace('  name: web\n', '  name: web\n  namespace: team-b\n'));
+    // a duplicate that is also invalid is still reported as a duplicate
+    writeFileSync(join(d, 'd.yaml'), vm('web', '    cpu: 0\n').replace('    cpu: 2\n', ''));
+    const r = validateManifests([d]);
+    assert.deepEqual(r.problems.map(formatProblem), [
+      `${rel(join(d, 'b.yaml'))}:4:9: metadata.name: duplicate ProxmoxVM default/web (also in ${rel(join(d, 'a.yaml'))}:1)`,
+      `${rel(join(d, 'd.yaml'))}:4:9: metadata.name: duplicate ProxmoxVM default/web (also in ${rel(join(d, 'a.yaml'))}:4)`,
+      `${rel(join(d, 'd.yaml'))}:11:10: spec.forProvider.cpu: must be between 1 and 1024; found 0`,
+    ]);
+    assert.equal(r.resources, 2);
+  });
+
+  it('with --config: unknown sites, nodes and ProviderConfigs; a site is required when there are several', async () => {
+    const d = join(dir, 'refs');
+    mkdirSync(d);
+    writeFileSync(
+      join(d, 'refs.yaml'),
+      [
+        vm('a', '', { forProvider: '    site: site-3\n    node: ml110-01\n' }),
+        vm('b', '', { forProvider: '    site: site-2\n    node: ml110-01\n' }),
+        vm('c', '', { forProvider: '    node: ml110-01\n' }),
+        vm('d').replace('    name: default\n', '    name: defualt\n'),
+      ].join('---\n'),
+    );
+    const c = capture();
+    assert.equal(await validateCommand({ files: [d], config, out: c.out }), 1);
+    const f = rel(join(d, 'refs.yaml'));
+    // Documents of 10 lines separated by `---`: they start at lines 1, 12, 23 and 34.
+    assert.deepEqual(c.text().trimEnd().split('\n').slice(0, -2), [
+      `${f}:7:11: spec.forProvider.site: unknown site 'site-3' (sites of default: site-1, site-2)`,
+      `${f}:19:11: spec.forProvider.node: node 'ml110-01' is not a node of site site-2 (nodes: r630-01)`,
+      // a missing field is shown at the key of its parent (`  forProvider:`)
+      `${f}:28:3: spec.forProvider.site: required: default has several sites (site-1, site-2)`,
+      `${f}:45:11: spec.providerConfigRef.name: unknown ProviderConfig 'defualt' (known: default; did you mean 'default'?)`,
+    ]);
+    // without --config none of these can be known
+    assert.deepEqual(validateManifests([d]).problems, []);
+  });
+
+  it('a ProviderConfig among the manifests is used like --config', () => {
+    const d = join(dir, 'inline');
+    mkdirSync(d);
+    writeFileSync(join(d, 'config.yaml'), SEED_CONFIG);
+    writeFileSync(join(d, 'vm.yaml'), vm('a', '', { forProvider: '    site: site-9\n' }));
+    const r = validateManifests([d]);
+    assert.deepEqual(
+      r.problems.map((p) => [p.field, p.message]),
+      [['spec.forProvider.site', "unknown site 'site-9' (sites of default: site-1, site-2)"]],
+    );
+  });
+
+  it('a missing forProvider, fields one level too high, a kind typo, an unknown power state', () => {
+    const d = join(dir, 'shapes');
+    mkdirSync(d);
+    writeFileSync(
+      join(d, 'shapes.yaml'),
+      [
+        // forProvider: forgotten: its fields sit directly under spec
+        'apiVersion: proxmox.sankofa.io/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: flat\nspec:\n  cpu: 2\n  memory: 4Gi\n',
+        'apiVersion: proxmox.sankofa.io/v1alpha1\nkind: ProxmoxVm\nmetadata:\n  name: typo\nspec: {}\n',
+        vm('power', '    powerState: paused\n'),
+      ].join('---\n'),
+    );
+    const f = rel(join(d, 'shapes.yaml'));
+    assert.deepEqual(validateManifests([d]).problems.map(formatProblem), [
+      `${f}:5:1: spec.forProvider: required (the VM to create)`,
+      `${f}:6:3: spec.cpu: unknown field 'cpu' (it belongs under spec.forProvider)`,
+      `${f}:7:3: spec.memory: unknown field 'memory' (it belongs under spec.forProvider)`,
+      `${f}:10:7: kind: unknown kind 'ProxmoxVm' (did you mean 'ProxmoxVM'?)`,
+      // the third document starts at line 15; `    powerState: paused` is its 12th line
+      `${f}:26:17: spec.forProvider.powerState: must be one of: running, stopped; found "paused"`,
+    ]);
+  });
+
+  it('phases and dependencies: unknown dependency (did you mean), cycle, a dependency in a later phase, a bad phase', () => {
+    const d = join(dir, 'deps');
+    mkdirSync(d);
+    const ann = (phase: string, deps?: string) =>
+      `    proxmox.sankofa.io/phase: "${phase}"\n${deps ? `    proxmox.sankofa.io/depends-on: ${deps}\n` : ''}`;
+    writeFileSync(join(d, 'a.yaml'), vm('dns', '', { annotations: ann('1') }));
+    writeFileSync(join(d, 'b.yaml'), vm('git', '', { annotations: ann('1', 'dsn') }));
+    writeFileSync(join(d, 'c.yaml'), vm('x', '', { annotations: ann('2', 'y') }));
+    writeFileSync(join(d, 'd.yaml'), vm('y', '', { annotations: ann('2', 'x') }));
+    writeFileSync(join(d, 'e.yaml'), vm('early', '', { annotations: ann('1', 'late') }));
+    writeFileSync(join(d, 'f.yaml'), vm('late', '', { annotations: ann('3') }));
+    writeFileSync(join(d, 'g.yaml'), vm('odd', '', { annotations: ann('phase one') }));
+    const byFile = validateManifests([d]).problems.map((p) => `${p.file.split('/').pop()}:${p.line}: ${p.message}`);
+    assert.deepEqual(byFile, [
+      "b.yaml:7: depends on 'dsn', which is not among the manifests (did you mean 'dns'?)",
+      "c.yaml:7: dependency cycle: x -> y -> x",
+      "e.yaml:7: 'early' (phase 1) depends on 'late', which is in the later phase 3: it would wait forever",
+      `g.yaml:6: phase must be a number or a name (letters, digits, '.', '_', '-'); found "phase one"`,
+    ]);
+  });
+
+  it('YAML syntax errors: the first error of a document and the independent ones, not the follow-on noise', () => {
+    const d = join(dir, 'syntax');
+    mkdirSync(d);
+    // over-indented line (a value runs into the next line), and in a second document an unclosed quote
+    writeFileSync(
+      join(d, 's.yaml'),
+      'apiVersion: proxmox.sankofa.io/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: a\nspec:\n  forProvider:\n    node: ml110-01\n      cpu: 2\n    memory: 4Gi\n---\napiVersion: proxmox.sankofa.io/v1alpha1\nkind: ProxmoxVM\nmetadata:\n  name: "b\n',
+    );
+    const f = rel(join(d, 's.yaml'));
+    assert.deepEqual(validateManifests([d]).problems.map(formatProblem), [
+      `${f}:7:11: YAML syntax error: Nested mappings are not allowed in compact mappings (is the next line indented too far, or does an unquoted value contain ': '? quote it)`,
+      `${f}:15:1: YAML syntax error: Missing closing "quote`,
+    ]);
+  });
+});
