@@ -1,8 +1,5 @@
 /** `provider-proxmox controller`: commander wiring for src/kube/controller.ts. */
 import { type Command, InvalidArgumentError } from 'commander';
-import { KubeApi, loadKubeConfig } from '../kube/api.ts';
-import { ProviderController } from '../kube/controller.ts';
-import { createLogger } from '../observability/log.ts';
 
 function int(v: string): number {
   const n = Number(v);
@@ -38,6 +35,7 @@ export function registerController(program: Command): void {
     .option('--metrics-port <port>', 'port of /metrics (Prometheus)', int, 8080)
     .option('--orphan-scan <d>', 'orphan scan period (0 disables)', seconds, 3_600_000)
     .option('--delete-orphans', 'delete VMs with our marker and no resource (default: report only)')
+    .option('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', seconds, 2000)
     .action(
       async (o: {
         kubeconfig?: string;
@@ -52,7 +50,12 @@ export function registerController(program: Command): void {
         metricsPort: number;
         orphanScan: number;
         deleteOrphans?: boolean;
+        taskPoll: number;
       }) => {
+        // Loaded on use: the other commands start faster without the Kubernetes runtime.
+        const { KubeApi, loadKubeConfig } = await import('../kube/api.ts');
+        const { ProviderController } = await import('../kube/controller.ts');
+        const { createLogger } = await import('../observability/log.ts');
         const log = createLogger();
         const api = new KubeApi(loadKubeConfig(o.kubeconfig));
         const ctl = new ProviderController({
@@ -68,6 +71,7 @@ export function registerController(program: Command): void {
           metricsPort: o.metricsPort,
           orphanScanMs: o.orphanScan,
           deleteOrphans: Boolean(o.deleteOrphans),
+          taskPollMs: o.taskPoll,
           log: (level, msg, fields) => log[level](fields ?? {}, msg),
           onLostLeadership: () => {
             log.error('leadership lost; exiting so that a fresh process rejoins the election');

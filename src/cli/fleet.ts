@@ -1,12 +1,14 @@
 /** `validate`, `plan`, `gc`: commander wiring for src/fleet/commands.ts. */
 import { type Command, Option } from 'commander';
-import { gcCommand, planCommand, validateCommand } from '../fleet/commands.ts';
-import { DEFAULT_STATE, describeError, UsageError } from '../local/commands.ts';
+
+const DEFAULT_STATE = '.provider-proxmox/state.json';
+const fleet = () => import('../fleet/commands.ts');
 
 async function run(fn: () => Promise<number>): Promise<void> {
   try {
     process.exitCode = await fn();
   } catch (e) {
+    const { describeError, UsageError } = await import('../local/commands.ts');
     process.stderr.write(`provider-proxmox: ${describeError(e)}\n`);
     process.exitCode = e instanceof UsageError ? 2 : 1;
   }
@@ -25,7 +27,13 @@ export function registerFleet(program: Command): void {
     .option('--config <file>', 'ProviderConfig to check site and ProviderConfig references against')
     .addOption(output())
     .action((o: { filename: string[]; config?: string; output: 'table' }) =>
-      run(() => validateCommand({ files: o.filename, ...(o.config ? { config: o.config } : {}), output: o.output })),
+      run(async () =>
+        (await fleet()).validateCommand({
+          files: o.filename,
+          ...(o.config ? { config: o.config } : {}),
+          output: o.output,
+        }),
+      ),
     );
 
   program
@@ -37,7 +45,9 @@ export function registerFleet(program: Command): void {
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .addOption(output())
     .action((o: { filename: string[]; config?: string; output: 'table' }) =>
-      run(() => planCommand({ files: o.filename, ...(o.config ? { config: o.config } : {}), output: o.output })),
+      run(async () =>
+        (await fleet()).planCommand({ files: o.filename, ...(o.config ? { config: o.config } : {}), output: o.output }),
+      ),
     );
 
   program
@@ -60,8 +70,8 @@ export function registerFleet(program: Command): void {
         includeHalfCreated?: boolean;
         output: 'table';
       }) =>
-        run(() =>
-          gcCommand({
+        run(async () =>
+          (await fleet()).gcCommand({
             ...(o.config ? { config: o.config } : {}),
             state: o.state,
             delete: Boolean(o.delete),

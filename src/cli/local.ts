@@ -1,14 +1,9 @@
 /** `apply`, `delete`, `status`, `demo`: commander wiring for src/local/commands.ts. */
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import {
-  applyCommand,
-  DEFAULT_STATE,
-  deleteCommand,
-  demoCommand,
-  describeError,
-  statusCommand,
-  UsageError,
-} from '../local/commands.ts';
+
+const DEFAULT_STATE = '.provider-proxmox/state.json';
+/** Loaded on use, so that every command starts fast. */
+const local = () => import('../local/commands.ts');
 
 function positive(v: string): number {
   const n = Number(v);
@@ -26,6 +21,7 @@ async function run(fn: () => Promise<number> | number): Promise<void> {
   try {
     process.exitCode = await fn();
   } catch (e) {
+    const { describeError, UsageError } = await local();
     process.stderr.write(`provider-proxmox: ${describeError(e)}\n`);
     process.exitCode = e instanceof UsageError ? 2 : 1;
   }
@@ -98,8 +94,8 @@ Example:
         dryRun?: boolean;
         taskPoll?: number;
       }) =>
-        run(() =>
-          applyCommand({
+        run(async () =>
+          (await local()).applyCommand({
             files: o.filename,
             ...(o.fleet ? { fleet: o.fleet } : {}),
             noWait: !o.wait,
@@ -134,8 +130,8 @@ Example:
         quiet?: boolean;
         taskPoll?: number;
       }) =>
-        run(() =>
-          deleteCommand({
+        run(async () =>
+          (await local()).deleteCommand({
             files: o.filename,
             ...(o.config ? { config: o.config } : {}),
             state: o.state,
@@ -151,7 +147,24 @@ Example:
     .description('Show the VMs of a state file: name, phase, site, node, VMID, state, IP, ready, synced, age, message.')
     .option('--state <file>', 'state file', DEFAULT_STATE)
     .addOption(output())
-    .action((o: { state: string; output: 'table' }) => run(() => statusCommand({ state: o.state, output: o.output })));
+    .option(
+      '-w, --watch',
+      'redraw until Ctrl-C: in place on a terminal, otherwise printed again when something changes (JSON: one line per change)',
+    )
+    .addOption(
+      new Option('--interval <duration>', 'with --watch: how often the state file is read')
+        .argParser(duration)
+        .default(2000, '2s'),
+    )
+    .action((o: { state: string; output: 'table'; watch?: boolean; interval: number }) =>
+      run(async () =>
+        (await local()).statusCommand({
+          state: o.state,
+          output: o.output,
+          ...(o.watch ? { watch: true, intervalMs: o.interval } : {}),
+        }),
+      ),
+    );
 
   program
     .command('demo')
@@ -168,6 +181,6 @@ Example:
       new URL('../../examples/production', import.meta.url).pathname,
     ])
     .action((o: { speed: number; filename: string[]; profile: '8.4' }) =>
-      run(() => demoCommand({ speed: o.speed, files: o.filename, profile: o.profile })),
+      run(async () => (await local()).demoCommand({ speed: o.speed, files: o.filename, profile: o.profile })),
     );
 }

@@ -2,11 +2,8 @@
 import { randomUUID } from 'node:crypto';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { parseTokenArg, startSimulator } from '../sim/index.ts';
-import { loadState, saveState } from '../sim/persist.ts';
 import { PROFILE_NAMES } from '../sim/profiles.ts';
-import { providerConfigYaml } from '../sim/provider-config.ts';
-import { defaultTopology, loadTopologyFile } from '../sim/topology.ts';
+import { parseTokenArg } from '../sim/token-arg.ts';
 
 function speedArg(v: string): number {
   const n = Number(v);
@@ -62,6 +59,10 @@ Examples:
         state?: string;
         printConfig?: string;
       }) => {
+        const { startSimulator } = await import('../sim/index.ts');
+        const { loadState, saveState } = await import('../sim/persist.ts');
+        const { providerConfigYaml } = await import('../sim/provider-config.ts');
+        const { defaultTopology, loadTopologyFile } = await import('../sim/topology.ts');
         const topology = o.topology ? loadTopologyFile(o.topology) : defaultTopology();
         const tokens = o.token ?? [`root@pam!provider=${randomUUID()}`];
         const sim = await startSimulator({

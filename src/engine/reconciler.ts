@@ -176,7 +176,10 @@ export class ManagedReconciler<R extends Managed = Managed> {
 
   private async reconcileOnce(key: string): Promise<ReconcileResult> {
     const found = await this.store.get(key);
-    if (!found) return { kind: 'done' };
+    if (!found) {
+      this.createFailures.delete(key);
+      return { kind: 'done' };
+    }
     const r = structuredClone(found);
     const before = JSON.stringify(r.status ?? {});
     const now = this.o.now();
@@ -212,6 +215,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // 4. Deleting without permission to delete: orphan the external resource.
     if (deleting && !deleteAllowed) {
       await this.hook('orphan', key);
+      this.createFailures.delete(key);
       if (hasFinalizer(r)) {
         removeFinalizer(r);
         await this.writeMeta(r);

@@ -125,7 +125,10 @@ export async function gcCommand(args: {
     result = found.map(
       (f) => done.find((d) => same(d, f)) ?? { ...f, action: 'kept: its resource exists (--include-half-created)' },
     );
-    emit(args.out, render(result, args.output ?? 'table', () => formatGc(result)));
+    emit(
+      args.out,
+      render(result, args.output ?? 'table', () => formatGc(result)),
+    );
     return done.some((f) => f.action !== 'deleted') ? 1 : 0;
   }
   emit(

@@ -10,7 +10,7 @@ import { GROUP, VERSION } from '../api/proxmoxvm.ts';
 import type { ProxmoxVMScaleSet } from '../api/scaleset.ts';
 import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler } from '../engine/reconciler.ts';
-import type { Connector } from '../engine/types.ts';
+import { type Connector, ReasonedError } from '../engine/types.ts';
 import { WorkQueue } from '../engine/workqueue.ts';
 import { collect, scanSite } from '../fleet/gc.ts';
 import { Metrics } from '../observability/metrics.ts';
@@ -71,6 +71,8 @@ export class ProviderController {
   readonly store: KubeStore<ProxmoxVM>;
   readonly connector: VmConnector;
   readonly usage: UsageTracker;
+  /** One source for the connector, the scale sets and the orphan scan: it caches configs and their Secrets. */
+  private readonly configSource: KubeConfigSource;
   private controller: Controller<ProxmoxVM> | undefined;
   private elector: LeaderElector | undefined;
   private health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
@@ -102,8 +104,10 @@ export class ProviderController {
       recorder,
     );
     this.usage = new UsageTracker(this.api);
-    this.connector = new VmConnector(new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never), {
+    this.configSource = new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never);
+    this.connector = new VmConnector(this.configSource, {
       ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
+      siteTtlMs: Math.min(10_000, Math.max(100, (o.pollIntervalMs ?? 60_000) / 2)),
       clientHooks: {
         onRequest: (e) => {
           this.metrics.pveRequests.inc({ site: e.site, method: e.method, path: e.path, class: e.errorKind ?? 'ok' });
@@ -127,7 +131,8 @@ export class ProviderController {
       },
     };
     const host = o.healthHost ? { host: o.healthHost } : {};
-    if (o.healthPort !== undefined) this.health = await startHealthServer({ port: o.healthPort, ...host, metrics: this.metrics, checks });
+    if (o.healthPort !== undefined)
+      this.health = await startHealthServer({ port: o.healthPort, ...host, metrics: this.metrics, checks });
     if (o.metricsPort !== undefined && o.metricsPort !== o.healthPort) {
       this.metricsServer = await startHealthServer({ port: o.metricsPort, ...host, metrics: this.metrics, checks });
     }
@@ -176,7 +181,16 @@ export class ProviderController {
       ...(o.taskPollMs !== undefined ? { shortWaitMs: o.taskPollMs } : {}),
       ...(o.createFailureScheduleMs ? { createFailureScheduleMs: o.createFailureScheduleMs } : {}),
       publishConnection: (r, details) => publishConnectionSecret(this.api, r, details),
+      // Creates by outcome: ok = Proxmox accepted the create; failed = it refused it, or its task failed.
+      hooks: {
+        at: (step) => {
+          if (step === 'create-issued') this.metrics.creates.inc({ outcome: 'ok' });
+          else if (step === 'create-failed') this.metrics.creates.inc({ outcome: 'failed' });
+        },
+      },
       onResult: (_key, result, ms) => {
+        if (result.kind === 'rateLimited' && result.error instanceof ReasonedError && result.error.createFailure)
+          this.metrics.creates.inc({ outcome: 'failed' });
         this.metrics.reconciles.inc({
           kind: 'ProxmoxVM',
           result: result.kind === 'rateLimited' ? 'error' : result.kind === 'done' ? 'done' : 'requeue',
@@ -242,6 +256,18 @@ export class ProviderController {
   }
 
   private async syncProviderConfigs(): Promise<void> {
+    // Usages of resources that are gone (deleted while no replica was leading, or with no garbage
+    // collector in the cluster) would block their ProviderConfig's deletion for good.
+    if (this.vms.hasSynced) {
+      const live = new Set([...this.vms.cache.values()].map((v) => v.metadata.uid));
+      for (const u of this.usages.cache.values()) {
+        const ref = (u as { resourceRef?: { kind?: string; uid?: string } }).resourceRef;
+        if (ref?.kind !== 'ProxmoxVM' || !ref.uid || live.has(ref.uid)) continue;
+        await this.usage
+          .release({ metadata: { uid: ref.uid, ...(u.metadata.namespace ? { namespace: u.metadata.namespace } : {}) } })
+          .catch((e) => this.o.log?.('warn', 'cannot delete usage', { error: String(e) }));
+      }
+    }
     const usages = [...this.usages.cache.values()] as Array<{
       providerConfigRef?: { kind?: string; name?: string };
       metadata: { namespace?: string };
@@ -305,7 +331,7 @@ export class ProviderController {
     let nodes: string[] = [];
     try {
       const t = set.spec.template.spec;
-      const loaded = await new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never).get(
+      const loaded = await this.configSource.get(
         t.providerConfigRef ?? { kind: 'ClusterProviderConfig', name: 'default' },
         ns,
       );
@@ -369,7 +395,7 @@ export class ProviderController {
   /** VMs with our marker and no ProxmoxVM: metric, event on the ProviderConfig, log; deleted only if configured. */
   async orphanScan(): Promise<void> {
     const known = new Set([...this.vms.cache.values()].map((v) => v.metadata.uid));
-    const source = new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never);
+    const source = this.configSource;
     const recorder = new EventRecorder(this.api);
     for (const [kind, inf] of [
       ['ProviderConfig', this.pcs],

@@ -31,7 +31,18 @@ export class KubeConfigSource implements ProviderConfigSource {
   private readonly api: KubeApi;
   private readonly pcs: Informer<PcObject>;
   private readonly cpcs: Informer<PcObject>;
-  private readonly cache = new Map<string, { version: string; loaded: LoadedProviderConfig; at: number }>();
+  /**
+   * Per config: the object returned last, the resourceVersion it was read at, and the fingerprint of
+   * what it is made of (spec + credentials). The connector keeps a site's client, VMID reservations
+   * and concurrency slots for as long as it gets the same object, so a new object is returned only
+   * when the spec or the credentials changed: not for a status or finalizer write (which changes the
+   * resourceVersion), and not once per concurrent caller.
+   */
+  private readonly cache = new Map<
+    string,
+    { rv: string; fingerprint: string; loaded: LoadedProviderConfig; at: number }
+  >();
+  private readonly inflight = new Map<string, Promise<LoadedProviderConfig>>();
   /** How long credentials read from a Secret are reused (rotation is picked up after this). */
   secretTtlMs = 30_000;
 
@@ -48,8 +59,18 @@ export class KubeConfigSource implements ProviderConfigSource {
     if (!obj) throw new Error(`${kind} ${key} not found`);
     const cacheKey = `${kind}/${key}`;
     const cached = this.cache.get(cacheKey);
-    if (cached && cached.version === obj.metadata.resourceVersion && Date.now() - cached.at < this.secretTtlMs)
+    if (cached && cached.rv === obj.metadata.resourceVersion && Date.now() - cached.at < this.secretTtlMs)
       return cached.loaded;
+    // One load at a time per config: concurrent reconciles share it (and its result).
+    let p = this.inflight.get(cacheKey);
+    if (!p) {
+      p = this.load(kind, key, cacheKey, obj).finally(() => this.inflight.delete(cacheKey));
+      this.inflight.set(cacheKey, p);
+    }
+    return p;
+  }
+
+  private async load(kind: string, key: string, cacheKey: string, obj: PcObject): Promise<LoadedProviderConfig> {
     const config = structuredClone(obj) as ProviderConfig;
     const errors = [...Value.Errors(ProviderConfigSchema, config)].slice(0, 5);
     if (errors.length)
@@ -63,9 +84,12 @@ export class KubeConfigSource implements ProviderConfigSource {
     for (const r of refs) {
       // A namespaced ProviderConfig reads Secrets of its own namespace only.
       if (kind === 'ProviderConfig' && r.namespace && r.namespace !== obj.metadata.namespace) {
-        throw new Error(`${kind} ${key}: Secret ${r.namespace}/${r.name} is in another namespace; a ProviderConfig may only use Secrets of its own namespace (use a ClusterProviderConfig)`);
+        throw new Error(
+          `${kind} ${key}: Secret ${r.namespace}/${r.name} is in another namespace; a ProviderConfig may only use Secrets of its own namespace (use a ClusterProviderConfig)`,
+        );
       }
-      const ns = kind === 'ProviderConfig' ? (obj.metadata.namespace ?? 'default') : (r.namespace ?? 'crossplane-system');
+      const ns =
+        kind === 'ProviderConfig' ? (obj.metadata.namespace ?? 'default') : (r.namespace ?? 'crossplane-system');
       try {
         const s = await this.api.request<SecretObject>('GET', `/api/v1/namespaces/${ns}/secrets/${r.name}`);
         const data: Record<string, string> = {};
@@ -83,14 +107,16 @@ export class KubeConfigSource implements ProviderConfigSource {
         throw e;
       }
     }
-    // Reuse the previous object when nothing changed, so clients and caches survive.
-    const fingerprint = JSON.stringify([obj.metadata.resourceVersion, [...secrets.values()].map((s) => s.data)]);
-    if (cached && cached.version === fingerprint) {
+    const rv = obj.metadata.resourceVersion ?? '';
+    const fingerprint = JSON.stringify([config.spec, [...secrets.values()].map((s) => s.data)]);
+    const cached = this.cache.get(cacheKey);
+    if (cached && cached.fingerprint === fingerprint) {
+      cached.rv = rv;
       cached.at = Date.now();
       return cached.loaded;
     }
     const loaded: LoadedProviderConfig = { file: `${kind} ${key}`, config, secrets, lineOf: () => undefined };
-    this.cache.set(cacheKey, { version: fingerprint, loaded, at: Date.now() });
+    this.cache.set(cacheKey, { rv, fingerprint, loaded, at: Date.now() });
     return loaded;
   }
 }
@@ -99,6 +125,12 @@ export class KubeConfigSource implements ProviderConfigSource {
 export class UsageTracker {
   private readonly api: KubeApi;
   private readonly known = new Map<string, string>();
+  /**
+   * Resources whose usage was released (they were deleted; UIDs are never reused): a reconcile still
+   * in flight when the resource went must not create its usage again, which would block deleting
+   * the ProviderConfig for good.
+   */
+  private readonly released = new Set<string>();
   constructor(api: KubeApi) {
     this.api = api;
   }
@@ -114,7 +146,7 @@ export class UsageTracker {
       name: r.spec.providerConfigRef?.name ?? 'default',
     };
     const want = `${ref.kind}/${ref.name}`;
-    if (this.known.get(r.metadata.uid) === want) return;
+    if (this.known.get(r.metadata.uid) === want || this.released.has(r.metadata.uid)) return;
     const kind = 'ProviderConfigUsage';
     const body = {
       apiVersion: `${GROUP}/${VERSION}`,
@@ -139,12 +171,20 @@ export class UsageTracker {
         body: { ...body, metadata: { ...body.metadata, resourceVersion: cur.metadata.resourceVersion } },
       });
     }
+    // Released while the write was in flight: undo it.
+    if (this.released.has(r.metadata.uid)) return this.remove(r);
     this.known.set(r.metadata.uid, want);
   }
 
   /** The resource is gone: so is its usage (there may be no garbage collector to do it). */
   async release(r: { metadata: { uid: string; namespace?: string } }): Promise<void> {
     this.known.delete(r.metadata.uid);
+    this.released.add(r.metadata.uid);
+    if (this.released.size > 10_000) this.released.delete(this.released.values().next().value!);
+    await this.remove(r);
+  }
+
+  private async remove(r: { metadata: { uid: string; namespace?: string } }): Promise<void> {
     try {
       await this.api.request(
         'DELETE',

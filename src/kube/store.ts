@@ -95,6 +95,17 @@ export class EventRecorder {
   }
 }
 
+/**
+ * Whether resourceVersion `a` is newer than `b`. Resource versions are opaque to clients, but the
+ * apiserver (etcd3) issues them as increasing integers; anything else is taken as newer.
+ */
+export function newerVersion(a: string | undefined, b: string | undefined): boolean {
+  if (!b) return true;
+  if (!a) return false;
+  if (!/^\d+$/.test(a) || !/^\d+$/.test(b)) return true;
+  return BigInt(a) > BigInt(b);
+}
+
 export class KubeStore<R extends Managed> implements ResourceStore<R> {
   private readonly api: KubeApi;
   readonly informer: Informer<R>;
@@ -147,14 +158,32 @@ export class KubeStore<R extends Managed> implements ResourceStore<R> {
     const body = structuredClone(r) as R & { status?: unknown };
     delete body.status;
     const stored = await this.api.request<R>('PUT', this.path(r), { body });
-    this.informer.cache.set(keyOf(stored), stored as R);
+    this.remember(stored);
     return stored;
   }
 
   async updateStatus(r: R): Promise<R> {
     const stored = await this.api.request<R>('PUT', this.path(r, '/status'), { body: r });
-    this.informer.cache.set(keyOf(stored), stored as R);
+    this.remember(stored);
     return stored;
+  }
+
+  /**
+   * Put a write's result into the cache (the next reconcile then reads what it wrote, not an older
+   * copy that would only conflict), unless the watch already delivered something newer, or the write
+   * removed the last finalizer of a deleted object: the apiserver deleted it, and caching the answer
+   * would resurrect it (its DELETED event may already have been processed). An object no longer in
+   * the cache was deleted meanwhile: it stays out.
+   */
+  private remember(stored: R): void {
+    const key = keyOf(stored);
+    if (stored.metadata.deletionTimestamp && !stored.metadata.finalizers?.length) {
+      this.informer.cache.delete(key);
+      return;
+    }
+    const cur = this.informer.cache.get(key);
+    if (cur && newerVersion(stored.metadata.resourceVersion, cur.metadata.resourceVersion))
+      this.informer.cache.set(key, stored);
   }
 
   event(r: R, type: 'Normal' | 'Warning', reason: string, message: string): void {

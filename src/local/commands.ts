@@ -9,8 +9,9 @@ import {
   parseProviderConfig,
 } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { keyOf } from '../engine/resource.ts';
 import {
+  comparePhases,
+  DEFAULT_PHASE,
   loadFleetFile,
   nextAdmissions,
   PHASE_ANNOTATION,
@@ -22,8 +23,8 @@ import {
 import { startSimulator } from '../sim/index.ts';
 import { providerConfigYaml } from '../sim/provider-config.ts';
 import { formatProblem, loadManifests, ManifestError } from './manifests.ts';
-import { formatRows, Progress, table } from './render.ts';
-import { LocalRuntime, rowOf } from './runtime.ts';
+import { formatRows, Progress, STATUS_COLUMNS, table } from './render.ts';
+import { LocalRuntime, type Row, rowOf } from './runtime.ts';
 import { FileStore } from './store.ts';
 
 export const DEFAULT_STATE = '.provider-proxmox/state.json';
@@ -140,6 +141,9 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     rt.applyManifests(keys.filter((k) => rt.store.getSync(k)).map((k) => byKey.get(k)!));
     const started = Date.now();
     let blocked: string | undefined;
+    let lastPhaseLine = '';
+    const out = args.out ?? process.stdout;
+    const tty = Boolean(out.isTTY) && process.env.TERM !== 'dumb';
     const res = await rt.runUntil({
       timeoutMs: args.timeoutMs ?? 30 * 60_000,
       signal: abort.signal,
@@ -154,9 +158,14 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
           const phases = plan.phases
             .map((p) => `${p.name}:${p.members.filter((m) => rt.stateOf(m) === 'ready').length}/${p.members.length}`)
             .join(' ');
+          // Not a terminal: the per-VM lines, and a line whenever the phases move on (when there are phases).
+          const phaseLine = `phases ${phases}${blocked ? ` — waiting: ${blocked}` : ''}`;
+          if (!tty && plan.phases.length > 1 && phaseLine !== lastPhaseLine)
+            write(args.out, `[${((Date.now() - started) / 1000).toFixed(1).padStart(6)}s] ${phaseLine}`);
+          lastPhaseLine = phaseLine;
           progress.update(
             rows,
-            `${args.header ?? 'Applying'} ${keys.length} VMs, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) phases ${phases}${blocked ? ` — waiting: ${blocked}` : ''}`,
+            `${args.header ?? 'Applying'} ${keys.length} VMs, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) ${phaseLine}`,
           );
         }
         const states = keys.map((k) => rt.stateOf(k));
@@ -259,28 +268,102 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
   }
 }
 
-/** The table, from the state file (read-only; works while apply runs). */
-export function statusCommand(args: {
+export interface StatusArgs {
   state?: string;
   output?: 'table' | 'json' | 'yaml';
   out?: NodeJS.WriteStream;
-}): number {
-  const file = args.state ?? DEFAULT_STATE;
+  /** Redraw every `intervalMs` until SIGINT/SIGTERM (or `signal`). */
+  watch?: boolean;
+  intervalMs?: number;
+  signal?: AbortSignal;
+}
+
+/** The rows of a state file, or why there are none (missing, unreadable). */
+function readStatus(file: string): { rows: Row[] } | { missing: string } {
   let data: { objects?: ProxmoxVM[] };
   try {
     data = JSON.parse(readFileSync(file, 'utf8'));
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-      write(args.out, `no state file at ${file}: nothing has been applied from here (use --state FILE)`);
-      return 0;
-    }
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
+      return { missing: `no state file at ${file}: nothing has been applied from here (use --state FILE)` };
     throw new Error(`${file}: unreadable state file (${(e as Error).message})`);
   }
   const now = Date.now();
   const rows = (data.objects ?? [])
     .map((o) => rowOf(o, now))
-    .sort((a, b) => (a.phase ?? '').localeCompare(b.phase ?? '') || a.key.localeCompare(b.key));
-  write(args.out, formatRows(rows, args.output ?? 'table'));
+    .sort((a, b) => comparePhases(a.phase ?? DEFAULT_PHASE, b.phase ?? DEFAULT_PHASE) || a.key.localeCompare(b.key));
+  return { rows };
+}
+
+/** The table, from the state file (read-only; works while apply runs). With `watch`: until a signal. */
+export function statusCommand(args: StatusArgs): number | Promise<number> {
+  if (args.watch) return watchStatus(args);
+  const r = readStatus(args.state ?? DEFAULT_STATE);
+  write(args.out, 'missing' in r ? r.missing : formatRows(r.rows, args.output ?? 'table'));
+  return 0;
+}
+
+/**
+ * `status --watch`: the table every `intervalMs` (2 s) until SIGINT/SIGTERM. On a terminal it is
+ * redrawn in place (like watch(1)); otherwise it is printed again only when something other than
+ * the AGE column changed (JSON: one line per change; YAML: one document per change).
+ */
+async function watchStatus(args: StatusArgs): Promise<number> {
+  const out = args.out ?? process.stdout;
+  const file = args.state ?? DEFAULT_STATE;
+  const output = args.output ?? 'table';
+  const interval = args.intervalMs ?? 2000;
+  const tty = Boolean(out.isTTY) && process.env.TERM !== 'dumb' && output === 'table';
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  if (args.signal?.aborted) stop.abort();
+  args.signal?.addEventListener('abort', onSignal, { once: true });
+  let last: string | undefined;
+  try {
+    while (!stop.signal.aborted) {
+      let r: ReturnType<typeof readStatus>;
+      try {
+        r = readStatus(file);
+      } catch (e) {
+        r = { missing: (e as Error).message };
+      }
+      // What counts as a change: everything but the age, which changes every second.
+      const key = 'missing' in r ? r.missing : JSON.stringify(r.rows.map(({ age: _age, ...rest }) => rest));
+      if (tty) {
+        const body =
+          'missing' in r
+            ? r.missing
+            : r.rows.length
+              ? table(r.rows, STATUS_COLUMNS, out.columns ?? 160)
+              : 'No resources.';
+        const head = `Every ${interval / 1000}s: ${file}  ${new Date().toISOString().replace(/\.\d+Z$/, 'Z')}  (Ctrl-C to stop)`;
+        out.write(`\x1b[H\x1b[2J${head}\n\n${body}\n`);
+      } else if (key !== last) {
+        if ('missing' in r) out.write(`${r.missing}\n`);
+        else if (output === 'json') out.write(`${JSON.stringify(r.rows)}\n`);
+        else if (output === 'yaml') out.write(`---\n${formatRows(r.rows, 'yaml')}`);
+        else out.write(`${last === undefined ? '' : '\n'}${formatRows(r.rows, 'table')}\n`);
+      }
+      last = key;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, interval);
+        stop.signal.addEventListener(
+          'abort',
+          () => {
+            clearTimeout(t);
+            resolve();
+          },
+          { once: true },
+        );
+      });
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    args.signal?.removeEventListener('abort', onSignal);
+  }
   return 0;
 }
 

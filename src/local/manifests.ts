@@ -204,7 +204,10 @@ const FOR_PROVIDER_KEYS = Object.keys(ForProviderSchema.properties);
 function schemaAt(schemaPath: string): Record<string, unknown> | undefined {
   let s: unknown = ProxmoxVMSpecSchema;
   for (const seg of schemaPath.replace(/^#/, '').split('/').filter(Boolean)) {
-    s = s && typeof s === 'object' ? (s as Record<string, unknown>)[seg.replace(/~1/g, '/').replace(/~0/g, '~')] : undefined;
+    s =
+      s && typeof s === 'object'
+        ? (s as Record<string, unknown>)[seg.replace(/~1/g, '/').replace(/~0/g, '~')]
+        : undefined;
   }
   return s && typeof s === 'object' ? (s as Record<string, unknown>) : undefined;
 }

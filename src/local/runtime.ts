@@ -9,6 +9,7 @@ import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
 import { getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
+import { comparePhases } from '../fleet/phases.ts';
 import { type ProviderConfigSource, VmConnector } from '../vm/connector.ts';
 import { FileStore, MemoryStore } from './store.ts';
 
@@ -146,6 +147,8 @@ export class LocalRuntime {
       this.store = fs;
     } else this.store = new MemoryStore<ProxmoxVM>();
     this.connector = new VmConnector(new FileConfigSource(opts.config), {
+      // /cluster/resources refreshes every 10 s in PVE (pvestatd): no point in reading it more often.
+      siteTtlMs: Math.min(10_000, Math.max(100, (opts.pollIntervalMs ?? 60_000) / 2)),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.taskPollMs !== undefined ? { taskPollMs: opts.taskPollMs } : {}),
       ...(opts.agentPollMs !== undefined ? { agentPollMs: opts.agentPollMs } : {}),
@@ -186,7 +189,7 @@ export class LocalRuntime {
     return this.store
       .listSync()
       .map((r) => rowOf(r, now))
-      .sort((a, b) => (a.phase ?? '').localeCompare(b.phase ?? '') || a.key.localeCompare(b.key));
+      .sort((a, b) => comparePhases(a.phase ?? '', b.phase ?? '') || a.key.localeCompare(b.key));
   }
 
   /** Where a resource stands, for rollout gates. */

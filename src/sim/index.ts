@@ -21,6 +21,10 @@ import { TaskRunner } from './tasks.ts';
 import { defaultTopology, type Topology } from './topology.ts';
 
 export { ClusterState } from './state.ts';
+export { parseTokenArg } from './token-arg.ts';
+
+import { parseTokenArg } from './token-arg.ts';
+
 export type { FaultSpec, Profile, Topology };
 
 export const ROUTES: Route[] = [...accessRoutes, ...clusterRoutes, ...nodeRoutes, ...taskRoutes, ...qemuRoutes];
@@ -189,12 +193,6 @@ export class Simulator {
   async close(): Promise<void> {
     await Promise.all(this.clusters.map((c) => c.close()));
   }
-}
-
-export function parseTokenArg(arg: string): { userid: string; tokenid: string; secret: string } {
-  const m = /^([^!\s]+@[^!\s]+)!([A-Za-z][A-Za-z0-9._-]*)=(\S+)$/.exec(arg);
-  if (!m) throw new Error(`invalid --token '${arg.replace(/=.*/, '=…')}': expected USER@REALM!TOKENID=SECRET`);
-  return { userid: m[1]!, tokenid: m[2]!, secret: m[3]! };
 }
 
 async function makeCertificate(): Promise<{ key: string; cert: string; fingerprint: string }> {

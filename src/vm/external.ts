@@ -88,7 +88,7 @@ export class SiteContext {
   activeTasks(node: string): Promise<Set<string>> {
     const t = this.now();
     const c = this.active.get(node);
-    if (c && t - c.at < this.ttlMs) return c.data;
+    if (c && t - c.at < Math.min(this.ttlMs, 1000)) return c.data;
     const data = this.client.activeTasks(node).then((l) => new Set(l.map((x) => x.upid)));
     this.active.set(node, { at: t, data });
     data.catch(() => this.active.delete(node));
@@ -238,7 +238,8 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       }
     }
 
-    let found = await this.locate(vmid, true);
+    // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
+    let found = await this.locate(vmid, false);
     if (!found && createIncomplete(r) && !observeOnly) {
       // A create may have happened whose result was never recorded: find our VM by its marker.
       const byMarker = await this.findByMarker(r);
@@ -381,7 +382,8 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     const a = atp(r);
     return {
       connectionDetails: {
-        endpoint: this.c.site,
+        // The Proxmox VE API of the site (what a consumer of the Secret connects to), not its name.
+        endpoint: this.c.transport.endpoints[0] ?? this.c.site,
         node: found.node,
         vmid: String(found.vmid),
         ...(a.ipAddresses?.length ? { ipAddresses: a.ipAddresses.join(','), ip: a.ipAddresses[0]! } : {}),
@@ -723,7 +725,8 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
         this.site.invalidate();
         const found = await this.locate(vmid, true);
         const cfg = found ? await this.c.vmConfig(found.node, vmid).catch(() => undefined) : undefined;
-        if (cfg && markerUid(cfg.values.description) === r.metadata.uid) return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
+        if (cfg && markerUid(cfg.values.description) === r.metadata.uid)
+          return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
         if (!r.spec.forProvider.vmid) {
           // We picked this VMID and someone else took it first (the nextid race): pick another.
           setAnnotation(r, 'crossplane.io/external-name', undefined);

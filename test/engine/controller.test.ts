@@ -196,6 +196,42 @@ describe('Controller', () => {
     await c.stop();
   });
 
+  it('a progress requeue (work in flight) keeps the backoff: a task failing again waits longer each time', async () => {
+    const clock = new FakeClock();
+    const store = withVMs(1);
+    const rec = new ScriptedResults();
+    const key = 'default/vm0';
+    rec.script.set(key, [
+      { kind: 'rateLimited', error: new Error('task failed') },
+      { kind: 'requeueAfter', ms: 10, progress: true },
+      { kind: 'rateLimited', error: new Error('task failed') },
+      { kind: 'requeueAfter', ms: 10 },
+      { kind: 'rateLimited', error: new Error('task failed') },
+    ]);
+    const seen: number[] = [];
+    const c = new Controller(store, asReconciler(rec), {
+      clock,
+      random: () => 0.5,
+      onResult: (_k, _r, failures) => seen.push(failures),
+    });
+    await c.start();
+    await flush();
+    clock.advance(1000); // 1st failure: 1 s
+    await flush();
+    clock.advance(10); // progress: the backoff is kept
+    await flush();
+    clock.advance(1999);
+    await flush();
+    assert.equal(rec.calls.length, 3, '2nd failure: 2 s, not 1 s');
+    clock.advance(1);
+    await flush();
+    assert.equal(rec.calls.length, 4);
+    clock.advance(10); // a plain requeue (success): forgotten, the next failure starts at 1 s again
+    await flush();
+    assert.deepEqual(seen, [1, 1, 2, 0, 1]);
+    await c.stop();
+  });
+
   it('a throwing reconciler does not kill its worker; the key backs off', async () => {
     const clock = new FakeClock();
     const store = withVMs(3);

@@ -209,6 +209,20 @@ describe('ManagedReconciler: create', () => {
     assert.equal(env.sys.objects.size, 0);
   });
 
+  it('the n-th failed create in a row waits the n-th step of the create schedule', async () => {
+    const env = setup();
+    env.store.apply(testVM('vm1'));
+    const steps: Array<number[] | undefined> = [];
+    for (let i = 0; i < 6; i++) {
+      env.sys.failNext.create = new ReasonedError('CreateFailed', 'task failed');
+      const r = await env.rec.reconcile(KEY);
+      assert.equal(r.kind, 'rateLimited');
+      steps.push((r as { schedule?: number[] }).schedule);
+      env.advance(700_000);
+    }
+    assert.deepEqual(steps, [[30_000], [60_000], [120_000], [300_000], [600_000], [600_000]]);
+  });
+
   it('a retryable create failure uses the normal backoff, a plain error says ReconcileError', async () => {
     const env = setup();
     env.sys.failNext.create = new ReasonedError(

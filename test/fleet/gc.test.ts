@@ -20,7 +20,7 @@ import { applyCommand, UsageError } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { cli } from '../helpers/cli.ts';
-import { raw, ROOT_PASSWORD, startTestSim, waitTask } from '../helpers/sim.ts';
+import { ROOT_PASSWORD, raw, startTestSim, waitTask } from '../helpers/sim.ts';
 
 function capture(): { out: NodeJS.WriteStream; text: () => string } {
   let buf = '';
@@ -43,7 +43,11 @@ describe('gc', () => {
   const orphanUid = randomUUID();
 
   /** Create a VM straight through the API (as a crashed provider, a person or another tool would). */
-  async function plant(vmid: number, name: string, opts: { description?: string; tags?: string; lock?: 'create' } = {}) {
+  async function plant(
+    vmid: number,
+    name: string,
+    opts: { description?: string; tags?: string; lock?: 'create' } = {},
+  ) {
     const c = sim.cluster('site-1');
     const r = await raw(c.url, 'POST', '/nodes/ml110-01/qemu', {
       form: {
@@ -137,7 +141,10 @@ describe('gc', () => {
     const lines = t.text().trimEnd().split('\n');
     assert.match(lines[0]!, /^SITE\s+NODE\s+VMID\s+NAME\s+KIND\s+OWNER\s+STATUS\s+LOCK\s+DETAIL$/);
     assert.match(lines[1]!, /^site-1\s+ml110-01\s+700\s+gc-orphan\s+orphan\s+default\/gone\s+stopped\s+marker uid /);
-    assert.match(lines[2]!, /^site-1\s+ml110-01\s+701\s+gc-half\s+half-created\s+default\/gc-keep\s+\S+\s+create\s+locked 'create'/);
+    assert.match(
+      lines[2]!,
+      /^site-1\s+ml110-01\s+701\s+gc-half\s+half-created\s+default\/gc-keep\s+\S+\s+create\s+locked 'create'/,
+    );
     assert.equal(lines.length, 3);
     assert.doesNotMatch(t.text(), /foreign|^\S+\s+\S+\s+\d+\s+gc-keep\s/m);
   });
@@ -183,7 +190,15 @@ describe('gc', () => {
     );
     const r = capture();
     assert.equal(
-      await gcCommand({ config: rootConfig, state, delete: true, yes: true, includeHalfCreated: true, output: 'json', out: r.out }),
+      await gcCommand({
+        config: rootConfig,
+        state,
+        delete: true,
+        yes: true,
+        includeHalfCreated: true,
+        output: 'json',
+        out: r.out,
+      }),
       0,
       r.text(),
     );
@@ -201,7 +216,8 @@ describe('gc', () => {
   it('without a state file gc refuses (it cannot know what exists): exit 2', async () => {
     await assert.rejects(
       gcCommand({ config, state: join(dir, 'missing.json') }),
-      (e: Error) => e instanceof UsageError && /reads them from the state file: .*missing\.json: no such file/.test(e.message),
+      (e: Error) =>
+        e instanceof UsageError && /reads them from the state file: .*missing\.json: no such file/.test(e.message),
     );
   });
 });

@@ -196,8 +196,7 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
     assert.notDeepEqual(real('ml110-01'), seedMl);
     assert.notDeepEqual(real('r630-01'), seedR6);
     // Only the VM count of ml110-01 is right: 2x, 2x and 2.3x too low for CPU, memory, disk.
-    const wrong = (a: Record<string, number>, b: Record<string, number>) =>
-      Object.keys(a).filter((k) => a[k] !== b[k]);
+    const wrong = (a: Record<string, number>, b: Record<string, number>) => Object.keys(a).filter((k) => a[k] !== b[k]);
     assert.deepEqual(wrong(real('ml110-01'), seedMl), ['cpus', 'memoryGiB', 'diskGiB']);
     assert.deepEqual(wrong(real('r630-01'), seedR6), ['vms', 'cpus', 'memoryGiB', 'diskGiB']);
     // The seed's 21 leaves out the three files it could not read (medium-vm, large-vm, blockscout:
@@ -210,14 +209,8 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
       r6.reduce((a, v) => a + v.cpus, 0),
       60,
     );
-    assert.equal(
-      r6.reduce((a, v) => a + v.memory, 0) / GiB,
-      216,
-    );
-    assert.equal(
-      r6.reduce((a, v) => a + v.disk, 0) / GiB,
-      2570,
-    );
+    assert.equal(r6.reduce((a, v) => a + v.memory, 0) / GiB, 216);
+    assert.equal(r6.reduce((a, v) => a + v.disk, 0) / GiB, 2570);
     // Its "30 VMs" is right, its two node lines add up to 27; and "6 cores (slightly exceeds 5)"
     // is in truth 12 vCPUs on 5 cores (240%), "54 cores (slightly exceeds 50)" is 74 on 50 (148%).
     assert.equal(seedMl.vms + seedR6.vms, 27);
@@ -230,7 +223,13 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
     assert.equal(code, 0);
     const p = JSON.parse(c.text()) as PlanResult;
     assert.deepEqual(
-      p.nodes.map((n) => [n.node, n.requested.count, n.requested.cpus, n.requested.memory / GiB, n.requested.disk / GiB]),
+      p.nodes.map((n) => [
+        n.node,
+        n.requested.count,
+        n.requested.cpus,
+        n.requested.memory / GiB,
+        n.requested.disk / GiB,
+      ]),
       [
         ['ml110-01', 6, 12, 24, 210],
         ['r630-01', 24, 74, 260, 2890],
@@ -245,24 +244,33 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
     // `local` is a dir storage with content iso,vztmpl,backup,snippets,import: no VM disks
     writeFileSync(
       join(d, 'on-local.yaml'),
-      vmYaml('on-local', '    site: site-1\n    node: ml110-01\n    cpu: 1\n    memory: 1Gi\n    disk: 10Gi\n    storage: local\n'),
+      vmYaml(
+        'on-local',
+        '    site: site-1\n    node: ml110-01\n    cpu: 1\n    memory: 1Gi\n    disk: 10Gi\n    storage: local\n',
+      ),
     );
     // 10 TiB on the 8 TiB ceph-fs
     writeFileSync(
       join(d, 'huge.yaml'),
-      vmYaml('huge', '    site: site-2\n    node: r630-01\n    cpu: 2\n    memory: 4Gi\n    disk: 10Ti\n    storage: ceph-fs\n'),
+      vmYaml(
+        'huge',
+        '    site: site-2\n    node: r630-01\n    cpu: 2\n    memory: 4Gi\n    disk: 10Ti\n    storage: ceph-fs\n',
+      ),
     );
     // 8 vCPUs on a node of 5 cores: Proxmox refuses to start it
     writeFileSync(
       join(d, 'wide.yaml'),
-      vmYaml('wide', '    site: site-1\n    node: ml110-01\n    cpu: 8\n    memory: 1Gi\n    disk: 10Gi\n    storage: local-lvm\n'),
+      vmYaml(
+        'wide',
+        '    site: site-1\n    node: ml110-01\n    cpu: 8\n    memory: 1Gi\n    disk: 10Gi\n    storage: local-lvm\n',
+      ),
     );
     const c = capture();
     assert.equal(await planCommand({ files: [d], config: configFile, out: c.out }), 1);
     const text = c.text();
     const violations = text.slice(text.indexOf('violations (apply would fail):')).trim().split('\n').slice(1);
     assert.deepEqual(violations, [
-      '  - on-local: storage \'local\' cannot hold VM disks (content: backup,import,iso,snippets,vztmpl)',
+      "  - on-local: storage 'local' cannot hold VM disks (content: backup,import,iso,snippets,vztmpl)",
       '  - wide: 8 vCPUs but ml110-01 has 5; Proxmox will not start it',
       // ceph-fs is shared (one pool for the site): reported for the site
       '  - site-2/ceph-fs (shared): 10240 GiB of disks requested, 8192 GiB free of 8192 GiB',
@@ -313,10 +321,10 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
       { ...p.totals, memory: p.totals.memory / GiB, disk: p.totals.disk / GiB },
       { vms: 30, cpus: 86, memory: 284, disk: 3100 },
     );
-    assert.deepEqual(
-      p.nodes.flatMap((n) => n.vms.filter((v) => v.deployed).map((v) => v.name)).sort(),
-      ['cloudflare-tunnel-vm', 'nginx-proxy-vm'],
-    );
+    assert.deepEqual(p.nodes.flatMap((n) => n.vms.filter((v) => v.deployed).map((v) => v.name)).sort(), [
+      'cloudflare-tunnel-vm',
+      'nginx-proxy-vm',
+    ]);
     // local-lvm of ml110-01: nginx's 20 GiB is now used, and requested only for the 5 others (210-20)
     const lvm = storage(ml, 'local-lvm');
     assert.equal(lvm.requested / GiB, 190);
@@ -340,7 +348,14 @@ describe('plan: placement of unpinned VMs, unknown sites, foreign VMs', () => {
     const r1 = site2.nodes[0]!;
     r1.vms = [
       ...(r1.vms ?? []),
-      { vmid: 500, name: 'legacy-db', cores: 6, memory: 16384, running: true, disk: { storage: 'local-lvm', size: 32 * GiB } },
+      {
+        vmid: 500,
+        name: 'legacy-db',
+        cores: 6,
+        memory: 16384,
+        running: true,
+        disk: { storage: 'local-lvm', size: 32 * GiB },
+      },
     ];
     site2.nodes.push({ ...structuredClone(r1), name: 'r630-02', memory: 300 * GiB, vms: [] });
     sim = await startTestSim({ topology: topo });
@@ -371,7 +386,9 @@ describe('plan: placement of unpinned VMs, unknown sites, foreign VMs', () => {
       ],
       config,
     );
-    const where = Object.fromEntries(p.nodes.flatMap((n) => n.vms.map((v) => [v.name, `${n.node}${v.placed ? ' (placed)' : ''}`])));
+    const where = Object.fromEntries(
+      p.nodes.flatMap((n) => n.vms.map((v) => [v.name, `${n.node}${v.placed ? ' (placed)' : ''}`])),
+    );
     // Free memory: r630-02 300-12 = 288 GiB; r630-01 256 - 12 - legacy-db (running: 60% of 16 GiB in the
     // simulator's used memory) - pinned 8 = ~226 GiB. u1 -> r630-02 (288 -> 224); u2 -> r630-01 (~226);
     // u3 -> r630-02 (224 vs ~162).
@@ -409,7 +426,10 @@ describe('plan: placement of unpinned VMs, unknown sites, foreign VMs', () => {
 
   it('a VM with an unknown site, or no site with several sites, is a violation (not silently left out)', async () => {
     const p = await planFleet(
-      [vm('lost', { site: 'site-3', node: 'x' }), { ...vm('nowhere', {}), spec: { forProvider: { memory: '1Gi' } } } as ProxmoxVM],
+      [
+        vm('lost', { site: 'site-3', node: 'x' }),
+        { ...vm('nowhere', {}), spec: { forProvider: { memory: '1Gi' } } } as ProxmoxVM,
+      ],
       config,
     );
     assert.deepEqual(

@@ -133,7 +133,8 @@ describe('phased rollout (apply)', () => {
     assert.match(r.text, /^2 VM\(s\) not started: phase 1 has 1 failed VM\(s\): gate-a2$/m);
     // phase 2 was never even admitted: not in the store at any round
     assert.ok(r.ticks.length > 0);
-    for (const t of r.ticks) assert.deepEqual([t.get('default/gate-b1'), t.get('default/gate-b2')], ['absent', 'absent']);
+    for (const t of r.ticks)
+      assert.deepEqual([t.get('default/gate-b1'), t.get('default/gate-b2')], ['absent', 'absent']);
     const state = JSON.parse(readFileSync(join(d, 'state.json'), 'utf8')) as { objects: ProxmoxVM[] };
     assert.deepEqual(state.objects.map((o) => o.metadata.name).sort(), ['gate-a1', 'gate-a2']);
   });
@@ -170,9 +171,14 @@ describe('phased rollout (apply)', () => {
     const first = r.ticks.find((t) => t.get('default/deps-app') !== 'absent');
     assert.ok(first, 'deps-app was admitted');
     assert.equal(first.get('default/deps-db'), 'ready');
-    assert.ok(r.ticks.some((t) => t.get('default/deps-db') === 'progressing' && t.get('default/deps-app') === 'absent'));
+    assert.ok(
+      r.ticks.some((t) => t.get('default/deps-db') === 'progressing' && t.get('default/deps-app') === 'absent'),
+    );
     for (const t of r.ticks) assert.equal(t.get('default/deps-web'), 'absent');
-    assert.match(r.text, /^1 VM\(s\) not started: phase 1 has 1 failed VM\(s\): deps-broken\n {2}deps-web waits for deps-broken \(failed\)$/m);
+    assert.match(
+      r.text,
+      /^1 VM\(s\) not started: phase 1 has 1 failed VM\(s\): deps-broken\n {2}deps-web waits for deps-broken \(failed\)$/m,
+    );
   });
 
   it('--max-parallel 2: never more than 2 VMs of a phase in progress, and the bound is reached', async () => {
@@ -221,7 +227,8 @@ describe('phased rollout (apply)', () => {
     child.stderr?.resume();
     const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_c, sig) => resolve(sig)));
     try {
-      for (let i = 0; i < 3000 && !site1.faults.active.get(stall)?.fired; i++) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 3000 && !site1.faults.active.get(stall)?.fired; i++)
+        await new Promise((r) => setTimeout(r, 10));
       assert.equal(site1.faults.active.get(stall)?.fired, 1, 'phase 2 started and hangs in its first start');
       child.kill('SIGKILL');
       assert.equal(await exited, 'SIGKILL');
@@ -261,7 +268,10 @@ describe('phased rollout (apply)', () => {
       { name: 'later-a', phase: '1', dependsOn: 'later-b' },
       { name: 'later-b', phase: '2' },
     ]);
-    await assert.rejects(apply(later), /default\/later-a \(phase 1\) depends on default\/later-b, which is in the later phase 2/);
+    await assert.rejects(
+      apply(later),
+      /default\/later-a \(phase 1\) depends on default\/later-b, which is in the later phase 2/,
+    );
     assert.equal(counters(), 0);
     assert.deepEqual(simVms('cyc-'), []);
   });
@@ -274,7 +284,13 @@ describe('phased rollout (apply)', () => {
     ]);
     for (const c of sim.clusters) c.resetCounters();
     const c1 = capture();
-    const code = await applyCommand({ files: [d], config: configFile, state: join(d, 'state.json'), dryRun: true, out: c1.out });
+    const code = await applyCommand({
+      files: [d],
+      config: configFile,
+      state: join(d, 'state.json'),
+      dryRun: true,
+      out: c1.out,
+    });
     assert.equal(code, 0);
     assert.equal(
       c1.text(),
@@ -291,9 +307,19 @@ describe('phased rollout (apply)', () => {
       ].join('\n'),
     );
     const fleetFile = join(dir, 'fleet.yaml');
-    writeFileSync(fleetFile, 'phases:\n  - name: core\n    members: [dry-a, dry-c]\n    maxParallel: 1\n  - name: apps\n    members: [dry-b]\n');
+    writeFileSync(
+      fleetFile,
+      'phases:\n  - name: core\n    members: [dry-a, dry-c]\n    maxParallel: 1\n  - name: apps\n    members: [dry-b]\n',
+    );
     const c2 = capture();
-    await applyCommand({ files: [d], config: configFile, state: join(d, 'state.json'), dryRun: true, fleet: fleetFile, out: c2.out });
+    await applyCommand({
+      files: [d],
+      config: configFile,
+      state: join(d, 'state.json'),
+      dryRun: true,
+      fleet: fleetFile,
+      out: c2.out,
+    });
     // the file's order (core, then apps), not the annotations' (dry-c in 0, dry-a in 1, dry-b in 2)
     assert.equal(
       c2.text(),

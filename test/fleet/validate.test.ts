@@ -129,7 +129,10 @@ describe('validate', () => {
   it('the CLI: exit 1 with the problems on stdout; exit 0 for the seed fleet; -o json parses', async () => {
     const bad = await cli(['validate', '-f', BROKEN, '--config', config]);
     assert.equal(bad.code, 1, bad.stderr);
-    assert.match(bad.stdout, /large-vm\.yaml:19:5: spec\.forProvider\.memroy: unknown field 'memroy' \(did you mean 'memory'\?\)/);
+    assert.match(
+      bad.stdout,
+      /large-vm\.yaml:19:5: spec\.forProvider\.memroy: unknown field 'memroy' \(did you mean 'memory'\?\)/,
+    );
     assert.match(bad.stdout, /^11 problem\(s\) in 3 file\(s\)/m);
     const good = await cli(['validate', '-f', PRODUCTION, '--config', config]);
     assert.equal(good.code, 0, good.stdout + good.stderr);
@@ -235,7 +238,7 @@ describe('validate', () => {
     const byFile = validateManifests([d]).problems.map((p) => `${p.file.split('/').pop()}:${p.line}: ${p.message}`);
     assert.deepEqual(byFile, [
       "b.yaml:7: depends on 'dsn', which is not among the manifests (did you mean 'dns'?)",
-      "c.yaml:7: dependency cycle: x -> y -> x",
+      'c.yaml:7: dependency cycle: x -> y -> x',
       "e.yaml:7: 'early' (phase 1) depends on 'late', which is in the later phase 3: it would wait forever",
       `g.yaml:6: phase must be a number or a name (letters, digits, '.', '_', '-'); found "phase one"`,
     ]);

@@ -19,6 +19,9 @@ import { VmConnector } from '../../src/vm/connector.ts';
 import { MARKER_PREFIX } from '../../src/vm/spec.ts';
 import { ROOT_PASSWORD, raw, startTestSim, waitTask } from '../helpers/sim.ts';
 
+/** Generous: only a failing (or badly overloaded) run waits this long. */
+const DEFAULT_TIMEOUT_MS = 30_000;
+
 export const IMPORT_IMAGE = 'local:import/ubuntu-22.04-cloud.qcow2';
 export const SEED_IMAGE = 'local:iso/ubuntu-22.04-cloud.img';
 export const TEMPLATE = 'ubuntu-2204-cloudinit';
@@ -151,7 +154,12 @@ export class Engine {
   }
 
   /** Poll the store until `pred` holds. */
-  async waitFor(key: string, pred: (r: ProxmoxVM) => boolean, what: string, timeoutMs = 15_000): Promise<ProxmoxVM> {
+  async waitFor(
+    key: string,
+    pred: (r: ProxmoxVM) => boolean,
+    what: string,
+    timeoutMs = DEFAULT_TIMEOUT_MS,
+  ): Promise<ProxmoxVM> {
     return waitUntil(
       () => {
         const r = this.store.getSync(key);
@@ -184,7 +192,7 @@ export class Engine {
     );
   }
 
-  async waitGone(key: string, timeoutMs = 15_000): Promise<void> {
+  async waitGone(key: string, timeoutMs = DEFAULT_TIMEOUT_MS): Promise<void> {
     await waitUntil(
       () => (this.store.getSync(key) ? undefined : true),
       `${key} gone`,
@@ -194,7 +202,7 @@ export class Engine {
   }
 
   /** Wait until the resource has failed (rate-limited) at least `n` times in a row. */
-  async waitFailures(key: string, n: number, timeoutMs = 15_000): Promise<Attempt[]> {
+  async waitFailures(key: string, n: number, timeoutMs = DEFAULT_TIMEOUT_MS): Promise<Attempt[]> {
     return waitUntil(
       () => {
         const list = this.attemptsOf(key);
@@ -208,7 +216,7 @@ export class Engine {
     );
   }
   /** Wait until the resource has failed (rate-limited) at least `n` times, consecutive or not; returns them. */
-  async waitRateLimited(key: string, n: number, timeoutMs = 15_000): Promise<Attempt[]> {
+  async waitRateLimited(key: string, n: number, timeoutMs = DEFAULT_TIMEOUT_MS): Promise<Attempt[]> {
     return waitUntil(
       () => {
         const list = this.attemptsOf(key).filter((a) => a.kind === 'rateLimited');
@@ -221,15 +229,16 @@ export class Engine {
   }
 }
 
+/** Poll `probe` (sync or async) until it returns something other than undefined / false. */
 export async function waitUntil<T>(
-  probe: () => T | undefined,
+  probe: () => T | undefined | Promise<T | undefined>,
   what: string,
-  timeoutMs = 15_000,
+  timeoutMs = DEFAULT_TIMEOUT_MS,
   describe?: () => string,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const v = probe();
+    const v = await probe();
     if (v !== undefined && v !== false) return v;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${describe ? `: ${describe()}` : ''}`);
     await new Promise((resolve) => setTimeout(resolve, 5));

@@ -131,8 +131,8 @@ describe('ownership and zero orphans against the simulator', () => {
   it('the nextid race: two providers creating on the same site at once -> one VM each, no duplicate, no orphan', async () => {
     const c = sim.cluster(SITE1);
     const before = guests(c).length;
-    // Creates land a little late (simulated 50 s): both providers pick VMIDs before either VM shows.
-    c.addFault({ kind: 'latency', ms: 50_000, method: 'POST', path: '/nodes/{node}/qemu' });
+    // Creates land late (simulated 300 s, 0.3 s here): both providers pick VMIDs before either VM shows.
+    c.addFault({ kind: 'latency', ms: 300_000, method: 'POST', path: '/nodes/{node}/qemu' });
     const a = await start(new Engine(sim));
     const b = await start(new Engine(sim));
     const keysA = [0, 1, 2].map((i) => a.apply(vm(`race-a${i}`)));
