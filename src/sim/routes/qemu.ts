@@ -549,6 +549,9 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
           vm.pending[k] = value;
         }
       }
+      // PVE::AbstractConfig::cleanup_pending: a pending value equal to the current one is dropped.
+      for (const [k, v] of Object.entries(vm.pending)) if (vm.config[k] === v) delete vm.pending[k];
+      for (const k of [...vm.pendingDelete]) if (!(k in vm.config)) vm.pendingDelete.delete(k);
       void warnings;
       if (t) await t.sleep(DURATIONS.config);
     } finally {
