@@ -144,8 +144,12 @@ Example:
 
   program
     .command('status')
-    .description('Show the VMs of a state file: name, phase, site, node, VMID, state, IP, ready, synced, age, message.')
+    .description(
+      'Show the VMs of a state file (or of a cluster): name, phase, site, node, VMID, state, IP, ready, synced, age, message.',
+    )
     .option('--state <file>', 'state file', DEFAULT_STATE)
+    .option('--kubeconfig <file>', 'list the ProxmoxVMs of a cluster (the controller runtime) instead of a state file')
+    .option('-n, --namespace <ns>', 'with --kubeconfig: one namespace (default: all)')
     .addOption(output())
     .option(
       '-w, --watch',
@@ -156,14 +160,24 @@ Example:
         .argParser(duration)
         .default(2000, '2s'),
     )
-    .action((o: { state: string; output: 'table'; watch?: boolean; interval: number }) =>
-      run(async () =>
-        (await local()).statusCommand({
-          state: o.state,
-          output: o.output,
-          ...(o.watch ? { watch: true, intervalMs: o.interval } : {}),
-        }),
-      ),
+    .action(
+      (o: {
+        state: string;
+        output: 'table';
+        watch?: boolean;
+        interval: number;
+        kubeconfig?: string;
+        namespace?: string;
+      }) =>
+        run(async () =>
+          (await local()).statusCommand({
+            state: o.state,
+            ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}),
+            ...(o.namespace ? { namespace: o.namespace } : {}),
+            output: o.output,
+            ...(o.watch ? { watch: true, intervalMs: o.interval } : {}),
+          }),
+        ),
     );
 
   program

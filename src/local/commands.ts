@@ -276,6 +276,29 @@ export interface StatusArgs {
   watch?: boolean;
   intervalMs?: number;
   signal?: AbortSignal;
+  /** Read ProxmoxVMs from a cluster (the controller's resources) instead of a state file. */
+  kubeconfig?: string;
+  /** With kubeconfig: one namespace (default: all). */
+  namespace?: string;
+}
+
+/** The rows of every ProxmoxVM in a cluster (what `kubectl get proxmoxvm -A` lists). */
+async function readKubeStatus(kubeconfig: string, namespace?: string): Promise<{ rows: Row[] } | { missing: string }> {
+  const { KubeApi, loadKubeConfig, collectionPath } = await import('../kube/api.ts');
+  const api = new KubeApi(loadKubeConfig(kubeconfig));
+  try {
+    const list = await api.request<{ items: ProxmoxVM[] }>(
+      'GET',
+      collectionPath('proxmox.sankofa.io', 'v1alpha1', 'proxmoxvms', namespace),
+    );
+    const now = Date.now();
+    const rows = list.items
+      .map((o) => rowOf(o, now))
+      .sort((a, b) => comparePhases(a.phase ?? DEFAULT_PHASE, b.phase ?? DEFAULT_PHASE) || a.key.localeCompare(b.key));
+    return { rows };
+  } finally {
+    api.close();
+  }
 }
 
 /** The rows of a state file, or why there are none (missing, unreadable). */
@@ -296,9 +319,11 @@ function readStatus(file: string): { rows: Row[] } | { missing: string } {
 }
 
 /** The table, from the state file (read-only; works while apply runs). With `watch`: until a signal. */
-export function statusCommand(args: StatusArgs): number | Promise<number> {
+export async function statusCommand(args: StatusArgs): Promise<number> {
   if (args.watch) return watchStatus(args);
-  const r = readStatus(args.state ?? DEFAULT_STATE);
+  const r = args.kubeconfig
+    ? await readKubeStatus(args.kubeconfig, args.namespace)
+    : readStatus(args.state ?? DEFAULT_STATE);
   write(args.out, 'missing' in r ? r.missing : formatRows(r.rows, args.output ?? 'table'));
   return 0;
 }
@@ -325,7 +350,7 @@ async function watchStatus(args: StatusArgs): Promise<number> {
     while (!stop.signal.aborted) {
       let r: ReturnType<typeof readStatus>;
       try {
-        r = readStatus(file);
+        r = args.kubeconfig ? await readKubeStatus(args.kubeconfig, args.namespace) : readStatus(file);
       } catch (e) {
         r = { missing: (e as Error).message };
       }

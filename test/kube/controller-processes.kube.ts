@@ -53,6 +53,7 @@ describe('controller processes: SIGKILL mid-rollout, two replicas with leader el
   let dir: string;
   let kubeconfig: string;
   let n = 0;
+  let survivor: ChildController | undefined;
 
   const spawn = () => spawnController(kubeconfig, join(dir, `controller-${++n}.log`), ELECTION);
   /** The controller's default identity: `<hostname>_<pid>`. */
@@ -220,5 +221,33 @@ describe('controller processes: SIGKILL mid-rollout, two replicas with leader el
     assertOneVmPerResource(sim, objs);
     for (const [k, count] of createTasks(sim)) assert.equal(count, 1, `VM ${k} created ${count} times`);
     assert.ok(metric((await httpGet(standby.metricsPort, '/metrics')).text, 'provider_proxmox_pve_requests_total') > 0);
+    survivor = standby;
+  });
+
+  it('a leader whose Lease is taken over stops working and exits', async () => {
+    assert.ok(survivor, 'the new leader of the previous test');
+    const c = survivor;
+    assert.equal(await holder(), identity(c));
+    // Someone else holds the Lease now, and keeps renewing it: the leader cannot renew within its
+    // renew deadline, steps down and exits (client-go: the process exits, a fresh one rejoins).
+    let stop = false;
+    const intruder = (async () => {
+      while (!stop) {
+        const l = (await lease())!;
+        const now = new Date().toISOString().replace('Z', '000Z');
+        await kreq(kube, 'PUT', LEASE, {
+          body: { ...l, spec: { ...l.spec, holderIdentity: 'intruder', renewTime: now, leaseDurationSeconds: 4 } },
+        });
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    })();
+    try {
+      const exit = await Promise.race([c.exited, new Promise<undefined>((r) => setTimeout(r, 30_000, undefined))]);
+      assert.deepEqual(exit, { code: 1, signal: null }, 'the controller exited after losing its lease');
+    } finally {
+      stop = true;
+      await intruder;
+    }
+    assert.match(c.log(), /leadership lost/);
   });
 });

@@ -213,7 +213,7 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     assert.equal(res.status, 201, res.text);
   });
 
-  it('the seed fleet (examples/production, 30 VMs) becomes Ready; kubectl get shows the printer columns', async () => {
+  it('the seed fleet (examples/production, 30 VMs) becomes Ready; kubectl get shows the printer columns', async (t) => {
     const fleet = yamlFiles(join(ROOT, 'examples/production')).flatMap(readYaml);
     assert.equal(fleet.length, 30);
     for (const o of fleet) await create(kube, o);
@@ -245,6 +245,7 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     const printed = [cols, ...table.rows.map((r) => r.cells.map(String))];
     const widths = cols.map((_, i) => Math.max(...printed.map((row) => row[i]!.length)));
     const text = printed.map((row) => row.map((c, i) => c.padEnd(widths[i]!)).join('   ')).join('\n');
+    t.diagnostic(`kubectl get proxmoxvms (first rows):\n${text.split('\n').slice(0, 6).join('\n')}`);
     for (const row of table.rows) {
       const [name, readyCell, synced, ext, node, state, ip, age] = row.cells as string[];
       const o = ready.find((x) => x.metadata.name === name)!;

@@ -7,7 +7,8 @@
 # go.mod, the harness's Go sources and the Go version (so an edit to main.go or a new Go never
 # reuses a stale binary). Override the cache root with KUBE_HARNESS_CACHE.
 # Needs only Go (go.mod says 1.26.0; the machine's 1.26.8 does) and the Go module proxy.
-# A cold build downloads ~300 MB of modules into GOMODCACHE and takes several minutes on 2 cores.
+# A cold build (empty GOMODCACHE and GOCACHE) downloads ~530 MB of modules, fills ~2.2 GB of Go build
+# cache and takes ~8.5 min on 2 cores; with a warm GOCACHE it only links (~20 s).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
