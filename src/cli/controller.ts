@@ -1,17 +1,6 @@
 /** `provider-proxmox controller`: commander wiring for src/kube/controller.ts. */
-import { type Command, InvalidArgumentError } from 'commander';
-
-function int(v: string): number {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('expected a whole number >= 0');
-  return n;
-}
-
-function seconds(v: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(v);
-  if (!m) throw new InvalidArgumentError('expected a duration like 15s, 1m or 1h');
-  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
-}
+import type { Command } from 'commander';
+import { wholeNumber as int, duration as seconds } from './args.ts';
 
 export function registerController(program: Command): void {
   program

@@ -1,21 +1,10 @@
 /** `validate`, `plan`, `gc`: commander wiring for src/fleet/commands.ts. */
-import { type Command, Option } from 'commander';
+import type { Command } from 'commander';
+import { DEFAULT_STATE, outputOption, runCommand } from './args.ts';
 
-const DEFAULT_STATE = '.provider-proxmox/state.json';
 const fleet = () => import('../fleet/commands.ts');
-
-async function run(fn: () => Promise<number>): Promise<void> {
-  try {
-    process.exitCode = await fn();
-  } catch (e) {
-    const { describeError, UsageError } = await import('../local/commands.ts');
-    process.stderr.write(`provider-proxmox: ${describeError(e)}\n`);
-    process.exitCode = e instanceof UsageError ? 2 : 1;
-  }
-}
-
-const output = () =>
-  new Option('-o, --output <format>', 'output format').choices(['table', 'json', 'yaml']).default('table');
+const run = runCommand;
+const output = outputOption;
 
 export function registerFleet(program: Command): void {
   program

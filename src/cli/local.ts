@@ -1,31 +1,10 @@
 /** `apply`, `delete`, `status`, `demo`: commander wiring for src/local/commands.ts. */
-import { type Command, InvalidArgumentError, Option } from 'commander';
+import { type Command, Option } from 'commander';
+import { DEFAULT_STATE, duration, outputOption, positive, runCommand } from './args.ts';
 
-const DEFAULT_STATE = '.provider-proxmox/state.json';
 /** Loaded on use, so that every command starts fast. */
 const local = () => import('../local/commands.ts');
-
-function positive(v: string): number {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a number > 0');
-  return n;
-}
-
-function duration(v: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(v);
-  if (!m) throw new InvalidArgumentError('expected a duration like 90s, 30m or 2h');
-  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
-}
-
-async function run(fn: () => Promise<number> | number): Promise<void> {
-  try {
-    process.exitCode = await fn();
-  } catch (e) {
-    const { describeError, UsageError } = await local();
-    process.stderr.write(`provider-proxmox: ${describeError(e)}\n`);
-    process.exitCode = e instanceof UsageError ? 2 : 1;
-  }
-}
+const run = runCommand;
 
 /** In-flight work: Proxmox tasks every DURATION, the guest agent's first address every 2.5x that. */
 const taskPoll = () =>
@@ -38,8 +17,7 @@ function pollArgs(ms: number | undefined): { taskPollMs?: number; agentPollMs?: 
   return ms === undefined ? {} : { taskPollMs: ms, agentPollMs: Math.round(ms * 2.5) };
 }
 
-const output = () =>
-  new Option('-o, --output <format>', 'output format').choices(['table', 'json', 'yaml']).default('table');
+const output = outputOption;
 
 export function registerLocal(program: Command): void {
   program

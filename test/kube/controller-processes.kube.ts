@@ -5,6 +5,7 @@
  * graceful shutdown releases the Lease). The processes run with deploy/'s ServiceAccount token.
  */
 import assert from 'node:assert/strict';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -83,6 +84,17 @@ describe('controller processes: SIGKILL mid-rollout, two replicas with leader el
 
   after(async () => {
     await killAllControllers();
+    // The controllers' errors (pino level 50+), for a failure's post-mortem; their logs go with `dir`.
+    for (let i = 1; i <= n; i++) {
+      const file = join(dir, `controller-${i}.log`);
+      const errors = existsSync(file)
+        ? readFileSync(file, 'utf8')
+            .split('\n')
+            // (losing the lease in the last test is expected)
+            .filter((l) => /"level":(5|6)\d/.test(l) && !/leadership lost/.test(l))
+        : [];
+      if (errors.length) console.log(`controller-${i} errors:\n${errors.slice(-20).join('\n')}`);
+    }
     await sim?.close();
     await kube?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });

@@ -9,6 +9,7 @@
  * replicas are in controller-processes.kube.ts.
  */
 import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -163,7 +164,8 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     await sim?.close();
     await kube?.stop();
     if (dir) await rm(dir, { recursive: true, force: true });
-    if (process.env.KUBE_TEST_LOG) (await import('node:fs')).writeFileSync(process.env.KUBE_TEST_LOG, logs.join('\n'));
+    // KUBE_TEST_LOG=file keeps the controller's log (info and up) for a closer look.
+    if (process.env.KUBE_TEST_LOG) writeFileSync(process.env.KUBE_TEST_LOG, logs.join('\n'));
     const problems = logs.filter((l) => l.startsWith('error'));
     if (problems.length) console.log(`controller errors:\n${problems.slice(-30).join('\n')}`);
   });

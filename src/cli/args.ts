@@ -1,0 +1,37 @@
+/** Argument parsers and the run-and-exit wrapper shared by the commands. */
+import { InvalidArgumentError, Option } from 'commander';
+
+export const DEFAULT_STATE = '.provider-proxmox/state.json';
+
+export function positive(v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a number > 0');
+  return n;
+}
+
+export function wholeNumber(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('expected a whole number >= 0');
+  return n;
+}
+
+/** `90s`, `30m`, `2h`, `500ms`, a bare number is seconds -> ms. */
+export function duration(v: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(v);
+  if (!m) throw new InvalidArgumentError('expected a duration like 90s, 30m or 2h');
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
+}
+
+export const outputOption = () =>
+  new Option('-o, --output <format>', 'output format').choices(['table', 'json', 'yaml']).default('table');
+
+/** Run a command: its result is the exit code; errors print one clean line (usage errors exit 2). */
+export async function runCommand(fn: () => Promise<number> | number): Promise<void> {
+  try {
+    process.exitCode = await fn();
+  } catch (e) {
+    const { describeError, UsageError } = await import('../local/commands.ts');
+    process.stderr.write(`provider-proxmox: ${describeError(e)}\n`);
+    process.exitCode = e instanceof UsageError ? 2 : 1;
+  }
+}
