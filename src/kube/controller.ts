@@ -108,6 +108,17 @@ export class ProviderController {
     this.connector = new VmConnector(this.configSource, {
       ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
       siteTtlMs: Math.min(10_000, Math.max(100, (o.pollIntervalMs ?? 60_000) / 2)),
+      // Cloud-init Secrets live in the resource's namespace (the CRD forbids other namespaces).
+      secret: async (ref, r) => {
+        const ns = r.metadata.namespace ?? 'default';
+        const sec = await this.api.request<{ data?: Record<string, string> }>(
+          'GET',
+          `/api/v1/namespaces/${ns}/secrets/${ref.name}`,
+        );
+        const v = sec.data?.[ref.key];
+        if (v === undefined) throw new Error(`the Secret has no key '${ref.key}'`);
+        return Buffer.from(v, 'base64').toString('utf8');
+      },
       clientHooks: {
         onRequest: (e) => {
           this.metrics.pveRequests.inc({ site: e.site, method: e.method, path: e.path, class: e.errorKind ?? 'ok' });

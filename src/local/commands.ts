@@ -92,11 +92,33 @@ function loadVms(files: string[]): { vms: ProxmoxVM[]; others: ReturnType<typeof
   return { vms: m.vms.map((x) => x.vm), others: m.others };
 }
 
-function openRuntime(config: LoadedProviderConfig, state: string, args: ApplyArgs): LocalRuntime {
+/** v1 Secrets among the manifests (`namespace/name` -> data), for cloud-init references. */
+function manifestSecrets(others: ReturnType<typeof loadManifests>['others']): Map<string, Record<string, string>> {
+  const out = new Map<string, Record<string, string>>();
+  for (const d of others) {
+    if (d.kind !== 'Secret') continue;
+    const md = (d.value.metadata ?? {}) as { name?: string; namespace?: string };
+    if (!md.name) continue;
+    const data: Record<string, string> = {};
+    for (const [k, v] of Object.entries((d.value.data ?? {}) as Record<string, string>))
+      data[k] = Buffer.from(String(v), 'base64').toString('utf8');
+    for (const [k, v] of Object.entries((d.value.stringData ?? {}) as Record<string, string>)) data[k] = String(v);
+    out.set(`${md.namespace ?? 'default'}/${md.name}`, data);
+  }
+  return out;
+}
+
+function openRuntime(
+  config: LoadedProviderConfig,
+  state: string,
+  args: ApplyArgs,
+  others: ReturnType<typeof loadManifests>['others'] = [],
+): LocalRuntime {
   mkdirSync(dirname(resolve(state)), { recursive: true });
   return new LocalRuntime({
     config,
     stateFile: state,
+    secrets: manifestSecrets(others),
     ...(args.workers ? { workers: args.workers } : {}),
     ...(args.taskPollMs !== undefined ? { taskPollMs: args.taskPollMs } : {}),
     ...(args.agentPollMs !== undefined ? { agentPollMs: args.agentPollMs } : {}),
@@ -128,7 +150,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       }
   if (args.dryRun) return dryRun(args, plan, byKey);
   const config = await resolveConfig(args, others);
-  const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args);
+  const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args, others);
   const progress = new Progress(args.out);
   const abort = new AbortController();
   const onSignal = () => abort.abort();
@@ -235,7 +257,7 @@ function dryRun(args: ApplyArgs, plan: RolloutPlan, byKey: Map<string, ProxmoxVM
 export async function deleteCommand(args: ApplyArgs): Promise<number> {
   const { vms, others } = loadVms(args.files);
   const config = await resolveConfig(args, others);
-  const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args);
+  const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args, others);
   const progress = new Progress(args.out);
   try {
     const keys = vms

@@ -33,6 +33,8 @@ export const PERMANENT_REASONS = new Set([
   'PermissionDenied',
   'AuthenticationFailed',
   'CreateFailed',
+  // Local mode reads Secrets from the manifests: a missing one does not appear by waiting.
+  'SecretNotFound',
   'TaskFailed',
 ]);
 
@@ -61,6 +63,8 @@ export interface RuntimeOptions {
   hooks?: EngineHooks;
   backoff?: { baseMs?: number; capMs?: number };
   createFailureScheduleMs?: number[];
+  /** Secrets for cloud-init references (\`namespace/name\` -> data), e.g. from the manifests. */
+  secrets?: Map<string, Record<string, string>>;
   taskPollMs?: number;
   /** How soon to ask the guest agent again while a running VM has no address yet (default 5 s). */
   agentPollMs?: number;
@@ -152,6 +156,14 @@ export class LocalRuntime {
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.taskPollMs !== undefined ? { taskPollMs: opts.taskPollMs } : {}),
       ...(opts.agentPollMs !== undefined ? { agentPollMs: opts.agentPollMs } : {}),
+      secret: async (ref, r) => {
+        const ns = ref.namespace ?? r.metadata.namespace ?? 'default';
+        const data = opts.secrets?.get(`${ns}/${ref.name}`) ?? opts.config.secrets.get(`${ns}/${ref.name}`)?.data;
+        if (!data) throw new Error('not found among the manifests (add a v1 Secret with that name)');
+        const v = data[ref.key];
+        if (v === undefined) throw new Error(`the Secret has no key '${ref.key}'`);
+        return v;
+      },
     });
     const reconciler = new ManagedReconciler<ProxmoxVM>(this.store, this.connector, {
       pollIntervalMs: opts.pollIntervalMs ?? 60_000,

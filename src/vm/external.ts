@@ -187,6 +187,39 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     return this.site.name;
   }
 
+  /** Cloud-init values from Secret references (never logged, never in conditions). */
+  private secrets: { password?: string; sshKeys: string[] } = { sshKeys: [] };
+
+  private async loadSecrets(r: ProxmoxVM): Promise<void> {
+    const ci = r.spec.forProvider.cloudInit;
+    this.secrets = { sshKeys: [] };
+    const refs = [ci?.passwordSecretRef, ci?.sshKeysSecretRef].filter(Boolean);
+    if (!refs.length) return;
+    if (!this.o.secret)
+      throw reason(
+        'SecretNotFound',
+        "cloudInit Secret references need a Secret source: put the Secret among the manifests (apply) or in the resource's namespace (controller)",
+      );
+    const read = async (ref: { name: string; key: string; namespace?: string }, field: string) => {
+      try {
+        return await this.o.secret!(ref, r);
+      } catch (e) {
+        throw reason(
+          'SecretNotFound',
+          `${field}: Secret ${ref.namespace ? `${ref.namespace}/` : ''}${ref.name} key ${ref.key}: ${e instanceof Error ? e.message : String(e)}`,
+          true,
+        );
+      }
+    };
+    if (ci?.passwordSecretRef)
+      this.secrets.password = await read(ci.passwordSecretRef, 'spec.forProvider.cloudInit.passwordSecretRef');
+    if (ci?.sshKeysSecretRef)
+      this.secrets.sshKeys = (await read(ci.sshKeysSecretRef, 'spec.forProvider.cloudInit.sshKeysSecretRef'))
+        .split('\n')
+        .map((k) => k.trim())
+        .filter(Boolean);
+  }
+
   private get c(): PveClient {
     return this.site.client;
   }
@@ -205,6 +238,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     }
     const a = atp(r);
     a.site = this.site.name;
+    await this.loadSecrets(r);
     const observeOnly =
       !policyAllows(r.spec.managementPolicies, 'Create') && !policyAllows(r.spec.managementPolicies, 'Update');
     let vmidText = externalName(r);
@@ -503,8 +537,10 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     if (ciUser) want('ciuser', ciUser);
     const ips = desiredIpConfigs(fp, nets.length);
     for (const [i, v] of ips.entries()) want(`ipconfig${i}`, v);
-    const keys = [...(ci?.sshKeys ?? []), ...ud.sshKeys];
+    const keys = [...(ci?.sshKeys ?? []), ...ud.sshKeys, ...this.secrets.sshKeys];
     if (keys.length && decodeSshKeys(cfg.sshkeys) !== sshKeysValue(keys)) set.sshkeys = sshKeysValue(keys);
+    // Passwords read back as '**********': set when none is set (rotate by recreating or by hand).
+    if (this.secrets.password !== undefined && !cfg.cipassword) set.cipassword = this.secrets.password;
     if (ci?.dns?.servers?.length) want('nameserver', ci.dns.servers.join(' '));
     if (ci?.dns?.searchDomain) want('searchdomain', ci.dns.searchDomain);
     if (ci?.userDataSnippet) want('cicustom', `user=${ci.userDataSnippet}`);
@@ -581,9 +617,6 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     switch (change.kind) {
       case 'config': {
         const set = { ...change.set } as Record<string, string | number>;
-        if (r.spec.forProvider.cloudInit?.passwordSecretRef && this.o.secret && !('cipassword' in set) && !a.task) {
-          // Passwords read back as **********: set once, when the VM is configured.
-        }
         const digest = this.lastFull.get(r.metadata.uid)?.digest;
         upid = await this.c.updateVmConfig(node, vmid, {
           set,
@@ -1039,11 +1072,9 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     desiredIpConfigs(fp, nets.length).forEach((v, i) => {
       cfg[`ipconfig${i}`] = v;
     });
-    const keys = [...(ci?.sshKeys ?? []), ...ud.sshKeys];
-    if (ci?.sshKeysSecretRef && this.o.secret)
-      keys.push(...(await this.o.secret(ci.sshKeysSecretRef, r)).split('\n').filter(Boolean));
+    const keys = [...(ci?.sshKeys ?? []), ...ud.sshKeys, ...this.secrets.sshKeys];
     if (keys.length) cfg.sshkeys = sshKeysValue(keys);
-    if (ci?.passwordSecretRef && this.o.secret) cfg.cipassword = await this.o.secret(ci.passwordSecretRef, r);
+    if (this.secrets.password !== undefined) cfg.cipassword = this.secrets.password;
     if (ci?.dns?.servers?.length) cfg.nameserver = ci.dns.servers.join(' ');
     if (ci?.dns?.searchDomain) cfg.searchdomain = ci.dns.searchDomain;
     if (ci?.userDataSnippet) cfg.cicustom = `user=${ci.userDataSnippet}`;
