@@ -92,7 +92,7 @@ describe('status', () => {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('the table: NAME PHASE SITE NODE VMID STATE ... MESSAGE, phases in rollout order (2 before 10)', () => {
+  it('the table: NAME PHASE SITE NODE VMID STATE ... MESSAGE, phases in rollout order (2 before 10)', async () => {
     const f = join(dir, 'table.json');
     writeState(f, [
       vm('late', '10', { vmid: '110' }),
@@ -100,7 +100,7 @@ describe('status', () => {
       vm('broken', '2', { ready: false, state: '', message: "bridge 'vmbr9' does not exist on ml110-01" }),
     ]);
     const c = capture();
-    assert.equal(statusCommand({ state: f, out: c.out }), 0);
+    assert.equal(await statusCommand({ state: f, out: c.out }), 0);
     const lines = c.text().trimEnd().split('\n');
     assert.match(lines[0]!, /^NAME\s+PHASE\s+SITE\s+NODE\s+VMID\s+STATE\s+READY\s+SYNCED\s+AGE\s+MESSAGE$/);
     assert.deepEqual(
@@ -112,7 +112,7 @@ describe('status', () => {
       /^broken\s+2\s+site-1\s+ml110-01\s+False\s+False\s+\d+d\s+BridgeNotFound: bridge 'vmbr9' does not exist on ml110-01$/,
     );
     const j = capture();
-    statusCommand({ state: f, output: 'json', out: j.out });
+    await statusCommand({ state: f, output: 'json', out: j.out });
     assert.deepEqual(
       (JSON.parse(j.text()) as Row[]).map((r) => [r.name, r.phase, r.vmid, r.ready]),
       [

@@ -17,6 +17,7 @@ import { after, before, describe, it } from 'node:test';
 import { MESSAGES } from '../../src/api/proxmoxvm.ts';
 import { KubeApi, loadKubeConfig } from '../../src/kube/api.ts';
 import { ProviderController } from '../../src/kube/controller.ts';
+import { statusCommand } from '../../src/local/commands.ts';
 import { type Simulator, startSimulator } from '../../src/sim/index.ts';
 import { type Kube, startKube } from './harness.ts';
 import {
@@ -260,6 +261,27 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       assert.equal(state, 'running');
       assert.match(ip!, /^\d+\.\d+\.\d+\.\d+$/, `${name} IP in\n${text}`);
       assert.match(age!, /^\d+[smhd]/, `${name} AGE in\n${text}`);
+    }
+
+    // `provider-proxmox status --kubeconfig`: the same VMs with phase, site and IP in one table.
+    const chunks: string[] = [];
+    const out = { write: (s: string) => chunks.push(s), isTTY: false } as unknown as NodeJS.WriteStream;
+    assert.equal(
+      await statusCommand({ kubeconfig: kube.kubeconfigPath, namespace: 'default', output: 'json', out }),
+      0,
+    );
+    const rows = JSON.parse(chunks.join('')) as Array<{
+      name: string;
+      phase?: string;
+      site: string;
+      ip: string;
+      ready: string;
+    }>;
+    assert.equal(rows.length, 30);
+    for (const r of rows) {
+      assert.equal(r.ready, 'True', r.name);
+      assert.match(r.ip, /^\d+\.\d+\.\d+\.\d+$/);
+      assert.ok(r.phase && r.site, r.name);
     }
   });
 
