@@ -17,7 +17,7 @@ import { Metrics } from '../observability/metrics.ts';
 import { startHealthServer } from '../observability/server.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import { planScale } from '../scaleset/reconcile.ts';
-import { VmConnector } from '../vm/connector.ts';
+import { VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { collectionPath, type KubeApi, KubeError } from './api.ts';
 import { Informer, type KubeObject } from './informer.ts';
 import { LeaderElector } from './leader.ts';
@@ -109,6 +109,8 @@ export class ProviderController {
       ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
       siteTtlMs: Math.min(10_000, Math.max(100, (o.pollIntervalMs ?? 60_000) / 2)),
       // Cloud-init Secrets live in the resource's namespace (the CRD forbids other namespaces).
+      // VMIDs held by resources whose VM is not created yet (reservations survive a restart).
+      vmidHolders: (site) => vmidHoldersOf(this.vms.cache.values(), site, undefined),
       secret: async (ref, r) => {
         const ns = r.metadata.namespace ?? 'default';
         const sec = await this.api.request<{ data?: Record<string, string> }>(

@@ -10,7 +10,7 @@ import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts
 import { getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
 import { comparePhases } from '../fleet/phases.ts';
-import { type ProviderConfigSource, VmConnector } from '../vm/connector.ts';
+import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { FileStore, MemoryStore } from './store.ts';
 
 /** Reasons that no amount of retrying fixes: apply stops waiting for such a resource. */
@@ -156,6 +156,10 @@ export class LocalRuntime {
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.taskPollMs !== undefined ? { taskPollMs: opts.taskPollMs } : {}),
       ...(opts.agentPollMs !== undefined ? { agentPollMs: opts.agentPollMs } : {}),
+      vmidHolders: (site) => {
+        const sites = opts.config.config.spec.sites;
+        return vmidHoldersOf(this.store.listSync(), site, sites.length === 1 ? sites[0]!.name : undefined);
+      },
       secret: async (ref, r) => {
         const ns = ref.namespace ?? r.metadata.namespace ?? 'default';
         const data = opts.secrets?.get(`${ns}/${ref.name}`) ?? opts.config.secrets.get(`${ns}/${ref.name}`)?.data;

@@ -109,3 +109,18 @@ export class VmConnector implements Connector<ProxmoxVM> {
     this.clients.clear();
   }
 }
+
+/** VMID -> uid of the resources of `site` that hold an external name (for `vmidHolders`). */
+export function vmidHoldersOf(
+  resources: Iterable<ProxmoxVM>,
+  site: string,
+  onlySite: string | undefined,
+): Map<number, string> {
+  const out = new Map<number, string>();
+  for (const r of resources) {
+    const s = r.spec.forProvider.site ?? onlySite;
+    const ext = Number(r.metadata.annotations?.['crossplane.io/external-name']);
+    if (s === site && Number.isInteger(ext) && ext >= 100) out.set(ext, r.metadata.uid);
+  }
+  return out;
+}

@@ -106,6 +106,12 @@ export interface VmClientOptions {
   agentPollMs?: number;
   /** Resolves Secret references (cloud-init password, SSH keys). */
   secret?: (ref: { name: string; key: string; namespace?: string }, r: ProxmoxVM) => Promise<string>;
+  /**
+   * VMIDs other resources of a site already hold as their external name (VMID -> uid), from the
+   * store. After a restart the in-process reservations are gone; this keeps a new VM from picking
+   * a VMID that a resource with a not-yet-created VM already owns.
+   */
+  vmidHolders?: (site: string) => Map<number, string>;
 }
 
 const SHORT = 2000;
@@ -666,8 +672,9 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     } catch {
       // nextid is advisory; the resource list is enough
     }
+    const held = this.o.vmidHolders?.(this.site.name);
     for (let id = start; id <= max; id++) {
-      const holder = this.site.reserved.get(id);
+      const holder = this.site.reserved.get(id) ?? held?.get(id);
       if (taken.has(id) || (holder !== undefined && holder !== r.metadata.uid)) continue;
       this.site.reserved.set(id, r.metadata.uid);
       return { externalName: String(id) };
