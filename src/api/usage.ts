@@ -105,8 +105,3 @@ export interface ProviderConfigUsage extends Static<typeof ProviderConfigUsageBo
     }>;
   };
 }
-
-/** The usage kind that tracks a reference: ClusterProviderConfig -> ClusterProviderConfigUsage. */
-export function usageKindFor(ref: { kind?: string }): UsageKind {
-  return ref.kind === 'ProviderConfig' ? 'ProviderConfigUsage' : 'ClusterProviderConfigUsage';
-}

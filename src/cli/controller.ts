@@ -1,6 +1,6 @@
 /** `provider-proxmox controller`: commander wiring for src/kube/controller.ts. */
 import type { Command } from 'commander';
-import { wholeNumber as int, duration as seconds } from './args.ts';
+import { duration, wholeNumber as int } from './args.ts';
 
 export function registerController(program: Command): void {
   program
@@ -15,16 +15,16 @@ export function registerController(program: Command): void {
       process.env.POD_NAMESPACE ?? 'crossplane-system',
     )
     .option('--leader-election <bool>', 'use leader election (true/false)', (v) => v !== 'false', true)
-    .option('--lease-duration <d>', 'leader lease duration', seconds, 15_000)
-    .option('--renew-deadline <d>', 'leader renew deadline', seconds, 10_000)
-    .option('--retry-period <d>', 'leader retry period', seconds, 2000)
+    .option('--lease-duration <d>', 'leader lease duration', duration, 15_000)
+    .option('--renew-deadline <d>', 'leader renew deadline', duration, 10_000)
+    .option('--retry-period <d>', 'leader retry period', duration, 2000)
     .option('--workers <n>', 'concurrent reconciles', int, 8)
-    .option('--poll <d>', 'poll interval of a ready resource', seconds, 60_000)
+    .option('--poll <d>', 'poll interval of a ready resource', duration, 60_000)
     .option('--health-port <port>', 'port of /healthz and /readyz', int, 8081)
     .option('--metrics-port <port>', 'port of /metrics (Prometheus)', int, 8080)
-    .option('--orphan-scan <d>', 'orphan scan period (0 disables)', seconds, 3_600_000)
+    .option('--orphan-scan <d>', 'orphan scan period (0 disables)', duration, 3_600_000)
     .option('--delete-orphans', 'delete VMs with our marker and no resource (default: report only)')
-    .option('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', seconds, 2000)
+    .option('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', duration, 2000)
     .action(
       async (o: {
         kubeconfig?: string;

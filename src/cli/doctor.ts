@@ -130,7 +130,7 @@ export function registerDoctor(program: Command, deps: DoctorDeps = {}): void {
     ((code: number) => {
       process.exitCode = code;
     });
-  const cmd = program
+  program
     .command('doctor')
     .description(
       'Check that the provider can work against Proxmox VE: reachability and TLS, auth, version and capabilities, node health, bridges, storages, the images the manifests use, and the privileges of the credentials. Exit 0: all good; 1: problems (each with its fix); 2: usage error.',
@@ -178,6 +178,10 @@ Examples:
   provider-proxmox doctor --endpoint https://pve1:8006 --token-file token.txt --fingerprint AB:CD:...`,
     )
     .action(async (o: Opts) => {
+      const print = (report: DoctorReport) => {
+        out(o.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : renderText(report));
+        exit(report.ok ? 0 : 1);
+      };
       let report: DoctorReport;
       try {
         if (o.config !== undefined && o.endpoint.length) throw new UsageError('give --config or --endpoint, not both');
@@ -237,9 +241,7 @@ Examples:
                   },
                 ],
               };
-              out(o.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : renderText(report));
-              exit(1);
-              return;
+              return print(report);
             }
             throw e;
           }
@@ -262,10 +264,8 @@ Examples:
         }
         throw e;
       }
-      out(o.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : renderText(report));
-      exit(report.ok ? 0 : 1);
+      print(report);
     });
-  void cmd;
 }
 
 /** Run `doctor ARGS...` in a fresh program (tests, embedding); resolves with the exit code. */

@@ -4,7 +4,7 @@
  */
 
 import type { ManagedReconciler, ReconcileResult } from './reconciler.ts';
-import type { Managed } from './resource.ts';
+import { keyOf, type Managed } from './resource.ts';
 import type { ResourceStore } from './types.ts';
 import { type BackoffOptions, type QueueClock, WorkQueue } from './workqueue.ts';
 
@@ -42,9 +42,7 @@ export class Controller<R extends Managed = Managed> {
 
   async start(): Promise<void> {
     this.unwatch = this.store.watch((key) => this.queue.add(key));
-    for (const r of await this.store.list()) {
-      this.queue.add(r.metadata.namespace ? `${r.metadata.namespace}/${r.metadata.name}` : r.metadata.name);
-    }
+    for (const r of await this.store.list()) this.queue.add(keyOf(r));
     for (let i = 0; i < this.workers; i++) this.running.push(this.worker());
   }
 

@@ -440,16 +440,13 @@ export class ManagedReconciler<R extends Managed = Managed> {
     } catch (we) {
       if (!(we instanceof ConflictError)) this.o.log?.('warn', 'cannot write status', { error: String(we) });
     }
-    const retryableQuick = err instanceof ReasonedError && err.retryable;
-    let sched = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
-    if (sched && !retryableQuick) {
-      // The n-th failed create in a row waits the n-th step of the schedule (see createFailures).
-      const key = keyOf(r);
-      const count = (this.createFailures.get(key)?.count ?? 0) + 1;
-      this.createFailures.set(key, { count, at: this.o.now() });
-      sched = [sched[Math.min(count, sched.length) - 1]!];
-    }
-    return { kind: 'rateLimited', ...(sched && !retryableQuick ? { schedule: sched } : {}), error: err };
+    const steps = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
+    if (!steps || (err instanceof ReasonedError && err.retryable)) return { kind: 'rateLimited', error: err };
+    // The n-th failed create in a row waits the n-th step of the schedule (see createFailures).
+    const key = keyOf(r);
+    const count = (this.createFailures.get(key)?.count ?? 0) + 1;
+    this.createFailures.set(key, { count, at: this.o.now() });
+    return { kind: 'rateLimited', schedule: [steps[Math.min(count, steps.length) - 1]!], error: err };
   }
 }
 
@@ -458,5 +455,3 @@ function createIsNewer(r: Managed): boolean {
   const s = Date.parse(annotation(r, ANNOTATION_CREATE_SUCCEEDED) ?? '') || 0;
   return p > s;
 }
-
-export { ANNOTATION_CREATE_FAILED, ANNOTATION_CREATE_PENDING, ANNOTATION_CREATE_SUCCEEDED };

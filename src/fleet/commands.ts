@@ -1,15 +1,10 @@
 /** `validate`, `plan`, `gc`: the fleet commands (the CLI only wires options to these). */
 import { readFileSync } from 'node:fs';
 import { stringify } from 'yaml';
-import {
-  ConfigError,
-  type LoadedProviderConfig,
-  loadProviderConfig,
-  parseProviderConfig,
-} from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { DEFAULT_STATE, UsageError } from '../local/commands.ts';
-import { formatProblem, loadManifests, ManifestError } from '../local/manifests.ts';
+import { configAmong, DEFAULT_STATE, write as emit, loadConfigArg, UsageError } from '../local/commands.ts';
+import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../local/manifests.ts';
 import { collect, formatGc, type GcFinding, scanFleet } from './gc.ts';
 import { RolloutError } from './phases.ts';
 import { formatPlan, type PlanResult, planFleet } from './plan.ts';
@@ -17,31 +12,18 @@ import { validateManifests } from './validate.ts';
 
 type Output = 'table' | 'json' | 'yaml';
 
-function emit(out: NodeJS.WriteStream | undefined, s: string): void {
-  (out ?? process.stdout).write(s.endsWith('\n') ? s : `${s}\n`);
-}
-
 function render(value: unknown, output: Output, human: () => string): string {
   if (output === 'json') return JSON.stringify(value, null, 2);
   if (output === 'yaml') return stringify(value);
   return human();
 }
 
-/** --config FILE, loaded; a file that is unreadable or holds no usable ProviderConfig is a usage error (exit 2). */
-async function loadConfigArg(file: string): Promise<LoadedProviderConfig> {
-  try {
-    return await loadProviderConfig(file);
-  } catch (e) {
-    if (e instanceof ConfigError) throw new UsageError(e.message);
-    throw e;
-  }
-}
-
-async function configFrom(config: string | undefined, files: string[]): Promise<LoadedProviderConfig | undefined> {
-  if (config) return loadConfigArg(config);
-  const m = loadManifests(files);
-  const doc = m.others.find((d) => d.kind === 'ProviderConfig' || d.kind === 'ClusterProviderConfig');
-  return doc ? parseProviderConfig(readFileSync(doc.file, 'utf8'), doc.file) : undefined;
+/** --config FILE, or the ProviderConfig among the manifests (`others` is read only without --config). */
+async function configFrom(
+  config: string | undefined,
+  others: () => ManifestDoc[],
+): Promise<LoadedProviderConfig | undefined> {
+  return config ? loadConfigArg(config) : configAmong(others());
 }
 
 /** Exit 0 when the manifests are valid, 1 with every problem listed. */
@@ -73,7 +55,7 @@ export async function planCommand(args: {
 }): Promise<number> {
   const m = loadManifests(args.files);
   if (m.problems.length) throw new ManifestError(m.problems);
-  const config = await configFrom(args.config, args.files);
+  const config = await configFrom(args.config, () => m.others);
   if (!config)
     throw new UsageError('plan reads capacities live: pass --config FILE (a ProviderConfig with its Secret)');
   const vms: ProxmoxVM[] = m.vms.map((x) => x.vm);
@@ -104,7 +86,7 @@ export async function gcCommand(args: {
 }): Promise<number> {
   // Before anything is read or contacted: deleting needs the confirmation.
   if (args.delete && !args.yes) throw new UsageError('--delete removes VMs: add --yes to confirm');
-  const config = await configFrom(args.config, args.files ?? []);
+  const config = await configFrom(args.config, () => loadManifests(args.files ?? []).others);
   if (!config) throw new UsageError('gc needs --config FILE (a ProviderConfig with its Secret)');
   const stateFile = args.state ?? DEFAULT_STATE;
   let objects: ProxmoxVM[];
@@ -118,6 +100,7 @@ export async function gcCommand(args: {
   const known = new Set(objects.map((o) => o.metadata.uid));
   const found = await scanFleet(config, known);
   let result = found;
+  let code = found.length ? 1 : 0;
   if (args.delete) {
     const done = await collect(config, found, { includeHalfCreated: Boolean(args.includeHalfCreated) });
     const same = (a: GcFinding, b: GcFinding) => a.site === b.site && a.vmid === b.vmid;
@@ -125,15 +108,11 @@ export async function gcCommand(args: {
     result = found.map(
       (f) => done.find((d) => same(d, f)) ?? { ...f, action: 'kept: its resource exists (--include-half-created)' },
     );
-    emit(
-      args.out,
-      render(result, args.output ?? 'table', () => formatGc(result)),
-    );
-    return done.some((f) => f.action !== 'deleted') ? 1 : 0;
+    code = done.some((f) => f.action !== 'deleted') ? 1 : 0;
   }
   emit(
     args.out,
     render(result, args.output ?? 'table', () => formatGc(result)),
   );
-  return found.length ? 1 : 0;
+  return code;
 }

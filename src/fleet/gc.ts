@@ -7,7 +7,7 @@
 import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { PveClient } from '../proxmox/client.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { markerUid, OWNER_TAG } from '../vm/spec.ts';
+import { hasOwnerTag, MARKER_PREFIX, markerUid } from '../vm/spec.ts';
 
 export type GcKind = 'orphan' | 'stuck-lock' | 'half-created';
 
@@ -25,24 +25,24 @@ export interface GcFinding {
 }
 
 function ownerName(description: string | undefined): string | undefined {
-  const line = description?.split('\n').find((l) => l.startsWith('provider-proxmox.owner:'));
+  const line = description?.split('\n').find((l) => l.startsWith(MARKER_PREFIX));
   return line ? /owner:\s*(\S+)/.exec(line)?.[1] : undefined;
 }
 
-/** Scan every site of the config; `known` holds the uids of the resources that exist. */
+/** Scan one site; `known` holds the uids of the resources that exist. */
 export async function scanSite(client: PveClient, site: string, known: Set<string>): Promise<GcFinding[]> {
   const out: GcFinding[] = [];
   const res = await client.clusterResources('vm');
   const activeByNode = new Map<string, Set<string>>();
   for (const e of res) {
     if (e.type !== 'qemu' || e.vmid === undefined || !e.node || e.template === 1) continue;
-    const tagged = (e.tags ?? '').split(/[;,\s]/).includes(OWNER_TAG);
-    if (!tagged && e.lock !== 'create' && e.lock !== 'clone') continue;
+    if (!hasOwnerTag(e.tags) && e.lock !== 'create' && e.lock !== 'clone') continue;
     const cfg = await client.vmConfig(e.node, Number(e.vmid)).catch(() => undefined);
     if (!cfg) continue;
     const uid = markerUid(cfg.values.description);
     if (!uid) continue; // not ours: never touched
     const lock = cfg.values.lock;
+    const owner = ownerName(cfg.values.description);
     let active = activeByNode.get(e.node);
     if (!active) {
       active = new Set((await client.activeTasks(e.node)).map((t) => t.id));
@@ -53,7 +53,7 @@ export async function scanSite(client: PveClient, site: string, known: Set<strin
       node: e.node,
       vmid: Number(e.vmid),
       name: cfg.values.name ?? `VM ${e.vmid}`,
-      ...(ownerName(cfg.values.description) ? { owner: ownerName(cfg.values.description)! } : {}),
+      ...(owner ? { owner } : {}),
       ...(lock ? { lock } : {}),
       status: e.status ?? 'unknown',
     };
@@ -70,6 +70,7 @@ export async function scanSite(client: PveClient, site: string, known: Set<strin
   return out;
 }
 
+/** Scan every site of the config. */
 export async function scanFleet(config: LoadedProviderConfig, known: Set<string>): Promise<GcFinding[]> {
   const out: GcFinding[] = [];
   for (const site of config.config.spec.sites) {

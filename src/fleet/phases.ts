@@ -32,8 +32,17 @@ export interface FleetFile {
 
 export class RolloutError extends Error {}
 
-function keyOf(vm: ProxmoxVM): string {
+/** A manifest's key, `namespace/name` (namespace `default` when it names none). */
+export function manifestKey(vm: { metadata: { name: string; namespace?: string } }): string {
   return `${vm.metadata.namespace ?? 'default'}/${vm.metadata.name}`;
+}
+
+/** The names in a `depends-on` annotation value (comma-separated). */
+export function parseDepends(value: string | undefined): string[] {
+  return (value ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
 }
 
 /** Numeric phase names in numeric order, then the others alphabetically. */
@@ -63,7 +72,8 @@ export function loadFleetFile(file: string): FleetFile {
 
 export function planRollout(vms: ProxmoxVM[], opts: { fleet?: FleetFile; maxParallel?: number } = {}): RolloutPlan {
   const byName = new Map<string, string>();
-  for (const vm of vms) byName.set(vm.metadata.name, keyOf(vm));
+  for (const vm of vms) byName.set(vm.metadata.name, manifestKey(vm));
+  const keys = new Set(vms.map(manifestKey));
   const phaseOf = new Map<string, string>();
   const limits = new Map<string, number>();
   if (opts.fleet) {
@@ -71,14 +81,14 @@ export function planRollout(vms: ProxmoxVM[], opts: { fleet?: FleetFile; maxPara
       if (p.maxParallel) limits.set(String(p.name), p.maxParallel);
       for (const m of p.members) {
         const key = byName.get(m) ?? (m.includes('/') ? m : undefined);
-        if (!key || !vms.some((v) => keyOf(v) === key))
+        if (!key || !keys.has(key))
           throw new RolloutError(`fleet file: phase ${p.name} lists '${m}', which is not among the manifests`);
         phaseOf.set(key, String(p.name));
       }
     }
   }
   for (const vm of vms) {
-    const k = keyOf(vm);
+    const k = manifestKey(vm);
     if (!phaseOf.has(k)) phaseOf.set(k, vm.metadata.annotations?.[PHASE_ANNOTATION] ?? DEFAULT_PHASE);
   }
   // A fleet file's phases run in the order the file lists them; phases that only annotations name
@@ -93,23 +103,19 @@ export function planRollout(vms: ProxmoxVM[], opts: { fleet?: FleetFile; maxPara
     const limit = limits.get(name) ?? opts.maxParallel;
     return {
       name,
-      members: vms.map(keyOf).filter((k) => phaseOf.get(k) === name),
+      members: vms.map(manifestKey).filter((k) => phaseOf.get(k) === name),
       ...(limit ? { maxParallel: limit } : {}),
     };
   });
   const dependsOn = new Map<string, string[]>();
   for (const vm of vms) {
-    const deps = (vm.metadata.annotations?.[DEPENDS_ANNOTATION] ?? '')
-      .split(',')
-      .map((x) => x.trim())
-      .filter(Boolean)
-      .map((d) => {
-        const key = byName.get(d) ?? d;
-        if (!vms.some((v) => keyOf(v) === key))
-          throw new RolloutError(`${keyOf(vm)} depends on '${d}', which is not among the manifests`);
-        return key;
-      });
-    if (deps.length) dependsOn.set(keyOf(vm), deps);
+    const deps = parseDepends(vm.metadata.annotations?.[DEPENDS_ANNOTATION]).map((d) => {
+      const key = byName.get(d) ?? d;
+      if (!keys.has(key))
+        throw new RolloutError(`${manifestKey(vm)} depends on '${d}', which is not among the manifests`);
+      return key;
+    });
+    if (deps.length) dependsOn.set(manifestKey(vm), deps);
   }
   // A dependency in a later phase could never be met: the gate of the earlier phase waits for this VM.
   for (const [k, deps] of dependsOn) {
@@ -147,9 +153,16 @@ export interface Admission {
 /** Which resources may start now, given the state of each. */
 export function nextAdmissions(
   plan: RolloutPlan,
-  state: (key: string) => ResourceState,
+  stateOf: (key: string) => ResourceState,
   opts: { noWait?: boolean } = {},
 ): Admission {
+  // Asked several times per key below; states do not change during one call.
+  const known = new Map<string, ResourceState>();
+  const state = (k: string): ResourceState => {
+    const s = known.get(k) ?? stateOf(k);
+    known.set(k, s);
+    return s;
+  };
   const admit: string[] = [];
   let blocked: Admission['blocked'];
   let gateOpen = true;

@@ -8,8 +8,8 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, parseQuantity } from '../api/quantity.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
-import { diskBytes, markerUid, memoryBytes, OWNER_TAG, vmName } from '../vm/spec.ts';
-import { comparePhases, planRollout, type RolloutPlan } from './phases.ts';
+import { diskBytes, hasOwnerTag, memoryBytes, vmName } from '../vm/spec.ts';
+import { comparePhases, DEFAULT_PHASE, planRollout, type RolloutPlan } from './phases.ts';
 
 export interface StoragePlan {
   storage: string;
@@ -80,7 +80,7 @@ async function readSite(config: LoadedProviderConfig, site: string): Promise<Sit
     const nodes = res.filter((r) => r.type === 'node');
     const storages = new Map<string, StorageEntry[]>();
     for (const n of nodes) if (n.status === 'online' && n.node) storages.set(n.node, await client.nodeStorages(n.node));
-    // Descriptions of our VMs tell which manifest they belong to (already deployed).
+    // Our tagged VMs whose name a manifest has count as already deployed (see planFleet).
     const vms = res.filter((r) => r.type === 'qemu' && r.template !== 1);
     return { nodes, vms, storages };
   } finally {
@@ -169,7 +169,7 @@ export async function planFleet(
     for (const e of facts.vms) {
       const p = plans.get(e.node ?? '');
       if (!p) continue;
-      const ours = (e.tags ?? '').split(/[;,\s]/).includes(OWNER_TAG) && names.has(e.name ?? '');
+      const ours = hasOwnerTag(e.tags) && names.has(e.name ?? '');
       if (ours) {
         deployedNames.add(e.name!);
         continue;
@@ -178,7 +178,6 @@ export async function planFleet(
       p.existing.cpus += e.maxcpu ?? 0;
       p.existing.memory += e.maxmem ?? 0;
     }
-    void markerUid;
     // Pinned VMs first, then placement of the others (most free memory that fits).
     const ordered = [...mine].sort((a, b) => Number(!a.spec.forProvider.node) - Number(!b.spec.forProvider.node));
     for (const vm of ordered) {
@@ -201,7 +200,7 @@ export async function planFleet(
           )
           .map((p) => ({
             p,
-            free: p.memory - p.memoryUsed - p.vms.filter((v) => !v.deployed).reduce((a, v) => a + v.memory, 0),
+            free: p.memory - p.memoryUsed - newMemory(p),
           }))
           .filter((x) => x.free >= memory)
           .sort((a, b) => b.free - a.free || a.p.node.localeCompare(b.p.node))[0];
@@ -228,7 +227,16 @@ export async function planFleet(
         continue;
       }
       const deployed = deployedNames.has(name);
-      p.vms.push({ name, cpus, memory, disk, storage, placed, deployed, phase: phaseOf.get(vm.metadata.name) ?? '0' });
+      p.vms.push({
+        name,
+        cpus,
+        memory,
+        disk,
+        storage,
+        placed,
+        deployed,
+        phase: phaseOf.get(vm.metadata.name) ?? DEFAULT_PHASE,
+      });
       p.requested.count++;
       p.requested.cpus += cpus;
       p.requested.memory += memory;
@@ -295,7 +303,7 @@ export async function planFleet(
           message: `${p.node}: CPU overcommit ${vcpus} vCPUs on ${p.cpus} cores (${Math.round((100 * vcpus) / p.cpus)}%)`,
         });
       }
-      const newMem = p.vms.filter((v) => !v.deployed).reduce((a, v) => a + v.memory, 0);
+      const newMem = newMemory(p);
       if (p.memoryUsed + newMem > p.memory) {
         findings.push({
           severity: 'warning',
@@ -337,6 +345,11 @@ export async function planFleet(
   };
 }
 
+/** Memory of the node's manifests that are not deployed yet (deployed ones are in its `memoryUsed`). */
+function newMemory(n: NodePlan): number {
+  return n.vms.filter((v) => !v.deployed).reduce((a, v) => a + v.memory, 0);
+}
+
 function gib(b: number): string {
   const g = b / GiB;
   return Number.isInteger(g) ? `${g}` : g.toFixed(1);
@@ -363,7 +376,7 @@ export function formatPlan(p: PlanResult): string {
     out.push(
       `  ${'cpu'.padEnd(sw)} ${bar(n.existing.cpus, n.requested.cpus, n.cpus)} ${vcpus} vCPUs / ${n.cpus} cores (${n.cpus ? Math.round((100 * vcpus) / n.cpus) : 0}%)`,
     );
-    const newMem = n.vms.filter((v) => !v.deployed).reduce((a, v) => a + v.memory, 0);
+    const newMem = newMemory(n);
     out.push(
       `  ${'memory'.padEnd(sw)} ${bar(n.memoryUsed, newMem, n.memory)} ${gib(n.memoryUsed)} GiB used + ${gib(newMem)} GiB requested / ${gib(n.memory)} GiB`,
     );

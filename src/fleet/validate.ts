@@ -17,7 +17,14 @@ import {
   type ManifestProblem,
 } from '../local/manifests.ts';
 import { validateSpec } from '../vm/spec.ts';
-import { comparePhases, DEFAULT_PHASE, DEPENDS_ANNOTATION, PHASE_ANNOTATION } from './phases.ts';
+import {
+  comparePhases,
+  DEFAULT_PHASE,
+  DEPENDS_ANNOTATION,
+  manifestKey,
+  PHASE_ANNOTATION,
+  parseDepends,
+} from './phases.ts';
 
 export interface ValidateResult {
   files: number;
@@ -76,7 +83,7 @@ export function validateManifests(paths: string[], opts: { config?: LoadedProvid
     vm: x.vm,
     reported: new Set<string>(),
   }));
-  const seen = new Map(m.vms.map((x) => [`${x.vm.metadata.namespace ?? 'default'}/${x.vm.metadata.name}`, x.doc]));
+  const seen = new Map(m.vms.map((x) => [manifestKey(x.vm), x.doc]));
   for (const doc of m.rejected) {
     const md = doc.value.metadata as Record<string, unknown> | undefined;
     const name = str(md?.name);
@@ -163,10 +170,7 @@ export function validateManifests(paths: string[], opts: { config?: LoadedProvid
     }
     const deps = annotations?.[DEPENDS_ANNOTATION];
     const self = str((vm.metadata as { name?: unknown } | undefined)?.name);
-    for (const d of (str(deps) ?? '')
-      .split(',')
-      .map((x) => x.trim())
-      .filter(Boolean)) {
+    for (const d of parseDepends(str(deps))) {
       if (d === self) push(`metadata.annotations.${DEPENDS_ANNOTATION}`, `'${d}' depends on itself`);
       else if (!names.has(d)) {
         const hint = didYouMean(
@@ -186,10 +190,7 @@ export function validateManifests(paths: string[], opts: { config?: LoadedProvid
     const md = vm.metadata as { name?: unknown; annotations?: Record<string, unknown> } | undefined;
     const name = str(md?.name);
     if (!name || depGraph.has(name)) continue;
-    const deps = (str(md?.annotations?.[DEPENDS_ANNOTATION]) ?? '')
-      .split(',')
-      .map((x) => x.trim())
-      .filter((d) => d && d !== name && names.has(d));
+    const deps = parseDepends(str(md?.annotations?.[DEPENDS_ANNOTATION])).filter((d) => d !== name && names.has(d));
     depGraph.set(name, { doc, deps, phase: str(md?.annotations?.[PHASE_ANNOTATION]) ?? DEFAULT_PHASE });
   }
   const depField = `metadata.annotations.${DEPENDS_ANNOTATION}`;

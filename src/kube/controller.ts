@@ -73,6 +73,8 @@ export class ProviderController {
   readonly usage: UsageTracker;
   /** One source for the connector, the scale sets and the orphan scan: it caches configs and their Secrets. */
   private readonly configSource: KubeConfigSource;
+  /** One recorder for the whole process, so that a repeated event (each orphan scan's) is counted, not re-created. */
+  private readonly recorder: EventRecorder;
   private controller: Controller<ProxmoxVM> | undefined;
   private elector: LeaderElector | undefined;
   private health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
@@ -96,12 +98,12 @@ export class ProviderController {
     this.cpcs = new Informer<Obj>(this.api, path('clusterproviderconfigs'), { log });
     this.usages = new Informer<Obj>(this.api, path('providerconfigusages'), { log });
     this.api.onRequest = (verb, status) => this.metrics.kubeRequests.inc({ verb, code: String(status) });
-    const recorder = new EventRecorder(this.api);
+    this.recorder = new EventRecorder(this.api);
     this.store = new KubeStore<ProxmoxVM>(
       this.api,
       this.vms,
       { group: GROUP, version: VERSION, plural: 'proxmoxvms', kind: 'ProxmoxVM' },
-      recorder,
+      this.recorder,
     );
     this.usage = new UsageTracker(this.api);
     this.configSource = new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never);
@@ -236,7 +238,8 @@ export class ProviderController {
       this.usages.on(() => this.schedulePcSync()),
     );
     for (const k of this.sets.cache.keys()) this.setQueue.add(k);
-    for (let i = 0; i < 2; i++) this.setWorkers.push(this.setWorker());
+    // Started once: they outlive a lost leadership (idle), and serve again if it comes back.
+    if (!this.setWorkers.length) for (let i = 0; i < 2; i++) this.setWorkers.push(this.setWorker());
     this.schedulePcSync();
     const gauges = setInterval(() => this.updateGauges(), 15_000);
     gauges.unref();
@@ -255,13 +258,15 @@ export class ProviderController {
     this.leading = false;
     for (const u of this.unsubs.splice(0)) u();
     for (const t of this.timers.splice(0)) clearTimeout(t);
+    clearTimeout(this.pcTimer);
+    this.pcTimer = undefined;
     await this.controller?.stop();
     this.controller = undefined;
   }
 
   private pcTimer: NodeJS.Timeout | undefined;
   private schedulePcSync(): void {
-    if (this.pcTimer) return;
+    if (this.pcTimer || !this.leading) return;
     this.pcTimer = setTimeout(() => {
       this.pcTimer = undefined;
       void this.syncProviderConfigs();
@@ -306,7 +311,8 @@ export class ProviderController {
       const key = await this.setQueue.get();
       if (key === undefined) return;
       try {
-        const requeue = await this.reconcileSet(key);
+        // Only the leader writes; keys queued before leadership was lost are dropped (startLeading queues every set).
+        const requeue = this.leading ? await this.reconcileSet(key) : undefined;
         this.setQueue.forget(key);
         if (requeue) this.setQueue.addAfter(key, requeue);
       } catch (e) {
@@ -409,7 +415,7 @@ export class ProviderController {
   async orphanScan(): Promise<void> {
     const known = new Set([...this.vms.cache.values()].map((v) => v.metadata.uid));
     const source = this.configSource;
-    const recorder = new EventRecorder(this.api);
+    const recorder = this.recorder;
     for (const [kind, inf] of [
       ['ProviderConfig', this.pcs],
       ['ClusterProviderConfig', this.cpcs],

@@ -3,6 +3,7 @@
  * too old) re-lists, a full re-list runs periodically (resync, emitting what changed), and a
  * watchdog restarts a watch that went silent (bookmarks count as life).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type KubeApi, KubeError, type WatchEvent } from './api.ts';
 
 export interface KubeObject {
@@ -36,6 +37,8 @@ export class Informer<T extends KubeObject> {
   private readonly handlers = new Set<InformerHandler<T>>();
   private rv = '';
   private stopped = false;
+  /** Aborted by stop(): ends a backoff wait at once. */
+  private readonly stopping = new AbortController();
   private abort: AbortController | undefined;
   private loop: Promise<void> | undefined;
   private syncedResolve: (() => void) | undefined;
@@ -76,6 +79,7 @@ export class Informer<T extends KubeObject> {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.stopping.abort();
     this.abort?.abort();
     await this.loop;
   }
@@ -122,11 +126,8 @@ export class Informer<T extends KubeObject> {
       } catch (e) {
         if (this.stopped) break;
         this.restarts++;
-        if (e instanceof KubeError && e.status === 410) {
-          needList = true;
-          continue;
-        }
         needList = true;
+        if (e instanceof KubeError && e.status === 410) continue;
         failures++;
         const delay =
           Math.min(this.o.backoffCapMs, this.o.backoffBaseMs * 2 ** (failures - 1)) * (0.8 + Math.random() * 0.4);
@@ -135,7 +136,7 @@ export class Informer<T extends KubeObject> {
           error: e instanceof Error ? e.message : String(e),
           delayMs: Math.round(delay),
         });
-        await new Promise((r) => setTimeout(r, delay));
+        await sleep(delay, undefined, { signal: this.stopping.signal }).catch(() => undefined);
       }
     }
   }

@@ -71,7 +71,11 @@ export class LeaderElector {
   start(): void {
     this.loop ??= (async () => {
       while (!this.stopped) {
-        const ok = await this.tryAcquireOrRenew().catch((e) => {
+        // A leader must know within its renew deadline whether it still holds the lease: a round
+        // that hangs (a slow apiserver, a dead connection) is cut off there, not after the request
+        // timeout, by which time another replica may have taken the lease over.
+        const budget = this.leading ? this.lastRenew + this.o.renewDeadlineMs - this.o.now() : this.o.renewDeadlineMs;
+        const ok = await this.tryAcquireOrRenew(AbortSignal.timeout(Math.max(1, budget))).catch((e) => {
           this.o.log?.('lease update failed', { error: e instanceof Error ? e.message : String(e) });
           return false;
         });
@@ -83,7 +87,7 @@ export class LeaderElector {
             this.o.log?.('became leader', { identity: this.o.identity });
             this.o.onStartedLeading();
           }
-        } else if (this.leading && now - this.lastRenew > this.o.renewDeadlineMs) {
+        } else if (this.leading && now - this.lastRenew >= this.o.renewDeadlineMs) {
           this.leading = false;
           this.o.log?.('lost leadership', { identity: this.o.identity });
           this.o.onStoppedLeading();
@@ -97,7 +101,7 @@ export class LeaderElector {
   }
 
   /** One round: create, take over an expired lease, or renew ours. */
-  async tryAcquireOrRenew(): Promise<boolean> {
+  async tryAcquireOrRenew(signal?: AbortSignal): Promise<boolean> {
     const now = this.o.now();
     const desiredSpec = (old?: Lease['spec']): Lease['spec'] => ({
       holderIdentity: this.o.identity,
@@ -107,12 +111,14 @@ export class LeaderElector {
       leaseTransitions:
         (old?.leaseTransitions ?? 0) + (old?.holderIdentity && old.holderIdentity !== this.o.identity ? 1 : 0),
     });
+    const opts = signal ? { signal } : {};
     let lease: Lease;
     try {
-      lease = await this.api.request<Lease>('GET', `${this.path}/${this.o.name}`);
+      lease = await this.api.request<Lease>('GET', `${this.path}/${this.o.name}`, opts);
     } catch (e) {
       if (!(e instanceof KubeError) || e.status !== 404) throw e;
-      await this.api.request('POST', this.path, {
+      const created = await this.api.request<Lease>('POST', this.path, {
+        ...opts,
         body: {
           apiVersion: 'coordination.k8s.io/v1',
           kind: 'Lease',
@@ -120,7 +126,7 @@ export class LeaderElector {
           spec: desiredSpec(),
         },
       });
-      this.observe(JSON.stringify(desiredSpec()), now, this.o.identity);
+      this.observe(JSON.stringify(created.spec), now, this.o.identity);
       return true;
     }
     const record = JSON.stringify(lease.spec);
@@ -129,7 +135,7 @@ export class LeaderElector {
     const duration = (lease.spec.leaseDurationSeconds ?? Math.ceil(this.o.leaseDurationMs / 1000)) * 1000;
     if (holder && holder !== this.o.identity && this.observedAt + duration > now) return false;
     const updated: Lease = { ...lease, spec: desiredSpec(lease.spec) };
-    const stored = await this.api.request<Lease>('PUT', `${this.path}/${this.o.name}`, { body: updated });
+    const stored = await this.api.request<Lease>('PUT', `${this.path}/${this.o.name}`, { ...opts, body: updated });
     this.observe(JSON.stringify(stored.spec), now, this.o.identity);
     return true;
   }

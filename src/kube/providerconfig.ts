@@ -13,7 +13,7 @@ import {
 } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GROUP, VERSION } from '../api/proxmoxvm.ts';
-import { FINALIZER_IN_USE, LABEL_PROVIDER_CONFIG, usageKindFor } from '../api/usage.ts';
+import { FINALIZER_IN_USE, LABEL_PROVIDER_CONFIG } from '../api/usage.ts';
 import type { Managed } from '../engine/resource.ts';
 import type { ProviderConfigSource } from '../vm/connector.ts';
 import { collectionPath, type KubeApi, KubeError } from './api.ts';
@@ -135,9 +135,12 @@ export class UsageTracker {
     this.api = api;
   }
 
-  private path(kind: 'ProviderConfigUsage' | 'ClusterProviderConfigUsage', namespace: string | undefined): string {
-    const plural = kind === 'ProviderConfigUsage' ? 'providerconfigusages' : 'clusterproviderconfigusages';
-    return collectionPath(GROUP, VERSION, plural, kind === 'ProviderConfigUsage' ? namespace : undefined);
+  /**
+   * ProxmoxVMs are namespaced: their usages are namespaced ProviderConfigUsages, whichever kind of
+   * config they name (crossplane-runtime v2).
+   */
+  private path(namespace: string | undefined): string {
+    return collectionPath(GROUP, VERSION, 'providerconfigusages', namespace ?? 'default');
   }
 
   async track(r: Managed): Promise<void> {
@@ -147,10 +150,9 @@ export class UsageTracker {
     };
     const want = `${ref.kind}/${ref.name}`;
     if (this.known.get(r.metadata.uid) === want || this.released.has(r.metadata.uid)) return;
-    const kind = 'ProviderConfigUsage';
     const body = {
       apiVersion: `${GROUP}/${VERSION}`,
-      kind,
+      kind: 'ProviderConfigUsage',
       metadata: {
         name: r.metadata.uid,
         namespace: r.metadata.namespace ?? 'default',
@@ -160,8 +162,7 @@ export class UsageTracker {
       providerConfigRef: ref,
       resourceRef: { apiVersion: r.apiVersion, kind: r.kind, name: r.metadata.name, uid: r.metadata.uid },
     };
-    void usageKindFor;
-    const path = this.path(kind, r.metadata.namespace ?? 'default');
+    const path = this.path(r.metadata.namespace);
     try {
       await this.api.request('POST', path, { body });
     } catch (e) {
@@ -186,10 +187,7 @@ export class UsageTracker {
 
   private async remove(r: { metadata: { uid: string; namespace?: string } }): Promise<void> {
     try {
-      await this.api.request(
-        'DELETE',
-        `${this.path('ProviderConfigUsage', r.metadata.namespace ?? 'default')}/${r.metadata.uid}`,
-      );
+      await this.api.request('DELETE', `${this.path(r.metadata.namespace)}/${r.metadata.uid}`);
     } catch (e) {
       if (!(e instanceof KubeError && e.status === 404)) throw e;
     }

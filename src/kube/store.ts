@@ -29,7 +29,7 @@ interface Fingerprint {
 export class EventRecorder {
   private readonly api: KubeApi;
   private readonly component: string;
-  private readonly recent = new Map<string, { name: string; namespace: string; count: number; first: string }>();
+  private readonly recent = new Map<string, { name: string; namespace: string; count: number }>();
   constructor(api: KubeApi, component = 'provider-proxmox') {
     this.api = api;
     this.component = component;
@@ -85,7 +85,6 @@ export class EventRecorder {
             name: (res as { metadata: { name: string } }).metadata.name,
             namespace,
             count: 1,
-            first: now,
           });
         if (this.recent.size > 5000) this.recent.delete(this.recent.keys().next().value!);
       })
@@ -201,10 +200,5 @@ export class KubeStore<R extends Managed> implements ResourceStore<R> {
       reason,
       message,
     );
-  }
-
-  /** `kubectl get`-style key for a resource. */
-  static key(r: Managed): string {
-    return keyOf(r);
   }
 }

@@ -10,9 +10,8 @@ import {
 } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import {
-  comparePhases,
-  DEFAULT_PHASE,
   loadFleetFile,
+  manifestKey,
   nextAdmissions,
   PHASE_ANNOTATION,
   planRollout,
@@ -22,10 +21,9 @@ import {
 } from '../fleet/phases.ts';
 import { startSimulator } from '../sim/index.ts';
 import { providerConfigYaml } from '../sim/provider-config.ts';
-import { formatProblem, loadManifests, ManifestError } from './manifests.ts';
+import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from './manifests.ts';
 import { formatRows, Progress, STATUS_COLUMNS, table } from './render.ts';
-import { LocalRuntime, type Row, rowOf } from './runtime.ts';
-import { FileStore } from './store.ts';
+import { LocalRuntime, type Row, rowOf, sortRows } from './runtime.ts';
 
 export const DEFAULT_STATE = '.provider-proxmox/state.json';
 
@@ -58,42 +56,48 @@ export interface ApplyArgs {
   onTick?: (states: Map<string, ResourceState>) => void;
 }
 
-function write(out: NodeJS.WriteStream | undefined, s: string): void {
+/** Write `s` as one or more whole lines. */
+export function write(out: NodeJS.WriteStream | undefined, s: string): void {
   (out ?? process.stdout).write(s.endsWith('\n') ? s : `${s}\n`);
 }
 
-/** The ProviderConfig: --config, or the one found among the manifests. */
-async function resolveConfig(
-  args: ApplyArgs,
-  others: ReturnType<typeof loadManifests>['others'],
-): Promise<LoadedProviderConfig> {
-  if (args.loadedConfig) return args.loadedConfig;
-  if (args.config) {
-    try {
-      return await loadProviderConfig(args.config);
-    } catch (e) {
-      // The file named by --config is unreadable or holds no usable ProviderConfig: a usage error (exit 2).
-      if (e instanceof ConfigError) throw new UsageError(e.message);
-      throw e;
-    }
+/** --config FILE, loaded; a file that is unreadable or holds no usable ProviderConfig is a usage error (exit 2). */
+export async function loadConfigArg(file: string): Promise<LoadedProviderConfig> {
+  try {
+    return await loadProviderConfig(file);
+  } catch (e) {
+    if (e instanceof ConfigError) throw new UsageError(e.message);
+    throw e;
   }
+}
+
+/** The ProviderConfig among the manifests (read from its file, with the Secrets there), if any. */
+export function configAmong(others: ManifestDoc[]): LoadedProviderConfig | undefined {
   const doc = others.find((d) => d.kind === 'ProviderConfig' || d.kind === 'ClusterProviderConfig');
-  if (!doc) {
+  return doc ? parseProviderConfig(readFileSync(doc.file, 'utf8'), doc.file) : undefined;
+}
+
+/** The ProviderConfig: --config, or the one found among the manifests. */
+async function resolveConfig(args: ApplyArgs, others: ManifestDoc[]): Promise<LoadedProviderConfig> {
+  if (args.loadedConfig) return args.loadedConfig;
+  if (args.config) return loadConfigArg(args.config);
+  const config = configAmong(others);
+  if (!config) {
     throw new UsageError(
       'no ProviderConfig: pass --config FILE (for the simulator: `provider-proxmox sim --print-config FILE` writes one) or put a ProviderConfig in the manifests',
     );
   }
-  return parseProviderConfig(readFileSync(doc.file, 'utf8'), doc.file);
+  return config;
 }
 
-function loadVms(files: string[]): { vms: ProxmoxVM[]; others: ReturnType<typeof loadManifests>['others'] } {
+function loadVms(files: string[]): { vms: ProxmoxVM[]; others: ManifestDoc[] } {
   const m = loadManifests(files);
   if (m.problems.length) throw new ManifestError(m.problems);
   return { vms: m.vms.map((x) => x.vm), others: m.others };
 }
 
 /** v1 Secrets among the manifests (`namespace/name` -> data), for cloud-init references. */
-function manifestSecrets(others: ReturnType<typeof loadManifests>['others']): Map<string, Record<string, string>> {
+function manifestSecrets(others: ManifestDoc[]): Map<string, Record<string, string>> {
   const out = new Map<string, Record<string, string>>();
   for (const d of others) {
     if (d.kind !== 'Secret') continue;
@@ -112,7 +116,7 @@ function openRuntime(
   config: LoadedProviderConfig,
   state: string,
   args: ApplyArgs,
-  others: ReturnType<typeof loadManifests>['others'] = [],
+  others: ManifestDoc[] = [],
 ): LocalRuntime {
   mkdirSync(dirname(resolve(state)), { recursive: true });
   return new LocalRuntime({
@@ -139,7 +143,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     if (e instanceof RolloutError) throw new UsageError(e.message);
     throw e;
   }
-  const byKey = new Map(vms.map((v) => [`${v.metadata.namespace ?? 'default'}/${v.metadata.name}`, v]));
+  const byKey = new Map(vms.map((v) => [manifestKey(v), v]));
   const keys = [...byKey.keys()];
   // With a fleet file the phase comes from the file: record it where `status` shows it.
   if (args.fleet)
@@ -232,7 +236,7 @@ function dryRun(args: ApplyArgs, plan: RolloutPlan, byKey: Map<string, ProxmoxVM
   let existing: Set<string> = new Set();
   try {
     const data = JSON.parse(readFileSync(args.state ?? DEFAULT_STATE, 'utf8')) as { objects?: ProxmoxVM[] };
-    existing = new Set((data.objects ?? []).map((o) => `${o.metadata.namespace ?? 'default'}/${o.metadata.name}`));
+    existing = new Set((data.objects ?? []).map(manifestKey));
   } catch {
     // no state yet: everything is a create
   }
@@ -260,9 +264,7 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
   const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args, others);
   const progress = new Progress(args.out);
   try {
-    const keys = vms
-      .map((v) => `${v.metadata.namespace ?? 'default'}/${v.metadata.name}`)
-      .filter((k) => rt.store.getSync(k));
+    const keys = vms.map(manifestKey).filter((k) => rt.store.getSync(k));
     if (!keys.length) {
       write(args.out, 'nothing to delete: none of these resources is in the state file');
       return 0;
@@ -314,10 +316,7 @@ async function readKubeStatus(kubeconfig: string, namespace?: string): Promise<{
       collectionPath('proxmox.sankofa.io', 'v1alpha1', 'proxmoxvms', namespace),
     );
     const now = Date.now();
-    const rows = list.items
-      .map((o) => rowOf(o, now))
-      .sort((a, b) => comparePhases(a.phase ?? DEFAULT_PHASE, b.phase ?? DEFAULT_PHASE) || a.key.localeCompare(b.key));
-    return { rows };
+    return { rows: sortRows(list.items.map((o) => rowOf(o, now))) };
   } finally {
     api.close();
   }
@@ -334,10 +333,7 @@ function readStatus(file: string): { rows: Row[] } | { missing: string } {
     throw new Error(`${file}: unreadable state file (${(e as Error).message})`);
   }
   const now = Date.now();
-  const rows = (data.objects ?? [])
-    .map((o) => rowOf(o, now))
-    .sort((a, b) => comparePhases(a.phase ?? DEFAULT_PHASE, b.phase ?? DEFAULT_PHASE) || a.key.localeCompare(b.key));
-  return { rows };
+  return { rows: sortRows((data.objects ?? []).map((o) => rowOf(o, now))) };
 }
 
 /** The table, from the state file (read-only; works while apply runs). With `watch`: until a signal. */
@@ -455,5 +451,3 @@ export function describeError(e: unknown): string {
   if (e instanceof ConfigError) return e.message;
   return e instanceof Error ? e.message : String(e);
 }
-
-export { FileStore };

@@ -7,9 +7,9 @@ import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
-import { getCondition, keyOf } from '../engine/resource.ts';
+import { externalName, getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
-import { comparePhases } from '../fleet/phases.ts';
+import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../fleet/phases.ts';
 import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { FileStore, MemoryStore } from './store.ts';
 
@@ -103,15 +103,14 @@ export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
   const rd = getCondition(r, 'Ready');
   const sy = getCondition(r, 'Synced');
   const bad = sy?.status === 'False' ? sy : rd?.status === 'False' ? rd : undefined;
+  const phase = r.metadata.annotations?.[PHASE_ANNOTATION];
   return {
     key: keyOf(r),
     name: r.metadata.name,
-    ...(r.metadata.annotations?.['proxmox.sankofa.io/phase']
-      ? { phase: r.metadata.annotations['proxmox.sankofa.io/phase'] }
-      : {}),
+    ...(phase ? { phase } : {}),
     site: a.site ?? r.spec.forProvider.site ?? '',
     node: a.node ?? r.spec.forProvider.node ?? '',
-    vmid: r.metadata.annotations?.['crossplane.io/external-name'] ?? '',
+    vmid: externalName(r) ?? '',
     step: r.metadata.deletionTimestamp
       ? `Deleting${a.step && a.step !== 'Ready' ? `/${a.step}` : ''}`
       : (a.step ?? 'Pending'),
@@ -123,6 +122,13 @@ export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
     message: bad?.message ?? '',
     reason: bad?.reason ?? '',
   };
+}
+
+/** Rows in rollout order: by phase (no phase: the default phase, first), then by key. */
+export function sortRows(rows: Row[]): Row[] {
+  return rows.sort(
+    (a, b) => comparePhases(a.phase ?? DEFAULT_PHASE, b.phase ?? DEFAULT_PHASE) || a.key.localeCompare(b.key),
+  );
 }
 
 export function settled(r: ProxmoxVM): boolean {
@@ -202,10 +208,7 @@ export class LocalRuntime {
 
   rows(): Row[] {
     const now = Date.now();
-    return this.store
-      .listSync()
-      .map((r) => rowOf(r, now))
-      .sort((a, b) => comparePhases(a.phase ?? '', b.phase ?? '') || a.key.localeCompare(b.key));
+    return sortRows(this.store.listSync().map((r) => rowOf(r, now)));
   }
 
   /** Where a resource stands, for rollout gates. */
@@ -256,12 +259,12 @@ export class LocalRuntime {
       ...(opts.signal ? { signal: opts.signal } : {}),
       check: () => {
         opts.tick?.();
-        const states = opts.keys.map((k) => this.stateOf(k));
         if (opts.until === 'gone') {
           const objs = opts.keys.map((k) => this.store.getSync(k));
           if (objs.every((o) => !o)) return 'ok';
           return objs.every((o) => !o || failedPermanently(o)) ? 'fail' : 'continue';
         }
+        const states = opts.keys.map((k) => this.stateOf(k));
         if (states.every((x) => x === 'ready')) return 'ok';
         return states.every((x) => x === 'ready' || x === 'failed') ? 'fail' : 'continue';
       },

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
-import { keyOf, type Managed } from '../engine/resource.ts';
+import { keyOf, type Managed, rfc3339 } from '../engine/resource.ts';
 import { ConflictError, type ResourceStore, type WatchEvent } from '../engine/types.ts';
 
 export interface StoredEvent {
@@ -34,12 +34,11 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
   }
 
   async get(key: string): Promise<R | undefined> {
-    const o = this.objects.get(key);
-    return o ? structuredClone(o) : undefined;
+    return this.getSync(key);
   }
 
   async list(): Promise<R[]> {
-    return [...this.objects.values()].map((o) => structuredClone(o));
+    return this.listSync();
   }
 
   getSync(key: string): R | undefined {
@@ -68,7 +67,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
       const o = structuredClone(desired);
       o.metadata.uid ||= randomUUID();
       o.metadata.generation = 1;
-      o.metadata.creationTimestamp ??= new Date(this.now()).toISOString().replace(/\.\d+Z$/, 'Z');
+      o.metadata.creationTimestamp ??= rfc3339(this.now());
       o.metadata.resourceVersion = this.nextRv();
       o.metadata.finalizers ??= [];
       // normalized as a later apply() writes them, so that re-applying an unchanged manifest is a no-op
@@ -107,7 +106,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     }
     if (cur.metadata.deletionTimestamp) return;
     const next = structuredClone(cur);
-    next.metadata.deletionTimestamp = new Date(this.now()).toISOString().replace(/\.\d+Z$/, 'Z');
+    next.metadata.deletionTimestamp = rfc3339(this.now());
     next.metadata.resourceVersion = this.nextRv();
     this.objects.set(key, next);
     this.changed();

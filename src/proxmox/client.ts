@@ -214,6 +214,8 @@ export class PveClient {
     const authenticated = o.authenticated !== false;
     let resent = false;
     for (;;) {
+      // The resend after a re-login counts as the next attempt.
+      const n = attempt + (resent ? 1 : 0);
       const headers: Record<string, string> = { Accept: 'application/json' };
       if (!inQuery && encoded) headers['Content-Type'] = 'application/x-www-form-urlencoded';
       if (authenticated) Object.assign(headers, await this.auth.headers(r.method));
@@ -234,7 +236,7 @@ export class PveClient {
           ctx,
         );
       } catch (e) {
-        this.report(r, 0, started, attempt + (resent ? 1 : 0), e);
+        this.report(r, 0, started, n, e);
         throw this.clean(e, r);
       }
       const secrets = this.secrets(r);
@@ -247,21 +249,21 @@ export class PveClient {
             ectx,
             `HTTP ${res.status} without a JSON {"data":...} body: is this a Proxmox VE API endpoint?`,
           );
-          this.report(r, res.status, started, attempt, err);
+          this.report(r, res.status, started, n, err);
           throw err;
         }
         try {
           const out = r.decode(env.data);
-          this.report(r, res.status, started, attempt);
+          this.report(r, res.status, started, n);
           return out;
         } catch (e) {
           const err = new ProtocolError(ectx, scrub(e instanceof Error ? e.message : String(e), secrets));
-          this.report(r, res.status, started, attempt, err);
+          this.report(r, res.status, started, n, err);
           throw err;
         }
       }
       const err = classifyResponse(ectx, scrub(res.statusText, secrets), deepScrub(json, secrets));
-      this.report(r, res.status, started, attempt + (resent ? 1 : 0), err);
+      this.report(r, res.status, started, n, err);
       if (res.status === 401 && authenticated && !resent && this.auth.kind === 'ticket') {
         // PVE checks credentials before running anything: resending after a fresh login is safe.
         resent = true;
@@ -637,11 +639,13 @@ export class PveClient {
     if (status.status !== 'stopped') return { state: 'running', status };
     const outcome = exitOutcome(status.exitstatus ?? '');
     if (outcome.ok) return { state: 'ok', warnings: outcome.warnings, status };
+    const tail = await this.lastLogLines(upid);
+    const secrets = this.auth.secretValues();
     const error = new TaskFailedError(
       { site: this.site, method: 'GET', path: '/nodes/{node}/tasks/{upid}/status' },
       upid,
-      scrub(outcome.error, this.auth.secretValues()),
-      (await this.lastLogLines(upid)).map((l) => scrub(l, this.auth.secretValues())),
+      scrub(outcome.error, secrets),
+      tail.map((l) => scrub(l, secrets)),
     );
     return { state: 'failed', error, status };
   }

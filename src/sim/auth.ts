@@ -139,12 +139,15 @@ function aclPrivs(c: ClusterState, ugids: string[], path: string): Set<string> {
   return privs;
 }
 
+const NO_PRIVS: ReadonlySet<string> = new Set();
+
 /** The privileges an authenticated identity holds on a path (RPCEnvironment::permissions). */
-export function privileges(c: ClusterState, auth: AuthInfo, path: string): Set<string> {
+export function privileges(c: ClusterState, auth: AuthInfo, path: string): ReadonlySet<string> {
   const user = c.users.get(auth.userid);
-  const userPrivs =
+  // root@pam holds every privilege: the Administrator role's set itself, not a copy per check.
+  const userPrivs: ReadonlySet<string> =
     auth.userid === 'root@pam'
-      ? new Set(c.roles.Administrator ?? [])
+      ? (c.roles.Administrator ?? NO_PRIVS)
       : aclPrivs(c, [auth.userid, ...(user?.groups ?? []).map((g) => `@${g}`)], path);
   if (auth.kind === 'token') {
     const t = c.tokens.get(auth.authid);
@@ -158,6 +161,12 @@ export function privileges(c: ClusterState, auth: AuthInfo, path: string): Set<s
 
 export function hasPriv(c: ClusterState, auth: AuthInfo, path: string, priv: string): boolean {
   return privileges(c, auth, path).has(priv);
+}
+
+/** Whether any of `privs` is held on `path` (one privilege computation for all of them). */
+export function hasAnyPriv(c: ClusterState, auth: AuthInfo, path: string, privs: readonly string[]): boolean {
+  const held = privileges(c, auth, path);
+  return privs.some((p) => held.has(p));
 }
 
 /** `$rpcenv->check(...)`: 403 `Permission check failed (path, priv)` unless all are held. */

@@ -21,8 +21,3 @@ export function die(message: string): never {
 export function paramError(errors: Record<string, string>): never {
   throw new PveHttpError(400, 'Parameter verification failed.', errors);
 }
-
-/** `raise_perm_exc`: 403 Permission check failed (path, priv). */
-export function permError(detail?: string): never {
-  throw new PveHttpError(403, detail ? `Permission check failed (${detail})` : 'Permission check failed');
-}

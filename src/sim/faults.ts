@@ -48,6 +48,8 @@ export interface ActiveFault {
   spec: FaultSpec;
   seen: number;
   fired: number;
+  /** The `path` of a request or latency fault, compiled once (it is tested on every request). */
+  pathRe?: RegExp;
   release?: () => void;
   released: Promise<void>;
 }
@@ -93,6 +95,7 @@ export class Faults {
       release = r;
     });
     const f: ActiveFault = { id, spec, seen: 0, fired: 0, release, released };
+    if ((spec.kind === 'request' || spec.kind === 'latency') && spec.path) f.pathRe = templateToRegex(spec.path);
     this.active.set(id, f);
     switch (spec.kind) {
       case 'lock': {
@@ -126,17 +129,27 @@ export class Faults {
     const bad = (m: string): never => {
       throw new FaultError(m);
     };
+    // A bad `re:` pattern is refused here rather than failing every later request.
+    const checkPath = (path: string): void => {
+      try {
+        templateToRegex(path);
+      } catch (e) {
+        bad(`invalid path: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    };
     switch (spec.kind) {
       case 'request':
         if (typeof spec.path !== 'string' || !spec.path) bad('request fault needs a path');
         if (!(spec.status >= 400 && spec.status <= 599)) bad('request fault needs a status between 400 and 599');
         if (typeof spec.message !== 'string') bad('request fault needs a message');
+        checkPath(spec.path);
         break;
       case 'task':
         if (spec.action !== 'fail' && spec.action !== 'stall') bad("task fault action must be 'fail' or 'stall'");
         break;
       case 'latency':
         if (!(spec.ms >= 0)) bad('latency fault needs ms >= 0');
+        if (spec.path) checkPath(spec.path);
         break;
       case 'lock':
         if (!this.c.vms.has(spec.vmid)) bad(`lock fault: VM ${spec.vmid} does not exist`);
@@ -210,7 +223,7 @@ export class Faults {
       const s = f.spec;
       if (s.kind !== 'request') continue;
       if (s.method && s.method.toUpperCase() !== method) continue;
-      if (!templateToRegex(s.path).test(path)) continue;
+      if (!f.pathRe?.test(path)) continue;
       if (s.param) {
         if (!(s.param.name in params)) continue;
         if (s.param.value !== undefined && String(params[s.param.name]) !== s.param.value) continue;
@@ -226,7 +239,7 @@ export class Faults {
       const s = f.spec;
       if (s.kind !== 'latency') continue;
       if (s.method && s.method.toUpperCase() !== method) continue;
-      if (s.path && !templateToRegex(s.path).test(path)) continue;
+      if (f.pathRe && !f.pathRe.test(path)) continue;
       if (this.fires(f, 1, s.count ?? -1)) ms += s.ms;
     }
     return ms;

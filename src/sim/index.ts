@@ -10,13 +10,14 @@ import selfsigned from 'selfsigned';
 import { Clock } from './clock.ts';
 import { type FaultSpec, Faults } from './faults.ts';
 import type { Profile } from './profiles.ts';
+import { configMemoryMiB } from './qemu-config.ts';
 import { accessRoutes } from './routes/access.ts';
 import { clusterRoutes } from './routes/cluster.ts';
 import { nodeRoutes } from './routes/nodes.ts';
-import { qemuRoutes } from './routes/qemu.ts';
+import { qemuRoutes, vmMaxDisk } from './routes/qemu.ts';
 import { taskRoutes } from './routes/tasks.ts';
 import { ApiHandler, type Route } from './server.ts';
-import { ClusterState } from './state.ts';
+import { ClusterState, MiB } from './state.ts';
 import { TaskRunner } from './tasks.ts';
 import { defaultTopology, type Topology } from './topology.ts';
 
@@ -139,13 +140,8 @@ export class SimCluster {
   startStatTicker(): void {
     const tick = () => {
       for (const vm of this.state.vms.values()) {
-        const mem = Number.parseInt((vm.config.memory ?? '512').replace(/^current=/, ''), 10) * 1024 * 1024;
-        let maxdisk = 0;
-        for (const [k, v] of Object.entries(vm.config)) {
-          if (!/^(scsi|virtio|sata|ide)\d+$/.test(k) || v.includes('media=cdrom')) continue;
-          maxdisk = this.state.volume(vm.node, v.split(',')[0]!)?.size ?? maxdisk;
-          if (maxdisk) break;
-        }
+        const mem = configMemoryMiB(vm.config) * MiB;
+        const maxdisk = vmMaxDisk(this.state, vm);
         const running = vm.status === 'running';
         vm.rrd = {
           status: vm.status,

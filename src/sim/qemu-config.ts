@@ -53,10 +53,6 @@ export function setOpt(p: PropString, key: string, value: string | undefined): v
   else p.opts.push([key, value]);
 }
 
-export function printProp(p: PropString): string {
-  return [...(p.head !== undefined ? [p.head] : []), ...p.opts.map(([k, v]) => `${k}=${v}`)].join(',');
-}
-
 export interface DriveSpec {
   file: string;
   p: PropString;
@@ -144,6 +140,16 @@ const NUMERIC_KEYS = new Set([
   'vcpus',
 ]);
 
+/** `memory` in MiB (`4096` or, from PVE 8.1, `current=4096`); 512 when unset. */
+export function configMemoryMiB(config: Record<string, string>): number {
+  return Number.parseInt((config.memory ?? '512').replace(/^current=/, ''), 10);
+}
+
+/** vCPUs: `cores` x `sockets`. */
+export function configCpus(config: Record<string, string>): number {
+  return Number(config.cores ?? 1) * Number(config.sockets ?? 1);
+}
+
 /** A config as GET config answers it: typed values, hidden password. */
 export function typedConfig(config: Record<string, string>, profile: ProfileFacts): Record<string, string | number> {
   const out: Record<string, string | number> = {};
@@ -162,8 +168,7 @@ export function privForKey(key: string): string {
   if (NET_KEY_RE.test(key)) return 'VM.Config.Network';
   if (/^(cores|sockets|vcpus|cpu|cpulimit|cpuunits|affinity|numa\d*)$/.test(key)) return 'VM.Config.CPU';
   if (/^(memory|balloon|shares|hugepages)$/.test(key)) return 'VM.Config.Memory';
-  if (/^(ciuser|cipassword|citype|cicustom|ipconfig\d+|sshkeys|nameserver|searchdomain|ciupgrade)$/.test(key))
-    return 'VM.Config.Cloudinit';
+  if (CLOUDINIT_KEYS.test(key)) return 'VM.Config.Cloudinit';
   if (
     /^(name|description|onboot|startup|tags|protection|agent|ostype|boot|bootdisk|hotplug|tablet|localtime|keyboard|acpi|kvm|freeze|reboot|startdate|vmstatestorage|hookscript)$/.test(
       key,

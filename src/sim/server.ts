@@ -4,10 +4,10 @@
  * shapes) on top of the routes in routes/.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type AuthInfo, authenticate, isRootUser, verifyCsrf } from './auth.ts';
+import { type AuthInfo, authenticate, verifyCsrf } from './auth.ts';
 import { PveHttpError } from './errors.ts';
 import { FaultError, type FaultSpec, type Faults } from './faults.ts';
-import { type HttpMethod, type MethodSchema, matchMethod, validateParams } from './schema/index.ts';
+import { type HttpMethod, matchMethod, validateParams } from './schema/index.ts';
 import type { ClusterState } from './state.ts';
 import type { TaskRunner } from './tasks.ts';
 
@@ -43,12 +43,6 @@ export class Envelope {
   }
 }
 
-interface CompiledRoute {
-  route: Route;
-  re: RegExp;
-  names: string[];
-}
-
 export interface ServerOptions {
   /** Delay before a 401 answer, real ms (PVE: 3000). */
   authFailDelayMs: number;
@@ -62,15 +56,6 @@ const COMMON_HEADERS = {
   Expires: 'Thu, 01 Jan 1970 00:00:00 GMT',
 };
 
-function compile(route: Route): CompiledRoute {
-  const names: string[] = [];
-  const src = route.path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{([^}]+)\}/g, (_m, n: string) => {
-    names.push(n);
-    return '([^/]+)';
-  });
-  return { route, re: new RegExp(`^${src}$`), names };
-}
-
 function reasonPhrase(message: string): string {
   return (message.split('\n')[0] ?? '').replace(/[\r\n]/g, '').trim() || 'error';
 }
@@ -80,18 +65,15 @@ export class ApiHandler {
   private readonly tasks: TaskRunner;
   private readonly faults: Faults;
   private readonly opts: ServerOptions;
-  private readonly byMethod = new Map<string, CompiledRoute[]>();
+  /** Routes by `METHOD /path/template`, the template being the schema's (matchMethod() finds it). */
+  private readonly routes = new Map<string, Route>();
 
   constructor(c: ClusterState, tasks: TaskRunner, faults: Faults, routes: Route[], opts: ServerOptions) {
     this.c = c;
     this.tasks = tasks;
     this.faults = faults;
     this.opts = opts;
-    for (const r of routes) {
-      const list = this.byMethod.get(r.method) ?? [];
-      list.push(compile(r));
-      this.byMethod.set(r.method, list);
-    }
+    for (const r of routes) this.routes.set(`${r.method} ${r.path}`, r);
   }
 
   /** The node:http request listener. */
@@ -121,9 +103,11 @@ export class ApiHandler {
       return this.sendError(res, 501, `Unknown format`);
     }
     const path = url.pathname.slice('/api2/json'.length).replace(/\/+$/, '') || '/';
-    const compiled = this.findRoute(method, path);
-    const counterKey = `${method} ${compiled?.c.route.path ?? path}`;
-    this.faults.count(counterKey);
+    // RESTHandler find_handler on the uri_unescape()d path: one lookup gives the schema, the
+    // path parameters and (through the template) the route.
+    const schemaMatch = matchMethod(this.c.profile.profile, method, path);
+    const route = schemaMatch && this.routes.get(`${method} ${schemaMatch.template}`);
+    this.faults.count(`${method} ${route ? route.path : path}`);
 
     const latency = this.faults.latencyFor(method, path);
     if (latency > 0) await this.c.clock.sleep(latency);
@@ -151,7 +135,7 @@ export class ApiHandler {
     // pve-http-server order: authentication (CSRF included) in auth_handler, then the
     // content check, then rest_handler (501 for unknown methods, allowtoken, permissions).
     let auth: AuthInfo | undefined;
-    if (!compiled?.c.route.noAuth) {
+    if (!route?.noAuth) {
       try {
         auth = authenticate(this.c, headerOf(req, 'cookie'), headerOf(req, 'authorization'));
       } catch (e) {
@@ -170,8 +154,7 @@ export class ApiHandler {
       return this.sendError(res, 501, `Unexpected content for method '${method}'`);
     }
 
-    const schemaMatch = matchMethod(this.c.profile.profile, method, path);
-    if (!compiled || !schemaMatch) {
+    if (!route || !schemaMatch) {
       // rest_handler's message carries no trailing newline (it is not a die).
       return this.sendError(res, 501, `Method '${method} ${path}' not implemented`, undefined, { raw: true });
     }
@@ -189,14 +172,14 @@ export class ApiHandler {
       tasks: this.tasks,
       faults: this.faults,
       auth: auth ?? { authid: '', userid: '', kind: 'ticket' },
-      params: { ...compiled.params },
+      params: { ...schemaMatch.pathParams },
       method,
       path,
     };
     try {
       // Unknown or offline nodes fail before anything else touches them.
-      const node = compiled.params.node;
-      if (node !== undefined && compiled.c.route.path.startsWith('/nodes/{node}')) {
+      const node = schemaMatch.pathParams.node;
+      if (node !== undefined && route.path.startsWith('/nodes/{node}')) {
         const n = this.c.nodes.get(node);
         if (!n)
           throw new PveHttpError(
@@ -205,36 +188,23 @@ export class ApiHandler {
           );
         if (!n.online) throw new PveHttpError(595, 'No route to host');
       }
-      compiled.c.route.perm?.(ctx);
-      const v = validateParams(schemaMatch.schema as MethodSchema, { ...raw, ...compiled.params });
+      route.perm?.(ctx);
+      const v = validateParams(schemaMatch.schema, { ...raw, ...schemaMatch.pathParams });
       if (v.errors && Object.keys(v.errors).length) {
         return this.sendError(res, 400, 'Parameter verification failed.', v.errors);
       }
       ctx.params = v.params;
-      const result = await compiled.c.route.handler(ctx);
+      const result = await route.handler(ctx);
       if (result instanceof Envelope) return this.sendData(res, result.data, result.extra);
       return this.sendData(res, result === undefined ? null : result);
     } catch (e) {
       if (e instanceof PveHttpError) {
         // A handler's 401 (login failure) keeps the JSON body; every 401 is delayed.
-        if (e.status === 401) return this.sendDelayedError(res, 401, e.message);
+        if (e.status === 401) return this.afterAuthFailDelay(() => this.sendError(res, 401, e.message));
         return this.sendError(res, e.status, e.message, e.errors);
       }
       return this.sendError(res, 500, e instanceof Error ? e.message : String(e));
     }
-  }
-
-  private findRoute(method: string, path: string): { c: CompiledRoute; params: Record<string, string> } | undefined {
-    for (const c of this.byMethod.get(method) ?? []) {
-      const m = c.re.exec(path);
-      if (!m) continue;
-      const params: Record<string, string> = {};
-      c.names.forEach((n, i) => {
-        params[n] = decodeURIComponent(m[i + 1]!);
-      });
-      return { c, params };
-    }
-    return undefined;
   }
 
   sendData(res: ServerResponse, data: unknown, extra?: Record<string, unknown>): void {
@@ -269,11 +239,11 @@ export class ApiHandler {
     res.end(body);
   }
 
-  /** A handler's 401 (login failure): the JSON error answer, delayed like every 401. */
-  private sendDelayedError(res: ServerResponse, status: number, message: string): Promise<void> {
+  /** Every 401 is answered after the same delay. */
+  private afterAuthFailDelay(send: () => void): Promise<void> {
     return new Promise((resolve) => {
       setTimeout(() => {
-        this.sendError(res, status, message);
+        send();
         resolve();
       }, this.opts.authFailDelayMs);
     });
@@ -281,12 +251,9 @@ export class ApiHandler {
 
   /** 401: reason in the status line, empty body, no Content-Type, after a delay. */
   private send401(res: ServerResponse, reason: string): Promise<void> {
-    return new Promise((resolve) => {
-      setTimeout(() => {
-        res.writeHead(401, reasonPhrase(reason), { ...COMMON_HEADERS, 'Content-Length': 0, Connection: 'close' });
-        res.end();
-        resolve();
-      }, this.opts.authFailDelayMs);
+    return this.afterAuthFailDelay(() => {
+      res.writeHead(401, reasonPhrase(reason), { ...COMMON_HEADERS, 'Content-Length': 0, Connection: 'close' });
+      res.end();
     });
   }
 
@@ -299,7 +266,6 @@ export class ApiHandler {
       return void this.send401(res, e instanceof Error ? e.message : 'No ticket');
     }
     if (auth.userid !== 'root@pam') return this.sendError(res, 403, 'Permission check failed (/_sim, root@pam only)');
-    void isRootUser;
     let input: Record<string, unknown> = {};
     if (body.length) {
       try {

@@ -63,9 +63,6 @@ export class StorageState {
   get isFileBased(): boolean {
     return this.type === 'dir' || this.type === 'nfs' || this.type === 'cephfs';
   }
-  get pluginLabel(): string {
-    return this.type;
-  }
 }
 
 export interface BridgeState extends TopologyBridge {
@@ -400,10 +397,6 @@ export class ClusterState {
 
   digest(vm: VmState): string {
     return configDigest(vm.config, vm.pending, vm.pendingDelete);
-  }
-
-  node(name: string): NodeState | undefined {
-    return this.nodes.get(name);
   }
 
   /** A MAC as PVE generates it: BC:24:11 (PVE >= 8.1) or a random locally administered one. */

@@ -5,6 +5,7 @@
  */
 import { findSite, type LoadedProviderConfig, siteConcurrency, siteVmidRange } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { externalName } from '../engine/resource.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
 import type { ClientHooks } from '../proxmox/metrics.ts';
 import { clientForSite } from '../proxmox/site.ts';
@@ -53,15 +54,17 @@ export class VmConnector implements Connector<ProxmoxVM> {
       throw new ReasonedError('ProviderConfigNotFound', e instanceof Error ? e.message : String(e));
     }
     const siteName = VmConnector.siteName(r, config);
+    let s: ReturnType<typeof findSite>;
     try {
-      findSite(config.config, siteName);
+      s = findSite(config.config, siteName);
     } catch (e) {
       throw new ReasonedError('SiteNotFound', `${(e as Error).message}; fix spec.forProvider.site`);
     }
-    const siteKey = `${config.config.kind}/${config.config.metadata.name}/${siteName}`;
+    // Namespaced ProviderConfigs of the same name in two namespaces are two configs.
+    const { kind, metadata } = config.config;
+    const siteKey = `${kind}/${metadata.namespace ?? ''}/${metadata.name}/${siteName}`;
     let site = this.sites.get(siteKey);
     if (!site || site.config !== config) {
-      const s = findSite(config.config, siteName);
       const conc = siteConcurrency(config.config, s);
       let client: ReturnType<typeof clientForSite>;
       try {
@@ -83,7 +86,8 @@ export class VmConnector implements Connector<ProxmoxVM> {
         }),
       };
       this.sites.set(siteKey, site);
-      for (const [k, v] of this.clients) if (v.siteName === siteName) this.clients.delete(k);
+      // Only this config's clients hold the replaced SiteContext (another config may have a site of that name).
+      for (const k of this.clients.keys()) if (k.startsWith(`${siteKey}/`)) this.clients.delete(k);
     }
     const key = `${siteKey}/${r.metadata.uid}`;
     let ext = this.clients.get(key);
@@ -97,10 +101,6 @@ export class VmConnector implements Connector<ProxmoxVM> {
   /** Forget a resource's client (it was deleted or orphaned). */
   forget(uid: string): void {
     for (const k of [...this.clients.keys()]) if (k.endsWith(`/${uid}`)) this.clients.delete(k);
-  }
-
-  siteContexts(): SiteContext[] {
-    return [...this.sites.values()].map((s) => s.ctx);
   }
 
   async close(): Promise<void> {
@@ -119,7 +119,7 @@ export function vmidHoldersOf(
   const out = new Map<number, string>();
   for (const r of resources) {
     const s = r.spec.forProvider.site ?? onlySite;
-    const ext = Number(r.metadata.annotations?.['crossplane.io/external-name']);
+    const ext = Number(externalName(r));
     if (s === site && Number.isInteger(ext) && ext >= 100) out.set(ext, r.metadata.uid);
   }
   return out;

@@ -8,6 +8,7 @@ import type { AtProvider, ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
 import {
   ANNOTATION_CREATE_PENDING,
+  ANNOTATION_EXTERNAL_NAME,
   annotation,
   createIncomplete,
   externalName,
@@ -25,11 +26,12 @@ import {
   desiredNets,
   desiredTags,
   diskBytes,
+  diskOptions,
+  driveSize,
+  hasOwnerTag,
   markerUid,
   memoryBytes,
-  OWNER_TAG,
   parseNetValue,
-  parsePveSize,
   parseUserData,
   printNet,
   validateSpec,
@@ -114,8 +116,6 @@ export interface VmClientOptions {
   vmidHolders?: (site: string) => Map<number, string>;
 }
 
-const SHORT = 2000;
-
 function reason(r: string, msg: string, retryable = false): ReasonedError {
   return new ReasonedError(r, msg, retryable);
 }
@@ -142,6 +142,10 @@ function decodeSshKeys(v: string | undefined): string {
   } catch {
     return v;
   }
+}
+
+function isReady(r: ProxmoxVM): boolean {
+  return r.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
 function ready(r: ProxmoxVM, status: 'True' | 'False', why: string, message?: string): void {
@@ -189,10 +193,6 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     this.o = opts;
   }
 
-  get siteName(): string {
-    return this.site.name;
-  }
-
   /** Cloud-init values from Secret references (never logged, never in conditions). */
   private secrets: { password?: string; sshKeys: string[] } = { sshKeys: [] };
 
@@ -226,8 +226,18 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
         .filter(Boolean);
   }
 
+  /** The SSH keys of the spec, the userData and the Secret reference, in that order. */
+  private sshKeys(r: ProxmoxVM, ud: { sshKeys: string[] }): string[] {
+    return [...(r.spec.forProvider.cloudInit?.sshKeys ?? []), ...ud.sshKeys, ...this.secrets.sshKeys];
+  }
+
   private get c(): PveClient {
     return this.site.client;
+  }
+
+  /** How soon to look at in-flight work again. */
+  private get taskPollMs(): number {
+    return this.o.taskPollMs ?? 2000;
   }
 
   private async hook(step: string, r: ProxmoxVM): Promise<void> {
@@ -247,7 +257,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     await this.loadSecrets(r);
     const observeOnly =
       !policyAllows(r.spec.managementPolicies, 'Create') && !policyAllows(r.spec.managementPolicies, 'Update');
-    let vmidText = externalName(r);
+    const vmidText = externalName(r);
     if (!vmidText) return { exists: false, upToDate: false };
     let vmid = Number(vmidText);
     if (!Number.isInteger(vmid) || vmid < 100)
@@ -260,7 +270,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     const task = a.task;
     if (task) {
       const done = await this.taskDone(task);
-      if (!done.finished) return { exists: true, upToDate: true, requeueAfterMs: this.o.taskPollMs ?? SHORT };
+      if (!done.finished) return { exists: true, upToDate: true, requeueAfterMs: this.taskPollMs };
       delete a.task;
       this.site.limiter.release(r.metadata.uid);
       this.releaseInflight(r);
@@ -284,9 +294,8 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       // A create may have happened whose result was never recorded: find our VM by its marker.
       const byMarker = await this.findByMarker(r);
       if (byMarker) {
-        setAnnotation(r, 'crossplane.io/external-name', String(byMarker.vmid));
+        setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(byMarker.vmid));
         vmid = byMarker.vmid;
-        vmidText = String(vmid);
         found = byMarker;
       }
     }
@@ -296,7 +305,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       if (!r.spec.forProvider.vmid) this.site.reserved.set(vmid, r.metadata.uid);
       return { exists: false, upToDate: false };
     }
-    if (this.site.reserved.get(vmid) === r.metadata.uid) this.site.reserved.delete(vmid);
+    this.unreserve(r, vmid);
     a.vmId = vmid;
     a.node = found.node;
 
@@ -321,15 +330,12 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
             'Creating',
             `VM ${vmid} is being ${lock === 'create' ? 'created' : 'cloned'} on ${found.node}`,
           );
-          return { exists: true, upToDate: true, requeueAfterMs: this.o.taskPollMs ?? SHORT };
+          return { exists: true, upToDate: true, requeueAfterMs: this.taskPollMs };
         }
         if (createIncomplete(r) && !r.spec.forProvider.vmid) {
           // Unlocked and unmarked: never ours (our create writes the marker when it ends). Our create
           // never happened at this VMID (a foreign VM took it before a crash): choose another.
-          setAnnotation(r, 'crossplane.io/external-name', undefined);
-          delete a.vmId;
-          if (this.site.reserved.get(vmid) === r.metadata.uid) this.site.reserved.delete(vmid);
-          return { exists: false, upToDate: false };
+          return this.giveUpVmid(r, vmid);
         }
         throw reason(
           'VMIDConflict',
@@ -338,10 +344,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       }
       if (owner !== r.metadata.uid && createIncomplete(r) && !r.spec.forProvider.vmid) {
         // Our create never happened at this VMID (another VM took it first): choose another.
-        setAnnotation(r, 'crossplane.io/external-name', undefined);
-        delete a.vmId;
-        if (this.site.reserved.get(vmid) === r.metadata.uid) this.site.reserved.delete(vmid);
-        return { exists: false, upToDate: false };
+        return this.giveUpVmid(r, vmid);
       }
       if (owner !== r.metadata.uid) {
         throw reason(
@@ -364,7 +367,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
         digest: found.config!.digest,
       });
     }
-    if ((status?.status ?? found.entry.status) === 'running' && cfg && /^(1|enabled=1)/.test(cfg.agent ?? '')) {
+    if (state === 'running' && cfg && /^(1|enabled=1)/.test(cfg.agent ?? '')) {
       a.ipAddresses = await this.guestAddresses(found.node, vmid);
     } else if (state !== 'running') delete a.ipAddresses;
     if (running && full) {
@@ -385,7 +388,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
 
     if (lock) {
       ready(r, 'False', 'Locked', `VM ${vmid} is locked (${lock}); waiting for the lock to clear`);
-      return { exists: true, upToDate: true, requeueAfterMs: this.o.taskPollMs ?? SHORT };
+      return { exists: true, upToDate: true, requeueAfterMs: this.taskPollMs };
     }
 
     // Drift (only with a fresh config).
@@ -401,8 +404,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
               : change.kind === 'resize'
                 ? 'Resizing'
                 : 'Configuring';
-        const creating = !r.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
-        ready(r, 'False', creating ? 'Creating' : 'Unavailable', change.why);
+        ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', change.why);
         return { exists: true, upToDate: false, ...this.connection(r, found) };
       }
     }
@@ -416,6 +418,19 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     a.step = 'Ready';
     ready(r, 'True', 'Available');
     return { exists: true, upToDate: true, ...this.connection(r, found) };
+  }
+
+  /** Drop a VMID this resource reserved in this process (it is visible in Proxmox now, or given up). */
+  private unreserve(r: ProxmoxVM, vmid: number): void {
+    if (this.site.reserved.get(vmid) === r.metadata.uid) this.site.reserved.delete(vmid);
+  }
+
+  /** Our create never happened at this VMID (another VM holds it): forget it, so that another is chosen. */
+  private giveUpVmid(r: ProxmoxVM, vmid: number): ExternalObservation {
+    setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
+    delete atp(r).vmId;
+    this.unreserve(r, vmid);
+    return { exists: false, upToDate: false };
   }
 
   private connection(r: ProxmoxVM, found: ObservedVm): { connectionDetails: Record<string, string> } {
@@ -436,7 +451,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     const last = this.lastFull.get(r.metadata.uid);
     if (!last) return true;
     if (last.generation !== r.metadata.generation) return true;
-    if (!r.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) return true;
+    if (!isReady(r)) return true;
     if (r.status?.atProvider?.step !== 'Ready') return true;
     if (found.entry.lock) return true;
     if ((found.entry.status ?? '') !== (r.status?.atProvider?.state ?? '')) return true;
@@ -472,7 +487,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     const list = await this.site.clusterResources(true);
     for (const e of list) {
       if (e.type !== 'qemu' || !e.node || e.vmid === undefined) continue;
-      if (!(e.tags ?? '').split(/[;,\s]/).includes(OWNER_TAG) && e.lock !== 'create' && e.lock !== 'clone') continue;
+      if (!hasOwnerTag(e.tags) && e.lock !== 'create' && e.lock !== 'clone') continue;
       const cfg = await this.c.vmConfig(e.node, Number(e.vmid)).catch(() => undefined);
       if (cfg && markerUid(cfg.values.description) === r.metadata.uid)
         return { vmid: Number(e.vmid), node: e.node, entry: e, config: cfg };
@@ -543,7 +558,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     if (ciUser) want('ciuser', ciUser);
     const ips = desiredIpConfigs(fp, nets.length);
     for (const [i, v] of ips.entries()) want(`ipconfig${i}`, v);
-    const keys = [...(ci?.sshKeys ?? []), ...ud.sshKeys, ...this.secrets.sshKeys];
+    const keys = this.sshKeys(r, ud);
     if (keys.length && decodeSshKeys(cfg.sshkeys) !== sshKeysValue(keys)) set.sshkeys = sshKeysValue(keys);
     // Passwords read back as '**********': set when none is set (rotate by recreating or by hand).
     if (this.secrets.password !== undefined && !cfg.cipassword) set.cipassword = this.secrets.password;
@@ -562,7 +577,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     const wantDisk = diskBytes(fp);
     const d0 = cfg.scsi0;
     if (wantDisk && d0) {
-      const size = parsePveSize(/(?:^|,)size=([^,]+)/.exec(d0)?.[1]);
+      const size = driveSize(d0);
       if (size !== undefined && size < wantDisk) {
         return {
           kind: 'resize',
@@ -591,16 +606,13 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       const cur = cfg[slot];
       if (!cur) {
         const storage = d.storage ?? fp.storage ?? 'local-lvm';
-        const opts = [d.iothread ? 'iothread=1' : '', d.discard ? 'discard=on' : '', d.ssd ? 'ssd=1' : ''].filter(
-          Boolean,
-        );
         return {
           kind: 'config',
           why: `adding disk ${slot}`,
-          set: { [slot]: [`${storage}:${Math.ceil(bytes / GiB)}`, ...opts].join(',') },
+          set: { [slot]: [`${storage}:${Math.ceil(bytes / GiB)}`, ...diskOptions(d)].join(',') },
         };
       }
-      const size = parsePveSize(/(?:^|,)size=([^,]+)/.exec(cur)?.[1]);
+      const size = driveSize(cur);
       if (size !== undefined && size < bytes)
         return { kind: 'resize', why: `growing ${slot}`, disk: slot, size: `${Math.ceil(bytes / GiB)}G` };
     }
@@ -634,7 +646,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       case 'resize': {
         if (!this.site.limiter.tryAcquire(r.metadata.uid, node, [])) {
           a.step = 'WaitingForSlot';
-          return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
+          return { requeueAfterMs: this.taskPollMs };
         }
         upid = (await this.c.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;
         if (!upid) this.site.limiter.release(r.metadata.uid);
@@ -653,7 +665,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     this.site.invalidate();
     if (upid) a.task = upid;
     await this.hook(`update-${change.kind}`, r);
-    return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
+    return { requeueAfterMs: this.taskPollMs };
   }
 
   // ---------------------------------------------------------------- create
@@ -717,7 +729,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     if (!this.site.limiter.tryAcquire(r.metadata.uid, node, [storage])) {
       setStep(r, 'WaitingForSlot');
       return {
-        waitMs: this.o.taskPollMs ?? SHORT,
+        waitMs: this.taskPollMs,
         message: `waiting for a free slot on node ${node} / storage ${storage} (concurrency limits of the ProviderConfig)`,
       };
     }
@@ -756,7 +768,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       a.task = upid;
       a.vmId = vmid;
       this.site.invalidate();
-      return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
+      return { requeueAfterMs: this.taskPollMs };
     } catch (e) {
       this.site.limiter.release(r.metadata.uid);
       this.releaseInflight(r);
@@ -765,12 +777,11 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
         this.site.invalidate();
         const found = await this.locate(vmid, true);
         const cfg = found ? await this.c.vmConfig(found.node, vmid).catch(() => undefined) : undefined;
-        if (cfg && markerUid(cfg.values.description) === r.metadata.uid)
-          return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
+        if (cfg && markerUid(cfg.values.description) === r.metadata.uid) return { requeueAfterMs: this.taskPollMs };
         if (!r.spec.forProvider.vmid) {
           // We picked this VMID and someone else took it first (the nextid race): pick another.
-          setAnnotation(r, 'crossplane.io/external-name', undefined);
-          if (this.site.reserved.get(vmid) === r.metadata.uid) this.site.reserved.delete(vmid);
+          setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
+          this.unreserve(r, vmid);
           throw reason(
             'VMIDTaken',
             `VMID ${vmid} was taken by another VM before this one was created; a new VMID will be chosen`,
@@ -1063,12 +1074,8 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     else cfg.scsi0 = `${storage}:${Math.max(1, Math.ceil((disk ?? 20 * GiB) / GiB))},iothread=1`;
     for (const [i, d] of (fp.disks ?? []).entries()) {
       const slot = d.slot ?? `scsi${i + 1}`;
-      const opts = [d.iothread ? 'iothread=1' : '', d.discard ? 'discard=on' : '', d.ssd ? 'ssd=1' : ''].filter(
-        Boolean,
-      );
-      cfg[slot] = [`${d.storage ?? storage}:${Math.ceil((parseQuantity(d.size, GiB) ?? GiB) / GiB)}`, ...opts].join(
-        ',',
-      );
+      const size = Math.ceil((parseQuantity(d.size, GiB) ?? GiB) / GiB);
+      cfg[slot] = [`${d.storage ?? storage}:${size}`, ...diskOptions(d)].join(',');
     }
     for (const n of nets) cfg[n.key] = printNet(n);
     cfg.ide2 = `${ciStorage}:cloudinit`;
@@ -1079,7 +1086,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     desiredIpConfigs(fp, nets.length).forEach((v, i) => {
       cfg[`ipconfig${i}`] = v;
     });
-    const keys = [...(ci?.sshKeys ?? []), ...ud.sshKeys, ...this.secrets.sshKeys];
+    const keys = this.sshKeys(r, ud);
     if (keys.length) cfg.sshkeys = sshKeysValue(keys);
     if (this.secrets.password !== undefined) cfg.cipassword = this.secrets.password;
     if (ci?.dns?.servers?.length) cfg.nameserver = ci.dns.servers.join(' ');
@@ -1108,7 +1115,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   async delete(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
     const a = atp(r);
     const vmid = Number(externalName(r));
-    if (a.task) return { requeueAfterMs: this.o.taskPollMs ?? SHORT }; // observe clears it once the task ends
+    if (a.task) return { requeueAfterMs: this.taskPollMs }; // observe clears it once the task ends
     const found = await this.locate(vmid, true);
     if (!found) return {};
     const cfg = await this.c.vmConfig(found.node, vmid).catch((e) => {
@@ -1143,12 +1150,12 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
       a.task = await this.c.stopVm(found.node, vmid);
       this.site.invalidate();
       await this.hook('delete-stop-issued', r);
-      return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
+      return { requeueAfterMs: this.taskPollMs };
     }
     setStep(r, 'Destroying');
     a.task = await this.c.deleteVm(found.node, vmid, { purge: true, destroyUnreferencedDisks: true });
     this.site.invalidate();
     await this.hook('delete-destroy-issued', r);
-    return { requeueAfterMs: this.o.taskPollMs ?? SHORT };
+    return { requeueAfterMs: this.taskPollMs };
   }
 }

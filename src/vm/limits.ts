@@ -32,12 +32,4 @@ export class SlotLimiter {
     for (const k of this.owner.get(holder) ?? []) this.held.get(k)?.delete(holder);
     this.owner.delete(holder);
   }
-
-  holds(holder: string): boolean {
-    return this.owner.has(holder);
-  }
-
-  inUse(key: string): number {
-    return this.held.get(key)?.size ?? 0;
-  }
 }

@@ -4,7 +4,7 @@
  */
 import { parse as parseYaml } from 'yaml';
 import { BRIDGE_PATTERN, type ForProvider, LIMITS, MESSAGES, NAME_PATTERN, type ProxmoxVM } from '../api/proxmoxvm.ts';
-import { formatBytes, GiB, MiB, parseQuantity } from '../api/quantity.ts';
+import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
 
 export const OWNER_TAG = 'provider-proxmox';
 export const MARKER_PREFIX = 'provider-proxmox.owner:';
@@ -33,7 +33,7 @@ export function diskBytes(fp: ForProvider): number | undefined {
 export function validateSpec(r: ProxmoxVM): Problem[] {
   const fp = r.spec.forProvider ?? ({} as ForProvider);
   const out: Problem[] = [];
-  const name = vmName(r);
+  const name = fp.name ?? r.metadata.name;
   if (name.length < LIMITS.name.min || name.length > LIMITS.name.max || !new RegExp(NAME_PATTERN).test(name)) {
     out.push({
       field: fp.name !== undefined ? `${FP}.name` : 'metadata.name',
@@ -96,6 +96,11 @@ export function markerUid(description: string | undefined): string | undefined {
 export function desiredDescription(r: ProxmoxVM): string {
   const d = r.spec.forProvider.description?.trimEnd();
   return d ? `${d}\n\n${ownershipMarker(r)}` : ownershipMarker(r);
+}
+
+/** Whether a `/cluster/resources` tags value (`a;b`, PVE also accepts `,` and spaces) holds OWNER_TAG. */
+export function hasOwnerTag(tags: string | undefined): boolean {
+  return (tags ?? '').split(/[;,\s]/).includes(OWNER_TAG);
 }
 
 export function desiredTags(r: ProxmoxVM): string {
@@ -164,8 +169,14 @@ export function parsePveSize(s: string | undefined): number | undefined {
   return Math.round(Number(m[1]) * f);
 }
 
-export function describeBytes(b: number): string {
-  return formatBytes(b);
+/** The size of a drive value (`local-lvm:vm-100-disk-0,iothread=1,size=20G`), in bytes. */
+export function driveSize(value: string): number | undefined {
+  return parsePveSize(/(?:^|,)size=([^,]+)/.exec(value)?.[1]);
+}
+
+/** The options of an additional disk (`iothread=1`, `discard=on`, `ssd=1`). */
+export function diskOptions(d: { iothread?: boolean; discard?: boolean; ssd?: boolean }): string[] {
+  return [d.iothread ? 'iothread=1' : '', d.discard ? 'discard=on' : '', d.ssd ? 'ssd=1' : ''].filter(Boolean);
 }
 
 /** Cloud-init `ipconfigN` values. */

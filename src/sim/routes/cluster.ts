@@ -1,8 +1,9 @@
 /** `/cluster/nextid`, `/cluster/resources`, `/cluster/tasks`, `/cluster/status`, `/pools`. */
-import { hasPriv, requirePriv } from '../auth.ts';
+import { hasAnyPriv, hasPriv, requirePriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
+import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
-import type { ClusterState, NodeState, StorageState } from '../state.ts';
+import { type ClusterState, MiB, type NodeState, type StorageState } from '../state.ts';
 import { listTasks } from './tasks.ts';
 
 export function nodeUsage(c: ClusterState, n: NodeState): { mem: number; cpu: number } {
@@ -10,13 +11,14 @@ export function nodeUsage(c: ClusterState, n: NodeState): { mem: number; cpu: nu
   let cores = 0;
   for (const vm of c.vms.values()) {
     if (vm.node !== n.name || vm.status !== 'running') continue;
-    mem += Number.parseInt(vm.config.memory?.replace(/^current=/, '') ?? '512', 10) * 1024 * 1024 * 0.6;
-    cores += Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1);
+    mem += configMemoryMiB(vm.config) * MiB * 0.6;
+    cores += configCpus(vm.config);
   }
   return { mem: Math.round(mem), cpu: Math.min(1, 0.02 + (cores * 0.05) / Math.max(1, n.cpus)) };
 }
 
 export function storageEntry(s: StorageState): Record<string, unknown> {
+  const used = Math.min(s.total, s.forcedFull ? s.total : s.used);
   return {
     storage: s.id,
     type: s.type,
@@ -25,9 +27,9 @@ export function storageEntry(s: StorageState): Record<string, unknown> {
     enabled: s.enabled ? 1 : 0,
     shared: s.shared ? 1 : 0,
     total: s.total,
-    used: Math.min(s.total, s.forcedFull ? s.total : s.used),
+    used,
     avail: s.avail,
-    used_fraction: s.total ? Math.min(1, (s.forcedFull ? s.total : s.used) / s.total) : 0,
+    used_fraction: s.total ? used / s.total : 0,
   };
 }
 
@@ -86,7 +88,7 @@ export const clusterRoutes: Route[] = [
               name: vm.config.name ?? `VM ${vm.vmid}`,
               status: vm.rrd.status,
               template: vm.config.template === '1' ? 1 : 0,
-              maxcpu: Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1),
+              maxcpu: configCpus(vm.config),
               cpu: vm.rrd.cpu,
               maxmem: vm.rrd.maxmem,
               mem: vm.rrd.mem,
@@ -109,11 +111,7 @@ export const clusterRoutes: Route[] = [
       if (!type || type === 'storage') {
         for (const n of c.nodes.values()) {
           for (const s of n.storages.values()) {
-            if (
-              !hasPriv(c, auth, `/storage/${s.id}`, 'Datastore.Audit') &&
-              !hasPriv(c, auth, `/storage/${s.id}`, 'Datastore.AllocateSpace')
-            )
-              continue;
+            if (!hasAnyPriv(c, auth, `/storage/${s.id}`, ['Datastore.Audit', 'Datastore.AllocateSpace'])) continue;
             out.push({
               id: `storage/${n.name}/${s.id}`,
               type: 'storage',

@@ -1,5 +1,5 @@
 /** `/nodes`, node status, network, storage, storage content. */
-import { hasPriv, requirePriv } from '../auth.ts';
+import { hasAnyPriv, hasPriv, requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
 import type { Route } from '../server.ts';
 import { nodeUsage, storageEntry } from './cluster.ts';
@@ -137,11 +137,7 @@ export const nodeRoutes: Route[] = [
     handler: ({ c, auth, params }) => {
       const n = c.nodes.get(String(params.node))!;
       return [...n.storages.values()]
-        .filter(
-          (s) =>
-            hasPriv(c, auth, `/storage/${s.id}`, 'Datastore.Audit') ||
-            hasPriv(c, auth, `/storage/${s.id}`, 'Datastore.AllocateSpace'),
-        )
+        .filter((s) => hasAnyPriv(c, auth, `/storage/${s.id}`, ['Datastore.Audit', 'Datastore.AllocateSpace']))
         .filter((s) => !params.storage || s.id === params.storage)
         .filter(
           (s) =>

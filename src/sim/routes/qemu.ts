@@ -3,6 +3,8 @@ import { type AuthInfo, hasPriv, isRootUser, requirePriv } from '../auth.ts';
 import { die, PveHttpError, paramError } from '../errors.ts';
 import {
   CLOUDINIT_KEYS,
+  configCpus,
+  configMemoryMiB,
   DRIVE_KEY_RE,
   type DriveSpec,
   FAST_PLUG,
@@ -92,6 +94,11 @@ export function loadVm(c: ClusterState, node: string, vmid: number): VmState {
   return vm;
 }
 
+function checkDigest(c: ClusterState, vm: VmState, params: Record<string, unknown>): void {
+  if (params.digest !== undefined && params.digest !== c.digest(vm))
+    die('checksum mismatch (file change by other user?)');
+}
+
 function checkLock(vm: VmState, skiplock: boolean): void {
   if (vm.config.lock && !skiplock) die(`VM is locked (${vm.config.lock})`);
 }
@@ -166,7 +173,7 @@ interface DrivePlan {
 }
 
 /** Synchronous drive checks of create/update (`$check_storage_access`). */
-function planDrives(ctx: RouteCtx, vmid: number, conf: Record<string, string>, defaultStorage?: string): DrivePlan[] {
+function planDrives(ctx: RouteCtx, conf: Record<string, string>, defaultStorage?: string): DrivePlan[] {
   const { c, auth, params } = ctx;
   const node = String(params.node);
   const plans: DrivePlan[] = [];
@@ -232,7 +239,6 @@ function planDrives(ctx: RouteCtx, vmid: number, conf: Record<string, string>, d
       paramError({ [key]: "explicit 'media=cdrom' is required for iso images" });
     }
     requirePriv(c, auth, `/storage/${storage.id}`, ['Datastore.AllocateSpace', 'Datastore.Audit'], { any: true });
-    void vmid;
     plans.push({ key, kind: 'keep', drive });
   }
   return plans;
@@ -321,9 +327,10 @@ function checkBridges(ctx: RouteCtx, conf: Record<string, string>): void {
   if (!ctx.c.profile.proxmoxOui) return; // check_bridge_access exists from PVE 8
   for (const [k, v] of Object.entries(conf)) {
     if (!NET_KEY_RE.test(k)) continue;
-    const bridge = getOpt(parseNic(v).p, 'bridge');
+    const { p } = parseNic(v);
+    const bridge = getOpt(p, 'bridge');
     if (bridge && !isRootUser(ctx.auth)) {
-      const tag = getOpt(parseNic(v).p, 'tag');
+      const tag = getOpt(p, 'tag');
       const path = `/sdn/zones/localnetwork/${bridge}${tag ? `/${tag}` : ''}`;
       if (
         !hasPriv(ctx.c, ctx.auth, path, 'SDN.Use') &&
@@ -361,7 +368,7 @@ function freeVmVolumes(c: ClusterState, vm: VmState, unreferenced: boolean): str
 
 /** Start a VM: runs in qmstart workers (and create's start=1, reboot). */
 async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState): Promise<void> {
-  applyPending(c, vm);
+  applyPending(vm);
   for (const [k, v] of Object.entries(vm.config)) {
     if (!NET_KEY_RE.test(k)) continue;
     const bridge = getOpt(parseNic(v).p, 'bridge');
@@ -411,31 +418,35 @@ async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState): Promise<void
   }
 }
 
-function applyPending(c: ClusterState, vm: VmState): void {
+function applyPending(vm: VmState): void {
   for (const k of vm.pendingDelete) delete vm.config[k];
   Object.assign(vm.config, vm.pending);
   vm.pending = {};
   vm.pendingDelete.clear();
-  void c;
+}
+
+/** `maxdisk`: the size of the first disk (not a CD-ROM, EFI or TPM drive) whose volume exists. */
+export function vmMaxDisk(c: ClusterState, vm: VmState): number {
+  for (const [k, v] of Object.entries(vm.config)) {
+    if (!DRIVE_KEY_RE.test(k) || k.startsWith('efidisk') || k.startsWith('tpmstate')) continue;
+    const d = parseDrive(v);
+    if (isCdrom(d)) continue;
+    const vol = c.volume(vm.node, d.file);
+    if (vol?.size) return vol.size;
+  }
+  return 0;
 }
 
 function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> {
-  const mem = Number.parseInt((vm.config.memory ?? '512').replace(/^current=/, ''), 10) * MiB;
-  let maxdisk = 0;
-  for (const [k, v] of Object.entries(vm.config)) {
-    if (!DRIVE_KEY_RE.test(k) || isCdrom(parseDrive(v))) continue;
-    if (k.startsWith('efidisk') || k.startsWith('tpmstate')) continue;
-    const vol = c.volume(vm.node, parseDrive(v).file);
-    if (vol && maxdisk === 0) maxdisk = vol.size;
-  }
+  const mem = configMemoryMiB(vm.config) * MiB;
+  const maxdisk = vmMaxDisk(c, vm);
   const running = vm.status === 'running';
-  const agentOn = vm.config.agent !== undefined && /^(1|enabled=1)/.test(vm.config.agent);
   return {
     vmid: vm.vmid,
     name: vm.config.name ?? `VM ${vm.vmid}`,
     status: vm.status,
     qmpstatus: vm.status,
-    cpus: Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1),
+    cpus: configCpus(vm.config),
     cpu: running ? 0.013 : 0,
     maxmem: mem,
     mem: running ? Math.round(mem * 0.42) : 0,
@@ -450,7 +461,7 @@ function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> {
     ...(running
       ? { pid: 10000 + vm.vmid, 'running-machine': 'pc-i440fx-9.2+pve1', 'running-qemu': c.profile.qemuVersion }
       : {}),
-    ...(agentOn ? { agent: 1 } : {}),
+    ...(agentEnabled(vm) ? { agent: 1 } : {}),
     ...(vm.config.lock ? { lock: vm.config.lock } : {}),
     ...(vm.config.tags ? { tags: vm.config.tags } : {}),
     ...(vm.config.template === '1' ? { template: 1 } : {}),
@@ -458,8 +469,19 @@ function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> {
   };
 }
 
-function vmPath(params: Record<string, unknown>): string {
-  return `/vms/${params.vmid}`;
+/** A route's `permissions`: `check => ['perm', '/vms/{vmid}', [priv]]`. */
+function vmPerm(priv: string | ((ctx: RouteCtx) => string)): (ctx: RouteCtx) => void {
+  return (ctx) =>
+    requirePriv(ctx.c, ctx.auth, `/vms/${ctx.params.vmid}`, [typeof priv === 'string' ? priv : priv(ctx)]);
+}
+
+/** The guest agent's privilege: VM.GuestAgent.Audit from PVE 9, VM.Monitor before. */
+const agentPriv = (ctx: RouteCtx) => (ctx.c.profile.guestAgentPrivs ? 'VM.GuestAgent.Audit' : 'VM.Monitor');
+
+/** A `pool` parameter names an existing pool (create, clone). */
+function checkPoolExists(c: ClusterState, pool: string | undefined): void {
+  if (pool !== undefined && !c.pools.has(pool))
+    throw new PveHttpError(403, `Permission check failed (pool '${pool}' does not exist)`);
 }
 
 async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | null> {
@@ -468,16 +490,8 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
   const vmid = Number(params.vmid);
   const skiplock = checkSkiplock(auth, params);
   const set = configKeys(params, UPDATE_ONLY);
-  const del = params.delete
-    ? String(params.delete)
-        .split(/[,;\s]+/)
-        .filter(Boolean)
-    : [];
-  const revert = params.revert
-    ? String(params.revert)
-        .split(/[,;\s]+/)
-        .filter(Boolean)
-    : [];
+  const del = configIdList(params.delete);
+  const revert = configIdList(params.revert);
   if (!Object.keys(set).length && !del.length && !revert.length) die('no options specified');
   for (const k of del) if (k in set) paramError({ delete: `cannot set and delete '${k}' at the same time` });
   checkConfigPerms(ctx, vmid, [...Object.keys(set), ...del.filter((k) => k !== 'lock' || !skiplock)]);
@@ -486,31 +500,24 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
   const vm = loadVm(c, node, vmid);
   const plans = planDrives(
     ctx,
-    vmid,
     Object.fromEntries(Object.entries(set).filter(([k, v]) => DRIVE_KEY_RE.test(k) && v !== vm.config[k])),
   );
 
   const apply = async (t: TaskHandle | undefined): Promise<void> => {
     const unlock = await vm.flock.acquire(10_000);
     try {
-      if (params.digest !== undefined && params.digest !== c.digest(vm))
-        die('checksum mismatch (file change by other user?)');
+      checkDigest(c, vm, params);
       // Only skiplock (root@pam) passes a lock, `delete=lock` included.
       checkLock(vm, skiplock);
       const running = vm.status === 'running';
       const created: Volume[] = [];
-      let warnings = 0;
-      const warn = (m: string) => {
-        warnings++;
-        if (t) t.warn(m);
-      };
       for (const k of revert) {
         delete vm.pending[k];
         vm.pendingDelete.delete(k);
       }
       for (const k of del) {
         if (!(k in vm.config) && !(k in vm.pending)) {
-          warn(`cannot delete '${k}' - not set in current configuration!`);
+          t?.warn(`cannot delete '${k}' - not set in current configuration!`);
           continue;
         }
         const hot = !running || FAST_PLUG.has(k) || NET_KEY_RE.test(k) || UNUSED_KEY_RE.test(k) || k === 'lock';
@@ -532,9 +539,7 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
           }
         }
       }
-      const drives = t
-        ? await executeDrives(c, t, node, vmid, plans, created)
-        : await executeDrives(c, syncHandle(c), node, vmid, plans, created);
+      const drives = await executeDrives(c, t ?? syncHandle(c), node, vmid, plans, created);
       for (const [k, raw] of Object.entries(set)) {
         const value = drives[k] ?? (DRIVE_KEY_RE.test(k) ? raw : normalizeValue(c, k, raw, true));
         const live =
@@ -552,7 +557,6 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
       // PVE::AbstractConfig::cleanup_pending: a pending value equal to the current one is dropped.
       for (const [k, v] of Object.entries(vm.pending)) if (vm.config[k] === v) delete vm.pending[k];
       for (const k of [...vm.pendingDelete]) if (!(k in vm.config)) vm.pendingDelete.delete(k);
-      void warnings;
       if (t) await t.sleep(DURATIONS.config);
     } finally {
       unlock();
@@ -561,8 +565,7 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
 
   // `$load_and_check_config->(0)`: early checks before forking and before the flock, for
   // PUT and POST alike (a VM locked 'create' answers at once, not after a flock timeout).
-  if (params.digest !== undefined && params.digest !== c.digest(vm))
-    die('checksum mismatch (file change by other user?)');
+  checkDigest(c, vm, params);
   checkLock(vm, skiplock);
   if (!async) {
     // PUT: synchronous; warnings are printed, not returned.
@@ -571,6 +574,15 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
   }
   // POST: the rest in a qmconfig worker.
   return ctx.tasks.start(node, 'qmconfig', String(vmid), auth, (t) => apply(t));
+}
+
+/** A `pve-configid-list` parameter (`delete`, `revert`) as a list of keys. */
+function configIdList(value: unknown): string[] {
+  return value
+    ? String(value)
+        .split(/[,;\s]+/)
+        .filter(Boolean)
+    : [];
 }
 
 function sameModel(oldValue: string | undefined, newValue: string): boolean {
@@ -611,14 +623,13 @@ export const qemuRoutes: Route[] = [
       const vmid = Number(params.vmid);
       if (params.archive !== undefined) die('restore from backup archives is not supported by the simulator');
       const pool = params.pool as string | undefined;
-      if (pool !== undefined && !c.pools.has(pool))
-        throw new PveHttpError(403, `Permission check failed (pool '${pool}' does not exist)`);
+      checkPoolExists(c, pool);
       if (pool !== undefined) requirePriv(c, auth, `/pool/${pool}`, ['VM.Allocate'], { bare: true });
       else requirePriv(c, auth, `/vms/${vmid}`, ['VM.Allocate'], { bare: true });
       const conf = configKeys(params, CREATE_ONLY);
       checkConfigPerms(ctx, vmid, Object.keys(conf));
       checkBridges(ctx, conf);
-      const plans = planDrives(ctx, vmid, conf, params.storage as string | undefined);
+      const plans = planDrives(ctx, conf, params.storage as string | undefined);
       const existing = c.vms.get(vmid);
       if (existing) die(`unable to create VM ${vmid} - VM ${vmid} already exists on node '${existing.node}'`);
       // create_and_lock_config: the VM exists from here on, locked 'create'.
@@ -673,7 +684,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'GET',
     path: '/nodes/{node}/qemu/{vmid}',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Audit']),
+    perm: vmPerm('VM.Audit'),
     handler: ({ c, params }) => {
       loadVm(c, String(params.node), Number(params.vmid));
       return ['agent', 'clone', 'config', 'pending', 'resize', 'status', 'template'].map((subdir) => ({ subdir }));
@@ -682,15 +693,14 @@ export const qemuRoutes: Route[] = [
   {
     method: 'POST',
     path: '/nodes/{node}/qemu/{vmid}/clone',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Clone']),
+    perm: vmPerm('VM.Clone'),
     handler: async (ctx) => {
       const { c, auth, params } = ctx;
       const node = String(params.node);
       const vmid = Number(params.vmid);
       const newid = Number(params.newid);
       const pool = params.pool as string | undefined;
-      if (pool !== undefined && !c.pools.has(pool))
-        throw new PveHttpError(403, `Permission check failed (pool '${pool}' does not exist)`);
+      checkPoolExists(c, pool);
       requirePriv(c, auth, pool ? `/pool/${pool}` : `/vms/${newid}`, ['VM.Allocate']);
       const target = (params.target as string | undefined) ?? node;
       if (!c.nodes.has(target)) die(`no such node '${target}'`);
@@ -809,7 +819,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'GET',
     path: '/nodes/{node}/qemu/{vmid}/config',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Audit']),
+    perm: vmPerm('VM.Audit'),
     handler: ({ c, params }) => {
       const vm = loadVm(c, String(params.node), Number(params.vmid));
       if (params.snapshot !== undefined) die(`snapshot '${params.snapshot}' does not exist`);
@@ -831,7 +841,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'GET',
     path: '/nodes/{node}/qemu/{vmid}/pending',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Audit']),
+    perm: vmPerm('VM.Audit'),
     handler: ({ c, params }) => {
       const vm = loadVm(c, String(params.node), Number(params.vmid));
       const keys = new Set([...Object.keys(vm.config), ...Object.keys(vm.pending), ...vm.pendingDelete]);
@@ -848,7 +858,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'PUT',
     path: '/nodes/{node}/qemu/{vmid}/resize',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Config.Disk']),
+    perm: vmPerm('VM.Config.Disk'),
     handler: async (ctx) => {
       const { c, auth, params } = ctx;
       const node = String(params.node);
@@ -860,8 +870,7 @@ export const qemuRoutes: Route[] = [
       const work = async (t: TaskHandle | undefined): Promise<void> => {
         const unlock = await vm.flock.acquire(10_000);
         try {
-          if (params.digest !== undefined && params.digest !== c.digest(vm))
-            die('checksum mismatch (file change by other user?)');
+          checkDigest(c, vm, params);
           checkLock(vm, skiplock);
           const value = vm.config[disk];
           if (!value) throw new Error(`disk '${disk}' does not exist`);
@@ -907,7 +916,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'GET',
     path: '/nodes/{node}/qemu/{vmid}/status',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Audit']),
+    perm: vmPerm('VM.Audit'),
     handler: ({ c, params }) => {
       loadVm(c, String(params.node), Number(params.vmid));
       return ['current', 'reboot', 'reset', 'resume', 'shutdown', 'start', 'stop', 'suspend'].map((subdir) => ({
@@ -918,14 +927,14 @@ export const qemuRoutes: Route[] = [
   {
     method: 'GET',
     path: '/nodes/{node}/qemu/{vmid}/status/current',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Audit']),
+    perm: vmPerm('VM.Audit'),
     handler: ({ c, params }) => vmStatus(c, loadVm(c, String(params.node), Number(params.vmid))),
   },
   ...(['start', 'stop', 'shutdown', 'reboot'] as const).map(
     (action): Route => ({
       method: 'POST',
       path: `/nodes/{node}/qemu/{vmid}/status/${action}`,
-      perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.PowerMgmt']),
+      perm: vmPerm('VM.PowerMgmt'),
       handler: (ctx) => {
         const { c, auth, params } = ctx;
         const node = String(params.node);
@@ -942,7 +951,7 @@ export const qemuRoutes: Route[] = [
           if (action === 'start') return startWorker(c, t, vm, skiplock);
           const unlock = await vm.flock.acquire(10_000);
           try {
-            checkLockTask(vm, skiplock);
+            checkLock(vm, skiplock);
             if (action === 'reboot') {
               if (vm.status !== 'running') throw new Error(`VM ${vmid} not running`);
               await t.sleep(DURATIONS.shutdown);
@@ -955,7 +964,7 @@ export const qemuRoutes: Route[] = [
             vm.status = 'stopped';
             vm.agentReadyAt = 0;
             vm.guest.interfaces = [];
-            applyPending(c, vm);
+            applyPending(vm);
           } finally {
             unlock();
           }
@@ -966,7 +975,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'DELETE',
     path: '/nodes/{node}/qemu/{vmid}',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Allocate']),
+    perm: vmPerm('VM.Allocate'),
     handler: (ctx) => {
       const { c, auth, params } = ctx;
       const node = String(params.node);
@@ -981,7 +990,7 @@ export const qemuRoutes: Route[] = [
       return ctx.tasks.start(node, 'qmdestroy', String(vmid), auth, async (t) => {
         const unlock = await vm.flock.acquire(10_000);
         try {
-          checkLockTask(vm, skiplock);
+          checkLock(vm, skiplock);
           if (vm.status === 'running') throw new Error(`VM ${vmid} is running - destroy failed`);
           await t.sleep(DURATIONS.destroy);
           for (const volid of freeVmVolumes(c, vm, Boolean(params['destroy-unreferenced-disks']))) {
@@ -998,7 +1007,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'POST',
     path: '/nodes/{node}/qemu/{vmid}/template',
-    perm: (ctx) => requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), ['VM.Allocate']),
+    perm: vmPerm('VM.Allocate'),
     handler: async (ctx) => {
       const { c, auth, params } = ctx;
       const node = String(params.node);
@@ -1051,10 +1060,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'GET',
     path: '/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces',
-    perm: (ctx) =>
-      requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), [
-        ctx.c.profile.guestAgentPrivs ? 'VM.GuestAgent.Audit' : 'VM.Monitor',
-      ]),
+    perm: vmPerm(agentPriv),
     handler: ({ c, params }) => {
       const vm = loadVm(c, String(params.node), Number(params.vmid));
       assertAgent(c, vm);
@@ -1103,10 +1109,7 @@ export const qemuRoutes: Route[] = [
   {
     method: 'POST',
     path: '/nodes/{node}/qemu/{vmid}/agent/ping',
-    perm: (ctx) =>
-      requirePriv(ctx.c, ctx.auth, vmPath(ctx.params), [
-        ctx.c.profile.guestAgentPrivs ? 'VM.GuestAgent.Audit' : 'VM.Monitor',
-      ]),
+    perm: vmPerm(agentPriv),
     handler: ({ c, params }) => {
       assertAgent(c, loadVm(c, String(params.node), Number(params.vmid)));
       return { result: {} };
@@ -1114,22 +1117,21 @@ export const qemuRoutes: Route[] = [
   },
 ];
 
-function assertAgent(c: ClusterState, vm: VmState): void {
-  const agentOn = vm.config.agent !== undefined && /^(1|enabled=1)/.test(vm.config.agent);
-  if (!agentOn) die('No QEMU guest agent configured');
-  if (vm.status !== 'running') die(`VM ${vm.vmid} is not running`);
-  if (c.clock.now() < vm.agentReadyAt) die('QEMU guest agent is not running');
+function agentEnabled(vm: VmState): boolean {
+  return vm.config.agent !== undefined && /^(1|enabled=1)/.test(vm.config.agent);
 }
 
-function checkLockTask(vm: VmState, skiplock: boolean): void {
-  if (vm.config.lock && !skiplock) throw new Error(`VM is locked (${vm.config.lock})`);
+function assertAgent(c: ClusterState, vm: VmState): void {
+  if (!agentEnabled(vm)) die('No QEMU guest agent configured');
+  if (vm.status !== 'running') die(`VM ${vm.vmid} is not running`);
+  if (c.clock.now() < vm.agentReadyAt) die('QEMU guest agent is not running');
 }
 
 async function startWorker(c: ClusterState, t: TaskHandle, vm: VmState, skiplock: boolean): Promise<void> {
   const unlock = await vm.flock.acquire(10_000);
   try {
     if (vm.config.template === '1') throw new Error("you can't start a vm if it's a template");
-    checkLockTask(vm, skiplock);
+    checkLock(vm, skiplock);
     if (vm.status === 'running') throw new Error(`VM ${vm.vmid} already running`);
     await bootVm(c, t, vm);
   } finally {

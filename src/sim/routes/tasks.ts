@@ -1,6 +1,5 @@
 /** `/nodes/{node}/tasks`: list, status, log, stop. */
-import type { AuthInfo } from '../auth.ts';
-import { hasPriv } from '../auth.ts';
+import { type AuthInfo, hasPriv } from '../auth.ts';
 import { PveHttpError, paramError } from '../errors.ts';
 import { Envelope, type Route } from '../server.ts';
 import type { ClusterState, TaskState } from '../state.ts';
@@ -15,7 +14,8 @@ function visible(c: ClusterState, auth: AuthInfo, t: TaskState): boolean {
   );
 }
 
-function taskEntry(t: TaskState): Record<string, unknown> {
+/** The UPID's fields, as both the task list and the task status give them. */
+function upidFields(t: TaskState): Record<string, unknown> {
   return {
     upid: t.upid,
     node: t.node,
@@ -26,8 +26,11 @@ function taskEntry(t: TaskState): Record<string, unknown> {
     id: t.id,
     user: t.user,
     ...(t.tokenid ? { tokenid: t.tokenid } : {}),
-    ...(t.status === 'stopped' ? { endtime: t.endtime, status: t.exitstatus } : {}),
   };
+}
+
+function taskEntry(t: TaskState): Record<string, unknown> {
+  return { ...upidFields(t), ...(t.status === 'stopped' ? { endtime: t.endtime, status: t.exitstatus } : {}) };
 }
 
 export function listTasks(
@@ -97,15 +100,7 @@ export const taskRoutes: Route[] = [
     handler: ({ c, auth, params }) => {
       const t = findTask(c, auth, String(params.node), String(params.upid));
       return {
-        upid: t.upid,
-        node: t.node,
-        pid: t.pid,
-        pstart: t.pstart,
-        starttime: t.starttime,
-        type: t.type,
-        id: t.id,
-        user: t.user,
-        ...(t.tokenid ? { tokenid: t.tokenid } : {}),
+        ...upidFields(t),
         status: t.status,
         ...(t.status === 'stopped' ? { exitstatus: t.exitstatus } : {}),
       };
