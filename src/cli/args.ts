@@ -35,3 +35,8 @@ export async function runCommand(fn: () => Promise<number> | number): Promise<vo
     process.exitCode = e instanceof UsageError ? 2 : 1;
   }
 }
+
+/** A duration option whose help shows the default as written (`30m`), not in milliseconds. */
+export function durationOption(flags: string, description: string, defaultText: string): Option {
+  return new Option(flags, description).argParser(duration).default(duration(defaultText), defaultText);
+}

@@ -1,6 +1,6 @@
 /** `provider-proxmox controller`: commander wiring for src/kube/controller.ts. */
 import type { Command } from 'commander';
-import { duration, wholeNumber as int } from './args.ts';
+import { durationOption, wholeNumber as int } from './args.ts';
 
 export function registerController(program: Command): void {
   program
@@ -15,16 +15,16 @@ export function registerController(program: Command): void {
       process.env.POD_NAMESPACE ?? 'crossplane-system',
     )
     .option('--leader-election <bool>', 'use leader election (true/false)', (v) => v !== 'false', true)
-    .option('--lease-duration <d>', 'leader lease duration', duration, 15_000)
-    .option('--renew-deadline <d>', 'leader renew deadline', duration, 10_000)
-    .option('--retry-period <d>', 'leader retry period', duration, 2000)
+    .addOption(durationOption('--lease-duration <d>', 'leader lease duration', '15s'))
+    .addOption(durationOption('--renew-deadline <d>', 'leader renew deadline', '10s'))
+    .addOption(durationOption('--retry-period <d>', 'leader retry period', '2s'))
     .option('--workers <n>', 'concurrent reconciles', int, 8)
-    .option('--poll <d>', 'poll interval of a ready resource', duration, 60_000)
+    .addOption(durationOption('--poll <d>', 'poll interval of a ready resource', '1m'))
     .option('--health-port <port>', 'port of /healthz and /readyz', int, 8081)
     .option('--metrics-port <port>', 'port of /metrics (Prometheus)', int, 8080)
-    .option('--orphan-scan <d>', 'orphan scan period (0 disables)', duration, 3_600_000)
+    .addOption(durationOption('--orphan-scan <d>', 'orphan scan period (0 disables)', '1h'))
     .option('--delete-orphans', 'delete VMs with our marker and no resource (default: report only)')
-    .option('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', duration, 2000)
+    .addOption(durationOption('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', '2s'))
     .action(
       async (o: {
         kubeconfig?: string;

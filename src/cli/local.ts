@@ -1,6 +1,6 @@
 /** `apply`, `delete`, `status`, `demo`: commander wiring for src/local/commands.ts. */
 import { type Command, Option } from 'commander';
-import { DEFAULT_STATE, duration, outputOption, positive, runCommand } from './args.ts';
+import { DEFAULT_STATE, duration, durationOption, outputOption, positive, runCommand } from './args.ts';
 
 /** Loaded on use, so that every command starts fast. */
 const local = () => import('../local/commands.ts');
@@ -31,7 +31,7 @@ export function registerLocal(program: Command): void {
     )
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', 'state file (resource annotations and status, written atomically)', DEFAULT_STATE)
-    .option('--timeout <duration>', 'give up after this long', duration, 30 * 60_000)
+    .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
     .option('--workers <n>', 'concurrent reconciles', positive, 8)
     .option(
       '--fleet <file>',
@@ -96,7 +96,7 @@ Example:
     .requiredOption('-f, --filename <path...>', 'manifest files or directories')
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', 'state file', DEFAULT_STATE)
-    .option('--timeout <duration>', 'give up after this long', duration, 30 * 60_000)
+    .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
     .option('-q, --quiet', 'no live progress')
     .addOption(taskPoll())
     .action(

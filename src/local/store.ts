@@ -164,7 +164,8 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
       this.events.push({ key, type, reason, message, time: new Date(this.now()).toISOString(), count: 1 });
       if (this.events.length > 1000) this.events.splice(0, this.events.length - 1000);
     }
-    this.changed();
+    // Events are best effort: they reach the state file with the next write (a status write
+    // follows every condition change), not with a full rewrite of their own.
   }
 
   protected changed(): void {

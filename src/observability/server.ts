@@ -25,9 +25,14 @@ export async function startHealthServer(opts: {
       const r = opts.checks.ready();
       res.writeHead(r.ok ? 200 : 503, { 'Content-Type': 'text/plain' }).end(`${r.detail}\n`);
     } else if (path === '/metrics') {
-      res
-        .writeHead(200, { 'Content-Type': opts.metrics.registry.contentType })
-        .end(await opts.metrics.registry.metrics());
+      try {
+        const body = await opts.metrics.registry.metrics();
+        res.writeHead(200, { 'Content-Type': opts.metrics.registry.contentType }).end(body);
+      } catch (e) {
+        res
+          .writeHead(500, { 'Content-Type': 'text/plain' })
+          .end(`metrics failed: ${e instanceof Error ? e.message : String(e)}\n`);
+      }
     } else res.writeHead(404).end();
   });
   await new Promise<void>((resolve, reject) => {

@@ -196,10 +196,16 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   /** Cloud-init values from Secret references (never logged, never in conditions). */
   private secrets: { password?: string; sshKeys: string[] } = { sshKeys: [] };
 
+  /** When the Secrets were read, and for which references (re-read after 30 s or a change). */
+  private secretsLoaded: { at: number; refs: string } | undefined;
+
   private async loadSecrets(r: ProxmoxVM): Promise<void> {
     const ci = r.spec.forProvider.cloudInit;
-    this.secrets = { sshKeys: [] };
     const refs = [ci?.passwordSecretRef, ci?.sshKeysSecretRef].filter(Boolean);
+    const refKey = JSON.stringify(refs);
+    if (refs.length && this.secretsLoaded?.refs === refKey && this.site.now() - this.secretsLoaded.at < 30_000) return;
+    this.secrets = { sshKeys: [] };
+    this.secretsLoaded = undefined;
     if (!refs.length) return;
     if (!this.o.secret)
       throw reason(
@@ -224,6 +230,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
         .split('\n')
         .map((k) => k.trim())
         .filter(Boolean);
+    this.secretsLoaded = { at: this.site.now(), refs: refKey };
   }
 
   /** The SSH keys of the spec, the userData and the Secret reference, in that order. */
@@ -355,7 +362,6 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     }
 
     // Status.
-    const running = (found.entry.status ?? '') === 'running';
     const status = full ? await this.c.findVmStatus(found.node, vmid) : undefined;
     const state = status?.status ?? found.entry.status ?? 'unknown';
     a.state = state;
@@ -370,7 +376,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     if (state === 'running' && cfg && /^(1|enabled=1)/.test(cfg.agent ?? '')) {
       a.ipAddresses = await this.guestAddresses(found.node, vmid);
     } else if (state !== 'running') delete a.ipAddresses;
-    if (running && full) {
+    if (state === 'running' && full) {
       const pending = await this.c.vmPending(found.node, vmid).catch(() => []);
       const keys = pending.filter((p) => p.pending !== undefined || p.delete).map((p) => p.key);
       if (keys.length) a.pendingChanges = keys;
