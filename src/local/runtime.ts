@@ -181,6 +181,16 @@ export class LocalRuntime {
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.createFailureScheduleMs ? { createFailureScheduleMs: opts.createFailureScheduleMs } : {}),
     });
+    // A resource that left the store takes its per-resource client (drift bookkeeping) with it.
+    const uids = new Map<string, string>();
+    this.store.watch((key, event, obj) => {
+      if (obj) uids.set(key, obj.metadata.uid);
+      if (event === 'DELETED') {
+        const uid = uids.get(key);
+        uids.delete(key);
+        if (uid) this.connector.forget(uid);
+      }
+    });
     this.controller = new Controller(this.store, reconciler, {
       workers: opts.workers ?? 8,
       ...(opts.backoff ? { backoff: opts.backoff } : {}),

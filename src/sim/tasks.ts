@@ -41,6 +41,9 @@ export function parseUpid(
   };
 }
 
+/** Finished tasks kept per cluster (oldest dropped first). */
+export const MAX_TASKS = 20_000;
+
 export class TaskRunner {
   private readonly c: ClusterState;
   private readonly faults: Faults;
@@ -102,6 +105,13 @@ export class TaskRunner {
       },
     };
     c.tasks.set(upid, task);
+    // Like PVE's task archive rotation: keep the newest finished tasks, never a running one.
+    if (c.tasks.size > MAX_TASKS) {
+      for (const [id, t] of c.tasks) {
+        if (c.tasks.size <= MAX_TASKS) break;
+        if (t.status === 'stopped') c.tasks.delete(id);
+      }
+    }
     task.done = (async () => {
       let ok = false;
       let ran = false;
