@@ -200,7 +200,9 @@ export class TicketAuth implements Authenticator {
 
   async headers(method: HttpMethod): Promise<Record<string, string>> {
     await this.ensure();
-    const h: Record<string, string> = { Cookie: `PVEAuthCookie=${encodeURIComponent(this.#ticket!.reveal())}` };
+    // A ticket (PVE:user@realm:...), never an API token: tokens go in Authorization (TokenAuth).
+    const ticket = this.#ticket!.reveal();
+    const h: Record<string, string> = { Cookie: `PVEAuthCookie=${encodeURIComponent(ticket)}` };
     if (method !== 'GET') h.CSRFPreventionToken = this.#csrf!.reveal();
     return h;
   }
