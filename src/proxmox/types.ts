@@ -51,8 +51,7 @@ export interface NetworkInterface {
   exists?: number | null;
 }
 
-export interface StorageEntry {
-  storage: string;
+export interface StorageStatus {
   type: string;
   /** Comma-separated content types (`images,rootdir`). */
   content: string;
@@ -62,18 +61,12 @@ export interface StorageEntry {
   total?: number;
   used?: number;
   avail?: number;
-  used_fraction?: number;
 }
 
-export interface StorageStatus {
-  type: string;
-  content: string;
-  active?: number;
-  enabled?: number;
-  shared?: number;
-  total?: number;
-  used?: number;
-  avail?: number;
+/** An entry of `GET /nodes/{node}/storage`: a storage's status plus its id. */
+export interface StorageEntry extends StorageStatus {
+  storage: string;
+  used_fraction?: number;
 }
 
 export interface StorageVolume {

@@ -19,19 +19,9 @@ import type { GcFinding } from '../../src/fleet/gc.ts';
 import { applyCommand, UsageError } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
+import { capture } from '../helpers/capture.ts';
 import { cli } from '../helpers/cli.ts';
 import { ROOT_PASSWORD, raw, startTestSim, waitTask } from '../helpers/sim.ts';
-
-function capture(): { out: NodeJS.WriteStream; text: () => string } {
-  let buf = '';
-  const out = {
-    write(s: string) {
-      buf += s;
-      return true;
-    },
-  } as unknown as NodeJS.WriteStream;
-  return { out, text: () => buf };
-}
 
 describe('gc', () => {
   let sim: Simulator;

@@ -21,6 +21,7 @@ import { loadManifests } from '../../src/local/manifests.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { defaultTopology } from '../../src/sim/topology.ts';
+import { capture } from '../helpers/capture.ts';
 import { ROOT } from '../helpers/cli.ts';
 import { startTestSim } from '../helpers/sim.ts';
 
@@ -30,17 +31,6 @@ function seedFleet(): ProxmoxVM[] {
   const m = loadManifests([PRODUCTION]);
   assert.deepEqual(m.problems, []);
   return m.vms.map((x) => x.vm);
-}
-
-function capture(): { out: NodeJS.WriteStream; text: () => string } {
-  let buf = '';
-  const out = {
-    write(s: string) {
-      buf += s;
-      return true;
-    },
-  } as unknown as NodeJS.WriteStream;
-  return { out, text: () => buf };
 }
 
 const node = (p: PlanResult, name: string): NodePlan => {

@@ -16,6 +16,7 @@ import type { ResourceState } from '../../src/fleet/phases.ts';
 import { applyCommand, UsageError } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
+import { capture } from '../helpers/capture.ts';
 import { spawnCli } from '../helpers/cli.ts';
 import { startTestSim } from '../helpers/sim.ts';
 
@@ -46,17 +47,6 @@ ${ann ? `  annotations:\n${ann}` : ''}spec:
     network: ${s.bridge ?? 'vmbr0'}
     image: local:import/ubuntu-22.04-cloud.qcow2
 `;
-}
-
-function capture(): { out: NodeJS.WriteStream; text: () => string } {
-  let buf = '';
-  const out = {
-    write(s: string) {
-      buf += s;
-      return true;
-    },
-  } as unknown as NodeJS.WriteStream;
-  return { out, text: () => buf };
 }
 
 describe('phased rollout (apply)', () => {

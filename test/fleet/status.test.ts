@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { statusCommand } from '../../src/local/commands.ts';
 import type { Row } from '../../src/local/runtime.ts';
+import { capture } from '../helpers/capture.ts';
 import { spawnCli } from '../helpers/cli.ts';
 
 const LONG_AGO = '2025-12-13T10:00:00Z';
@@ -62,19 +63,6 @@ function vm(
 function writeState(file: string, objects: ProxmoxVM[]): void {
   writeFileSync(`${file}.tmp`, JSON.stringify({ version: 1, rv: 1, objects, events: [] }));
   renameSync(`${file}.tmp`, file);
-}
-
-function capture(tty = false): { out: NodeJS.WriteStream; text: () => string; writes: string[] } {
-  const writes: string[] = [];
-  const out = {
-    isTTY: tty,
-    columns: 200,
-    write(s: string) {
-      writes.push(s);
-      return true;
-    },
-  } as unknown as NodeJS.WriteStream;
-  return { out, text: () => writes.join(''), writes };
 }
 
 async function until(cond: () => boolean, what: string): Promise<void> {

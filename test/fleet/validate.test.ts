@@ -13,6 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { validateCommand } from '../../src/fleet/commands.ts';
 import { validateManifests } from '../../src/fleet/validate.ts';
 import { formatProblem } from '../../src/local/manifests.ts';
+import { capture } from '../helpers/capture.ts';
 import { cli, ROOT } from '../helpers/cli.ts';
 
 const BROKEN = join(ROOT, 'test/fixtures/seed-broken');
@@ -36,17 +37,6 @@ spec:
     - { name: site-1, endpoints: ["https://192.168.11.10:8006"], nodes: [ml110-01], tls: { insecureSkipTLSVerify: true } }
     - { name: site-2, endpoints: ["https://192.168.11.11:8006"], nodes: [r630-01], tls: { insecureSkipTLSVerify: true } }
 `;
-
-function capture(): { out: NodeJS.WriteStream; text: () => string } {
-  let buf = '';
-  const out = {
-    write(s: string) {
-      buf += s;
-      return true;
-    },
-  } as unknown as NodeJS.WriteStream;
-  return { out, text: () => buf };
-}
 
 function vm(name: string, extra = '', opts: { annotations?: string; forProvider?: string } = {}): string {
   return `apiVersion: proxmox.sankofa.io/v1alpha1
