@@ -2,8 +2,25 @@
  * Fault injection, deterministic: a fault matches by method/path/parameter and fires on the Nth
  * matching request (1-based) for `count` requests (-1: forever). Served at `/_sim/faults` on each
  * cluster's port (root@pam only) and as `SimCluster.faults` in-process. See docs/simulator.md.
+ *
+ * Besides refusals (request, task fail, lock, offline, full, unavailable) there are the failures
+ * that leave the outcome unknown to the client, which a zero-duplicate engine has to survive:
+ * a reply that never arrives after the request was applied (`reply-lost`), a request applied
+ * only after the client gave up (`applied-late`), and a worker that vanishes mid-task, leaving
+ * its intermediate state behind (task action `die`).
  */
 import type { ClusterState } from './state.ts';
+
+/** What selects requests for the request-like faults (request, reply-lost, applied-late). */
+export interface RequestMatch {
+  method?: string;
+  /** A concrete path (`/nodes/pve/qemu`), a template (`/nodes/{node}/qemu/{vmid}/status/start`) or `re:<regex>`. */
+  path: string;
+  /** Only requests carrying this parameter (and value, when given). */
+  param?: { name: string; value?: string };
+  nth?: number;
+  count?: number;
+}
 
 export type FaultSpec =
   | {
@@ -18,18 +35,45 @@ export type FaultSpec =
       status: number;
       message: string;
     }
+  /**
+   * The request is applied in full (handler run, worker started), then the connection is reset
+   * before any byte of the answer: the client cannot know whether it was applied.
+   */
+  | ({ kind: 'reply-lost' } & RequestMatch)
+  /**
+   * The request is held without an answer; after `delayMs` simulated ms (scaled by the speed
+   * factor), or when the fault is removed, it is processed (authentication, validation, handler)
+   * and the connection is then closed without an answer, whether or not the client still waits.
+   */
+  | ({ kind: 'applied-late'; delayMs: number } & RequestMatch)
   | {
       kind: 'task';
       type?: string;
       id?: string;
       node?: string;
-      action: 'fail' | 'stall';
+      /**
+       * `fail`: the task ends with `TASK ERROR: <message>`. `stall`: it is held. `die`: the worker
+       * vanishes (node reboot, OOM kill): the task stops with the exit status `unexpected status`,
+       * its log has no `TASK` line, and nothing is cleaned up; only its flocks go with the process.
+       */
+      action: 'fail' | 'stall' | 'die';
       message?: string;
       /**
-       * `fail` before the worker does anything (`start`: a create or clone leaves no VM) or after its
-       * work (`end`, default: a create leaves its VM, as a create that died late would).
+       * `fail`/`die` before the worker does anything (`start`) or after its work (`end`, default).
+       * `fail` at `start` undoes what the handler set up (a create or clone leaves no VM); `die` at
+       * `start` leaves it (a create's `lock: create` placeholder). `die` at `end` comes after the
+       * work but before the final config write and unlock (a create keeps its placeholder and
+       * its disks, a clone its config with `lock: clone`).
        */
       at?: 'start' | 'end';
+      /**
+       * `stall`/`die` at the task's Nth simulated wait (1-based; the waits are the steps of the
+       * durations table: a new disk, a copy quarter, a linked clone, the boot...) instead of `at`.
+       * `die` strikes as the wait begins; `stall` holds once the wait's time has passed, before
+       * the work that follows it. A `stall` without `step` holds at the first wait (or at the
+       * end, if the task never waits).
+       */
+      step?: number;
       nth?: number;
       count?: number;
       /** `stall`: release after this many simulated ms (default: until the fault is removed). */
@@ -55,14 +99,19 @@ export interface ActiveFault {
 }
 
 export interface TaskFault {
-  action: 'fail' | 'stall';
+  action: 'fail' | 'stall' | 'die';
   message: string;
   at: 'start' | 'end';
+  /** Acts at the task's Nth simulated wait (stall, die). */
+  step?: number;
   fault: ActiveFault;
   durationMs?: number;
   /** Set when the task first reaches this stall. */
   stalled?: Promise<void>;
 }
+
+/** What a held `applied-late` request does next: run late, or (simulator shutting down) drop. */
+export type LateOutcome = 'run' | 'drop';
 
 /** How long (simulated ms) a lock fault waits for a VM's flock held by a running worker. */
 const LOCK_FAULT_WAIT_MS = 24 * 3600 * 1000;
@@ -82,9 +131,15 @@ export class Faults {
   readonly counters = new Map<string, number>();
   unavailableUntil = 0;
   unavailableMode: 'reset' | '503' = 'reset';
+  private closing = false;
+  private endShutdown: () => void = () => {};
+  private readonly shutdownSignal: Promise<void>;
 
   constructor(c: ClusterState) {
     this.c = c;
+    this.shutdownSignal = new Promise((resolve) => {
+      this.endShutdown = resolve;
+    });
   }
 
   add(spec: FaultSpec): number {
@@ -95,7 +150,14 @@ export class Faults {
       release = r;
     });
     const f: ActiveFault = { id, spec, seen: 0, fired: 0, release, released };
-    if ((spec.kind === 'request' || spec.kind === 'latency') && spec.path) f.pathRe = templateToRegex(spec.path);
+    if (
+      (spec.kind === 'request' ||
+        spec.kind === 'latency' ||
+        spec.kind === 'reply-lost' ||
+        spec.kind === 'applied-late') &&
+      spec.path
+    )
+      f.pathRe = templateToRegex(spec.path);
     this.active.set(id, f);
     switch (spec.kind) {
       case 'lock': {
@@ -144,8 +206,22 @@ export class Faults {
         if (typeof spec.message !== 'string') bad('request fault needs a message');
         checkPath(spec.path);
         break;
+      case 'reply-lost':
+      case 'applied-late':
+        if (typeof spec.path !== 'string' || !spec.path) bad(`${spec.kind} fault needs a path`);
+        checkPath(spec.path);
+        if (spec.kind === 'applied-late' && !(typeof spec.delayMs === 'number' && spec.delayMs >= 0))
+          bad('applied-late fault needs delayMs >= 0');
+        break;
       case 'task':
-        if (spec.action !== 'fail' && spec.action !== 'stall') bad("task fault action must be 'fail' or 'stall'");
+        if (spec.action !== 'fail' && spec.action !== 'stall' && spec.action !== 'die')
+          bad("task fault action must be 'fail', 'stall' or 'die'");
+        if (spec.at !== undefined && spec.at !== 'start' && spec.at !== 'end')
+          bad("task fault at must be 'start' or 'end'");
+        if (spec.step !== undefined) {
+          if (!(Number.isInteger(spec.step) && spec.step >= 1)) bad('task fault step must be an integer >= 1');
+          if (spec.action === 'fail') bad("task fault step applies to 'stall' and 'die' only");
+        }
         break;
       case 'latency':
         if (!(spec.ms >= 0)) bad('latency fault needs ms >= 0');
@@ -214,6 +290,17 @@ export class Faults {
     return fire;
   }
 
+  /** Whether a request-like fault selects this request (before counting it). */
+  private selects(f: ActiveFault, s: RequestMatch, method: string, path: string, params: Record<string, unknown>) {
+    if (s.method && s.method.toUpperCase() !== method) return false;
+    if (!f.pathRe?.test(path)) return false;
+    if (s.param) {
+      if (!(s.param.name in params)) return false;
+      if (s.param.value !== undefined && String(params[s.param.name]) !== s.param.value) return false;
+    }
+    return true;
+  }
+
   matchRequest(
     method: string,
     path: string,
@@ -221,28 +308,83 @@ export class Faults {
   ): { status: number; message: string } | undefined {
     for (const f of this.active.values()) {
       const s = f.spec;
-      if (s.kind !== 'request') continue;
-      if (s.method && s.method.toUpperCase() !== method) continue;
-      if (!f.pathRe?.test(path)) continue;
-      if (s.param) {
-        if (!(s.param.name in params)) continue;
-        if (s.param.value !== undefined && String(params[s.param.name]) !== s.param.value) continue;
-      }
+      if (s.kind !== 'request' || !this.selects(f, s, method, path, params)) continue;
       if (this.fires(f, s.nth, s.count)) return { status: s.status, message: s.message };
     }
     return undefined;
   }
 
-  latencyFor(method: string, path: string): number {
+  /** A `reply-lost` fault fires for this request: it is applied, and its answer never sent. */
+  replyLost(method: string, path: string, params: Record<string, unknown>): boolean {
+    let lost = false;
+    for (const f of this.active.values()) {
+      const s = f.spec;
+      if (s.kind !== 'reply-lost' || !this.selects(f, s, method, path, params)) continue;
+      if (this.fires(f, s.nth, s.count)) lost = true;
+    }
+    return lost;
+  }
+
+  /** The `applied-late` fault that fires for this request, if any (the first one). */
+  appliedLate(method: string, path: string, params: Record<string, unknown>): ActiveFault | undefined {
+    for (const f of this.active.values()) {
+      const s = f.spec;
+      if (s.kind !== 'applied-late' || !this.selects(f, s, method, path, params)) continue;
+      if (this.fires(f, s.nth, s.count)) return f;
+    }
+    return undefined;
+  }
+
+  /**
+   * Hold an `applied-late` request: `delayMs` simulated ms (a timer, not the clock offset), or
+   * until its fault is removed. Nothing the client does (closing the connection) ends it early.
+   */
+  holdLate(f: ActiveFault): Promise<LateOutcome> {
+    return this.hold((f.spec as { delayMs: number }).delayMs, [f]);
+  }
+
+  /**
+   * Wait `ms` simulated ms, or until one of `faults` is removed, or the simulator closes (then
+   * 'drop'). The timer is cleared either way, so a long hold does not keep a closed simulator's
+   * process alive.
+   */
+  async hold(ms: number, faults: ActiveFault[]): Promise<LateOutcome> {
+    if (!this.closing) {
+      const done = new AbortController();
+      await Promise.race([
+        this.c.clock.sleep(ms, done.signal).catch(() => {}),
+        ...faults.map((f) => f.released),
+        this.shutdownSignal,
+      ]);
+      done.abort();
+    }
+    return this.closing ? 'drop' : 'run';
+  }
+
+  /** The simulator is closing: held requests are dropped, not run. */
+  shutdown(): void {
+    this.closing = true;
+    this.endShutdown();
+  }
+
+  /**
+   * The latency faults that fire for this request and their summed delay. The request is held
+   * with `hold`: removing one of them ends the delay early, closing the simulator drops it.
+   */
+  latencyFor(method: string, path: string): { ms: number; faults: ActiveFault[] } {
     let ms = 0;
+    const faults: ActiveFault[] = [];
     for (const f of this.active.values()) {
       const s = f.spec;
       if (s.kind !== 'latency') continue;
       if (s.method && s.method.toUpperCase() !== method) continue;
       if (f.pathRe && !f.pathRe.test(path)) continue;
-      if (this.fires(f, 1, s.count ?? -1)) ms += s.ms;
+      if (this.fires(f, 1, s.count ?? -1)) {
+        ms += s.ms;
+        faults.push(f);
+      }
     }
-    return ms;
+    return { ms, faults };
   }
 
   /** Every task fault that fires for this task (they compose: e.g. stall, then fail). */
@@ -260,6 +402,7 @@ export class Faults {
         message: s.message ?? 'simulated task failure',
         at: s.at ?? 'end',
         fault: f,
+        ...(s.step !== undefined ? { step: s.step } : {}),
         ...(s.durationMs !== undefined ? { durationMs: s.durationMs } : {}),
       });
     }
@@ -268,11 +411,13 @@ export class Faults {
 
   /**
    * Hold a task at a stall fault: until the fault is removed, its `durationMs` has passed, or the
-   * task is aborted. A task stalls once per fault (the first time it gets here), not at every step.
+   * task is aborted. A task stalls once per fault (the first time it gets here), not at every step;
+   * a fault with `step` only at that wait (`wait` is the 1-based number of this wait, 0 at the end).
    */
-  async waitWhileStalled(tfs: TaskFault[], signal: AbortSignal): Promise<void> {
+  async waitWhileStalled(tfs: TaskFault[], signal: AbortSignal, wait = 0): Promise<void> {
     for (const tf of tfs) {
       if (tf.action !== 'stall') continue;
+      if (tf.step !== undefined && tf.step !== wait) continue;
       if (!tf.stalled) {
         if (!this.active.has(tf.fault.id)) continue;
         const done = new AbortController();

@@ -1,13 +1,35 @@
 /**
- * The per-VM `flock` on /var/lock/qemu-server/lock-<vmid>.conf: one holder at a time, waiters in
- * order, each waiter with its own timeout (10 s for config/start, 5 s for create, 1 s for clone).
+ * The per-VM `flock` on /var/lock/qemu-server/lock-<vmid>.conf: exclusive holders one at a time,
+ * shared holders together (a clone of a stopped VM takes its source's lock shared, so clones of
+ * one template run side by side), waiters in order, each waiter with its own timeout (10 s for
+ * config/start, 5 s for create's placeholder, 1 s for the create and clone workers).
+ *
+ * The lock belongs to the VMID, not to a config: ClusterState keeps one per VMID, so a VM that is
+ * destroyed and created again, or a VMID a clone worker is about to write, shares it.
  */
 import type { Clock } from './clock.ts';
 import { PveHttpError } from './errors.ts';
 
+/**
+ * Flock timeouts run at most this much faster than real time, whatever the speed factor. A worker
+ * is many short simulated steps, and each takes at least 1 ms of real time (the timer floor), so
+ * at high speed factors a worker takes longer, relative to a waiter's timeout, than at speed 1:
+ * without this floor a second create would give up on a create worker that, at speed 1, lets the
+ * flock go well within the 5 s (PVE then answers "already exists", not "can't lock file").
+ */
+export const FLOCK_MAX_SPEED = 100;
+
+interface Waiter {
+  shared: boolean;
+  grant: () => void;
+}
+
 export class Flock {
-  private held = false;
-  private waiters: Array<{ grant: () => void }> = [];
+  /** Exclusive holder present. */
+  private exclusive = false;
+  /** Number of shared holders. */
+  private sharedHolders = 0;
+  private waiters: Waiter[] = [];
   private readonly file: string;
   private readonly clock: Clock;
   constructor(file: string, clock: Clock) {
@@ -16,38 +38,65 @@ export class Flock {
   }
 
   get isHeld(): boolean {
-    return this.held;
+    return this.exclusive || this.sharedHolders > 0;
   }
 
-  /** Acquire within `timeoutMs` of simulated time; rejects `can't lock file ... - got timeout`. */
-  acquire(timeoutMs: number): Promise<() => void> {
-    if (!this.held) {
-      this.held = true;
-      return Promise.resolve(this.releaser());
+  /**
+   * Acquire within `timeoutMs` of simulated time; rejects `can't lock file ... - got timeout`.
+   * `shared`: PVE's lock_config_shared (LOCK_SH), compatible with other shared holders. Like
+   * flock(2), a shared request is granted while only shared holders hold the lock, even if an
+   * exclusive request waits.
+   */
+  acquire(timeoutMs: number, opts: { shared?: boolean } = {}): Promise<() => void> {
+    const shared = opts.shared === true;
+    if (this.grantable(shared)) {
+      this.take(shared);
+      return Promise.resolve(this.releaser(shared));
     }
     return new Promise((resolve, reject) => {
-      const w = {
+      const w: Waiter = {
+        shared,
         grant: () => {
           clearTimeout(timer);
-          resolve(this.releaser());
+          this.take(shared);
+          resolve(this.releaser(shared));
         },
       };
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((x) => x !== w);
-        reject(new PveHttpError(500, `can't lock file '${this.file}' - got timeout`));
-      }, this.clock.scaled(timeoutMs));
+      const timer = setTimeout(
+        () => {
+          this.waiters = this.waiters.filter((x) => x !== w);
+          reject(new PveHttpError(500, `can't lock file '${this.file}' - got timeout`));
+        },
+        Math.max(this.clock.scaled(timeoutMs), timeoutMs / FLOCK_MAX_SPEED),
+      );
       this.waiters.push(w);
     });
   }
 
-  private releaser(): () => void {
+  private grantable(shared: boolean): boolean {
+    return shared ? !this.exclusive : !this.isHeld;
+  }
+
+  private take(shared: boolean): void {
+    if (shared) this.sharedHolders++;
+    else this.exclusive = true;
+  }
+
+  private releaser(shared: boolean): () => void {
     let done = false;
     return () => {
       if (done) return;
       done = true;
-      const next = this.waiters.shift();
-      if (next) next.grant();
-      else this.held = false;
+      if (shared) this.sharedHolders--;
+      else this.exclusive = false;
+      this.wake();
     };
+  }
+
+  /** Grant waiters in order while they fit: one exclusive, or a run of shared ones. */
+  private wake(): void {
+    while (this.waiters.length && this.grantable(this.waiters[0]!.shared)) {
+      this.waiters.shift()!.grant();
+    }
   }
 }

@@ -10,7 +10,7 @@ import selfsigned from 'selfsigned';
 import { Clock } from './clock.ts';
 import { type FaultSpec, Faults } from './faults.ts';
 import type { Profile } from './profiles.ts';
-import { configMemoryMiB } from './qemu-config.ts';
+import { configCpus, configMemoryMiB } from './qemu-config.ts';
 import { accessRoutes } from './routes/access.ts';
 import { clusterRoutes } from './routes/cluster.ts';
 import { nodeRoutes } from './routes/nodes.ts';
@@ -136,6 +136,21 @@ export class SimCluster {
     this.state.roles[roleid] = new Set(privs);
   }
 
+  /**
+   * Start or stop qemu-guest-agent inside a VM's guest, as cloud-init user data installing it (or
+   * an admin removing it) would; `POST /_sim/guest-agent`. It stays so across reboots and is
+   * inherited by clones. A running VM's agent answers from now on (if `agent: 1` is configured);
+   * a VM that is not running gets it at its next boot, after the usual boot time. False if the
+   * VM does not exist.
+   */
+  setGuestAgent(vmid: number, running: boolean): boolean {
+    const vm = this.state.vms.get(vmid);
+    if (!vm) return false;
+    vm.guestAgent = running;
+    if (running && vm.status === 'running') vm.agentReadyAt = Math.min(vm.agentReadyAt, this.state.clock.now());
+    return true;
+  }
+
   /** Every VM's RRD snapshot is taken on pvestatd's 10 s period (scaled). */
   startStatTicker(): void {
     const tick = () => {
@@ -143,8 +158,13 @@ export class SimCluster {
         const mem = configMemoryMiB(vm.config) * MiB;
         const maxdisk = vmMaxDisk(this.state, vm);
         const running = vm.status === 'running';
+        // pvestatd's update_qemu_status row: name, status, template and cpus as of this tick
+        // (pve-manager PVE/Service/pvestatd.pm:328-380 at 14a22df3; names from QemuServer::vmstatus).
         vm.rrd = {
+          name: vm.config.name || `VM ${vm.vmid}`,
           status: vm.status,
+          template: vm.config.template === '1' ? 1 : 0,
+          maxcpu: configCpus(vm.config),
           cpu: running ? 0.013 : 0,
           mem: running ? Math.round(mem * 0.42) : 0,
           maxmem: mem,
@@ -162,6 +182,8 @@ export class SimCluster {
   async close(): Promise<void> {
     if (this.ticker) clearInterval(this.ticker);
     for (const t of this.state.tasks.values()) if (t.status === 'running') t.abort.abort(new Error('shutdown'));
+    // Held applied-late requests are dropped, not run on a closing simulator.
+    this.faults.shutdown();
     this.faults.clear();
     await new Promise<void>((resolve) => {
       this.server.close(() => resolve());
@@ -234,6 +256,7 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
         : createHttpServer({ keepAlive: true }, handler.listener);
       server.keepAliveTimeout = 5000;
       const sc = new SimCluster(state, server, Boolean(cert), faults, tasks);
+      handler.controls = sc;
       for (const tok of tokens) {
         sc.addToken(tok.userid, tok.tokenid, { secret: tok.secret, privsep: false });
         // A user that exists only for this token gets full rights, so the token is usable as printed.

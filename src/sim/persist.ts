@@ -16,6 +16,8 @@ interface SavedCluster {
     pendingDelete: string[];
     status: string;
     haManaged: boolean;
+    /** Whether the guest runs qemu-guest-agent; absent in older files (then true, as before). */
+    guestAgent?: boolean;
   }>;
   volumes: Array<{ node: string; storage: string; volume: Volume }>;
   pools: Array<{ poolid: string; comment?: string; members: string[] }>;
@@ -52,6 +54,7 @@ export function saveState(sim: Simulator, file: string): void {
           pendingDelete: [...vm.pendingDelete],
           status: vm.status,
           haManaged: vm.haManaged,
+          guestAgent: vm.guestAgent,
         })),
         volumes,
         pools: [...c.pools.values()].map((p) => ({
@@ -93,6 +96,7 @@ export function loadState(sim: Simulator, file: string): void {
       vm.pending = v.pending;
       vm.pendingDelete = new Set(v.pendingDelete);
       vm.haManaged = v.haManaged;
+      vm.guestAgent = v.guestAgent ?? true;
       if (v.status === 'running') {
         vm.status = 'running';
         vm.startedAt = c.clock.now();

@@ -37,6 +37,12 @@ export interface ProfileFacts {
   updateNormalizesTags: boolean;
   /** Create normalises `tags` too (qemu-server 9.1.16, fix #7480); before, stored verbatim. */
   createNormalizesTags: boolean;
+  /**
+   * Clone forks its worker before it locks and writes the `# qmclone temporary file` config
+   * (qemu-server commit dbecb46f "api: clone: fork before locking", 7.1-5, PVE 7.2). Before,
+   * the handler took the flocks and wrote the temporary config itself.
+   */
+  cloneLocksInWorker: boolean;
   pveManagerVersion: string;
   kernel: string;
   qemuVersion: string;
@@ -60,6 +66,7 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     isoNeedsCdrom: false,
     updateNormalizesTags: false,
     createNormalizesTags: false,
+    cloneLocksInWorker: false,
     pveManagerVersion: 'pve-manager/6.4-15/af7986e6',
     kernel: '5.4.203-1-pve',
     qemuVersion: '5.2.0',
@@ -81,6 +88,7 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     isoNeedsCdrom: false,
     updateNormalizesTags: true,
     createNormalizesTags: false,
+    cloneLocksInWorker: true,
     pveManagerVersion: 'pve-manager/7.4-16/0f39f621',
     kernel: '5.15.108-1-pve',
     qemuVersion: '7.2.0',
@@ -102,6 +110,7 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     isoNeedsCdrom: true,
     updateNormalizesTags: true,
     createNormalizesTags: false,
+    cloneLocksInWorker: true,
     pveManagerVersion: 'pve-manager/8.4.5/57892e8e686cb35b',
     kernel: '6.8.12-11-pve',
     qemuVersion: '9.2.0',
@@ -123,6 +132,7 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     isoNeedsCdrom: true,
     updateNormalizesTags: true,
     createNormalizesTags: true,
+    cloneLocksInWorker: true,
     pveManagerVersion: 'pve-manager/9.2.3/42db4a6cf33dac83',
     kernel: '6.17.2-1-pve',
     qemuVersion: '10.1.2',

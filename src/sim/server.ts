@@ -1,9 +1,15 @@
 /**
  * The HTTP side of one simulated cluster: pve-http-server's request pipeline (auth, CSRF, routing,
  * 501 for unknown methods, permission checks before schema validation, the exact envelope and error
- * shapes) on top of the routes in routes/.
+ * shapes) on top of the routes in routes/, and the `/_sim/` control API.
+ *
+ * Lost answers (faults `reply-lost`, `applied-late`) are modelled here: the request is processed
+ * as usual, and where the answer would be written the connection is reset instead. PVE runs a
+ * handler to completion whether or not its client is still connected, so such a request is
+ * applied; the client only sees the connection go.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { type AuthInfo, authenticate, verifyCsrf } from './auth.ts';
 import { PveHttpError } from './errors.ts';
 import { FaultError, type FaultSpec, type Faults } from './faults.ts';
@@ -60,11 +66,33 @@ function reasonPhrase(message: string): string {
   return (message.split('\n')[0] ?? '').replace(/[\r\n]/g, '').trim() || 'error';
 }
 
+/**
+ * Close a connection without an answer: an RST where the socket allows it (the client sees
+ * ECONNRESET), otherwise a plain close (the client sees "socket hang up" / "other side closed").
+ */
+export function dropConnection(socket: Socket | null | undefined): void {
+  if (!socket || socket.destroyed) return;
+  try {
+    socket.resetAndDestroy();
+  } catch {
+    socket.destroy();
+  }
+}
+
+/** A `/_sim/` control that is not a fault: `POST /_sim/guest-agent`. */
+export interface SimControls {
+  /** Start (`running: true`) or stop the guest agent in a VM's guest; false if no such VM. */
+  setGuestAgent(vmid: number, running: boolean): boolean;
+}
+
 export class ApiHandler {
   private readonly c: ClusterState;
   private readonly tasks: TaskRunner;
   private readonly faults: Faults;
   private readonly opts: ServerOptions;
+  /** Answers that must never be sent: their connection is dropped where they would be written. */
+  private readonly lost = new WeakSet<ServerResponse>();
+  controls: SimControls | undefined;
   /** Routes by `METHOD /path/template`, the template being the schema's (matchMethod() finds it). */
   private readonly routes = new Map<string, Route>();
 
@@ -110,7 +138,8 @@ export class ApiHandler {
     this.faults.count(`${method} ${route ? route.path : path}`);
 
     const latency = this.faults.latencyFor(method, path);
-    if (latency > 0) await this.c.clock.sleep(latency);
+    if (latency.ms > 0 && (await this.faults.hold(latency.ms, latency.faults)) === 'drop')
+      return dropConnection(req.socket);
 
     // Parameters: form or JSON body, query parameters override body parameters.
     const isJson = /^application\/json/i.test(req.headers['content-type'] ?? '');
@@ -131,6 +160,14 @@ export class ApiHandler {
 
     const injected = this.faults.matchRequest(method, path, raw);
     if (injected) return this.sendError(res, injected.status, injected.message);
+    if (this.faults.replyLost(method, path, raw)) this.lost.add(res);
+    const late = this.faults.appliedLate(method, path, raw);
+    if (late) {
+      // Never answered. The client's timeout or disconnect does not stop it: it is processed
+      // after the delay, like a request that sat in a queue after its client gave up.
+      this.lost.add(res);
+      if ((await this.faults.holdLate(late)) === 'drop') return dropConnection(req.socket);
+    }
 
     // pve-http-server order: authentication (CSRF included) in auth_handler, then the
     // content check, then rest_handler (501 for unknown methods, allowtoken, permissions).
@@ -207,7 +244,15 @@ export class ApiHandler {
     }
   }
 
+  /** True (and the connection dropped) when this answer is one that must never arrive. */
+  private dropped(res: ServerResponse): boolean {
+    if (!this.lost.has(res)) return false;
+    dropConnection(res.socket);
+    return true;
+  }
+
   sendData(res: ServerResponse, data: unknown, extra?: Record<string, unknown>): void {
+    if (this.dropped(res)) return;
     const body = Buffer.from(JSON.stringify({ data, ...extra }));
     res.writeHead(200, 'OK', { ...COMMON_HEADERS, 'Content-Type': JSON_TYPE, 'Content-Length': body.length });
     res.end(body);
@@ -224,6 +269,7 @@ export class ApiHandler {
     errors?: Record<string, string>,
     opts: { raw?: boolean } = {},
   ): void {
+    if (this.dropped(res)) return;
     const payload: Record<string, unknown> = {};
     if (errors) payload.errors = errors;
     payload.data = null;
@@ -252,6 +298,7 @@ export class ApiHandler {
   /** 401: reason in the status line, empty body, no Content-Type, after a delay. */
   private send401(res: ServerResponse, reason: string): Promise<void> {
     return this.afterAuthFailDelay(() => {
+      if (this.dropped(res)) return;
       res.writeHead(401, reasonPhrase(reason), { ...COMMON_HEADERS, 'Content-Length': 0, Connection: 'close' });
       res.end();
     });
@@ -292,6 +339,15 @@ export class ApiHandler {
         return this.sendData(res, Object.fromEntries(this.faults.counters));
       if (p === '/_sim/counters' && method === 'DELETE') {
         this.faults.counters.clear();
+        return this.sendData(res, null);
+      }
+      if (p === '/_sim/guest-agent' && method === 'POST') {
+        const vmid = Number(input.vmid);
+        if (!Number.isInteger(vmid) || typeof input.running !== 'boolean')
+          return this.sendError(res, 400, 'Parameter verification failed.', {
+            'guest-agent': 'expected {"vmid": N, "running": true|false}',
+          });
+        if (!this.controls?.setGuestAgent(vmid, input.running)) return this.sendError(res, 404, `no VM ${vmid}`);
         return this.sendData(res, null);
       }
       if (p === '/_sim/clock' && method === 'POST') {

@@ -5,9 +5,12 @@
 import { createHash } from 'node:crypto';
 import type { Clock } from './clock.ts';
 import { Flock } from './flock.ts';
+import { builtinRoles } from './privileges.ts';
 import { PROFILES, type Profile, type ProfileFacts } from './profiles.ts';
 import { Rng } from './random.ts';
 import type { StorageType, TopologyBridge, TopologyCluster, TopologyNode, TopologyStorage } from './topology.ts';
+
+export { privilegesOf } from './privileges.ts';
 
 export const GiB = 1024 ** 3;
 export const MiB = 1024 ** 2;
@@ -24,6 +27,11 @@ export interface Volume {
   ctime: number;
   /** For linked clones: the base volume this one depends on. */
   parent?: string;
+  /**
+   * Whether the guest installed in this image runs qemu-guest-agent (import and ISO volumes; the
+   * topology's `guestAgent`, default false). A VM imported from it inherits this.
+   */
+  guestAgent?: boolean;
 }
 
 export class StorageState {
@@ -94,13 +102,34 @@ export interface VmState {
   pendingDelete: Set<string>;
   status: VmStatus;
   startedAt: number;
-  /** Simulated time at which the guest agent answers. */
+  /** Simulated time at which the guest agent answers (if the guest has one, see `guestAgent`). */
   agentReadyAt: number;
+  /**
+   * Whether the guest OS runs qemu-guest-agent. It comes from the image (an imported volume, the
+   * cloned VM, the topology) and is independent of `agent: 1` in the config, which only adds the
+   * virtio-serial channel: without the agent in the guest every agent call answers
+   * `QEMU guest agent is not running`. SimCluster.setGuestAgent changes it (software installed
+   * or removed in the guest).
+   */
+  guestAgent: boolean;
+  /** The VMID's flock (shared with every VmState of the same VMID, see ClusterState.flock). */
   flock: Flock;
   /** Guest network state reported by the agent once it runs. */
   guest: { interfaces: Array<{ name: string; mac: string; ipv4?: string; prefix?: number; ipv6?: string }> };
   /** What /cluster/resources reports: refreshed on each pvestatd tick; undefined before the first. */
-  rrd?: { status: string; cpu: number; mem: number; maxmem: number; maxdisk: number; disk: number; uptime: number };
+  rrd?: {
+    /** `vmstatus` name: the config's name or `VM <vmid>`, as of the tick. */
+    name: string;
+    status: string;
+    template: number;
+    maxcpu: number;
+    cpu: number;
+    mem: number;
+    maxmem: number;
+    maxdisk: number;
+    disk: number;
+    uptime: number;
+  };
   haManaged: boolean;
 }
 
@@ -117,6 +146,8 @@ export interface TaskState {
   status: 'running' | 'stopped';
   exitstatus?: string;
   endtime?: number;
+  /** Order in which tasks stopped (the archive index is appended in that order). */
+  endSeq?: number;
   log: string[];
   done: Promise<void>;
   abort: AbortController;
@@ -146,88 +177,6 @@ export interface PoolState {
   poolid: string;
   comment?: string;
   members: Set<string>;
-}
-
-const PRIVS_COMMON = [
-  'Datastore.Allocate',
-  'Datastore.AllocateSpace',
-  'Datastore.AllocateTemplate',
-  'Datastore.Audit',
-  'Group.Allocate',
-  'Permissions.Modify',
-  'Pool.Allocate',
-  'Pool.Audit',
-  'Realm.Allocate',
-  'Realm.AllocateUser',
-  'SDN.Allocate',
-  'SDN.Audit',
-  'SDN.Use',
-  'Sys.Audit',
-  'Sys.Console',
-  'Sys.Incoming',
-  'Sys.Modify',
-  'Sys.PowerMgmt',
-  'Sys.Syslog',
-  'User.Modify',
-  'VM.Allocate',
-  'VM.Audit',
-  'VM.Backup',
-  'VM.Clone',
-  'VM.Config.CDROM',
-  'VM.Config.CPU',
-  'VM.Config.Cloudinit',
-  'VM.Config.Disk',
-  'VM.Config.HWType',
-  'VM.Config.Memory',
-  'VM.Config.Network',
-  'VM.Config.Options',
-  'VM.Console',
-  'VM.Migrate',
-  'VM.PowerMgmt',
-  'VM.Snapshot',
-  'VM.Snapshot.Rollback',
-];
-const PRIVS_V9 = [
-  'VM.GuestAgent.Audit',
-  'VM.GuestAgent.FileRead',
-  'VM.GuestAgent.FileWrite',
-  'VM.GuestAgent.FileSystemMgmt',
-  'VM.GuestAgent.Unrestricted',
-  'VM.Replicate',
-];
-
-export function privilegesOf(p: ProfileFacts): string[] {
-  return p.guestAgentPrivs ? [...PRIVS_COMMON, ...PRIVS_V9].sort() : [...PRIVS_COMMON, 'VM.Monitor'].sort();
-}
-
-function builtinRoles(p: ProfileFacts): Record<string, Set<string>> {
-  const all = privilegesOf(p);
-  const vm = all.filter((x) => x.startsWith('VM.'));
-  return {
-    Administrator: new Set(all),
-    NoAccess: new Set(),
-    PVEAuditor: new Set(all.filter((x) => x.endsWith('.Audit'))),
-    PVEVMAdmin: new Set([...vm, 'Datastore.Audit', 'Pool.Audit', 'Sys.Audit']),
-    PVEVMUser: new Set([
-      'VM.Audit',
-      'VM.Backup',
-      'VM.Config.CDROM',
-      'VM.Config.Cloudinit',
-      'VM.Console',
-      'VM.PowerMgmt',
-      ...(p.guestAgentPrivs ? ['VM.GuestAgent.Audit'] : []),
-    ]),
-    PVEDatastoreUser: new Set(['Datastore.AllocateSpace', 'Datastore.Audit']),
-    PVEDatastoreAdmin: new Set([
-      'Datastore.Allocate',
-      'Datastore.AllocateSpace',
-      'Datastore.AllocateTemplate',
-      'Datastore.Audit',
-    ]),
-    PVESDNUser: new Set(['SDN.Audit', 'SDN.Use']),
-    PVEPoolUser: new Set(['Pool.Audit']),
-    PVEPoolAdmin: new Set(['Pool.Allocate', 'Pool.Audit']),
-  };
 }
 
 export function configDigest(
@@ -280,6 +229,10 @@ export class ClusterState {
   nextIdLower = 100;
   nextIdUpper = 1_000_000;
   private pidCounter = 0x1000;
+  /** Counts stopped tasks, for TaskState.endSeq. */
+  taskEnds = 0;
+  /** One flock per VMID, whether or not a config exists (lock files outlive configs in PVE). */
+  private readonly flocks = new Map<number, Flock>();
 
   constructor(t: TopologyCluster, profile: Profile, clock: Clock, seed: number) {
     this.name = t.name;
@@ -317,6 +270,7 @@ export class ClusterState {
             format,
             size: v.size,
             ctime: this.clock.epoch(),
+            guestAgent: v.guestAgent === true,
           });
         }
         if (ts.shared) shared.set(ts.id, s);
@@ -370,6 +324,7 @@ export class ClusterState {
     if (v.description) config.description = v.description;
     if (v.template) config.template = '1';
     const vm = this.newVm(v.vmid, node, config);
+    vm.guestAgent = v.guestAgent === true;
     if (v.running && !v.template) {
       vm.status = 'running';
       vm.startedAt = this.clock.now();
@@ -377,6 +332,21 @@ export class ClusterState {
     }
   }
 
+  /** The flock of /var/lock/qemu-server/lock-<vmid>.conf. */
+  flock(vmid: number): Flock {
+    let f = this.flocks.get(vmid);
+    if (!f) {
+      f = new Flock(`/var/lock/qemu-server/lock-${vmid}.conf`, this.clock);
+      this.flocks.set(vmid, f);
+    }
+    return f;
+  }
+
+  /**
+   * A new VM config. `guestAgent` defaults to true: a VM made without an image the simulator
+   * knows (new blank disks, no disk) keeps the simulator's original model of a guest that runs
+   * the agent. Create and clone set it from the image or the source VM.
+   */
   newVm(vmid: number, node: string, config: Record<string, string>): VmState {
     const vm: VmState = {
       vmid,
@@ -387,7 +357,8 @@ export class ClusterState {
       status: 'stopped',
       startedAt: 0,
       agentReadyAt: 0,
-      flock: new Flock(`/var/lock/qemu-server/lock-${vmid}.conf`, this.clock),
+      guestAgent: true,
+      flock: this.flock(vmid),
       guest: { interfaces: [] },
       haManaged: false,
     };

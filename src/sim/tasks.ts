@@ -1,10 +1,19 @@
 /**
- * Worker tasks (`fork_worker`): UPIDs, logs, exit status, and the fault hooks that fail or stall
- * them. A worker is an async function; what it logs becomes the task log, what it throws becomes
- * `TASK ERROR: <message>`, and `warn()` lines make the exit status `WARNINGS: N` (a success).
+ * Worker tasks (`fork_worker`): UPIDs, logs, exit status, and the fault hooks that fail, stall or
+ * kill them. A worker is an async function; what it logs becomes the task log, what it throws
+ * becomes `TASK ERROR: <message>`, and `warn()` lines make the exit status `WARNINGS: N` (a
+ * success).
+ *
+ * A worker that dies (task fault `die`) ends differently: PVE's fork_worker writes the final
+ * `TASK OK` / `TASK ERROR: …` line from the worker process itself (pve-common
+ * src/PVE/RESTEnvironment.pm:650-667 at f665029), so a process that vanishes leaves a log without
+ * it, and PVE::UPID::read_status reports such a log as `unexpected status`
+ * (src/PVE/UPID.pm:70-86 at f665029; Tools::upid_read_status, src/PVE/Tools.pm:678, calls it).
+ * Its error paths never run, so nothing is cleaned up; only what the kernel frees with the
+ * process goes: its flocks.
  */
 import type { AuthInfo } from './auth.ts';
-import type { Faults } from './faults.ts';
+import type { Faults, TaskFault } from './faults.ts';
 import type { ClusterState, TaskState } from './state.ts';
 
 export interface TaskHandle {
@@ -12,8 +21,36 @@ export interface TaskHandle {
   readonly signal: AbortSignal;
   log(line: string): void;
   warn(line: string): void;
-  /** Wait a simulated duration (scaled by the speed factor); honours stall faults. */
+  /** Wait a simulated duration (scaled by the speed factor); honours stall and die faults. */
   sleep(simMs: number): Promise<void>;
+  /**
+   * The worker's work is done and it is about to write its result (the final config, the unlock):
+   * where a `die` fault `at: 'end'` kills it. Workers without such a write need not call it; the
+   * runner then applies `die` at `end` after the worker returns.
+   */
+  endOfWork(): void;
+}
+
+/** Thrown inside a worker whose process is gone: no error path may act on it (see isWorkerDeath). */
+export class WorkerDeath extends Error {
+  constructor() {
+    super('worker died');
+  }
+}
+
+/** Error paths check this first: a dead worker cleans nothing up, it just stops. */
+export function isWorkerDeath(e: unknown): e is WorkerDeath {
+  return e instanceof WorkerDeath;
+}
+
+/**
+ * How a task ended, for the caller's `onEnd`: `ran` is false when a fault acted before the worker
+ * ran; `died` is true when the worker vanished (fault `die`), in which case nothing may be undone.
+ */
+export interface TaskEnd {
+  ok: boolean;
+  ran: boolean;
+  died: boolean;
 }
 
 function hex(n: number, w: number): string {
@@ -44,6 +81,9 @@ export function parseUpid(
 /** Finished tasks kept per cluster (oldest dropped first). */
 export const MAX_TASKS = 20_000;
 
+/** The exit status PVE reads from a log without a final `TASK` line. */
+export const UNEXPECTED_STATUS = 'unexpected status';
+
 export class TaskRunner {
   private readonly c: ClusterState;
   private readonly faults: Faults;
@@ -60,11 +100,12 @@ export class TaskRunner {
     auth: AuthInfo,
     worker: (t: TaskHandle) => Promise<void>,
     /**
-     * Called once the task has stopped. `ran` is false when a fault failed the task at its start,
-     * before the worker ran: the caller then releases what it set up for the worker (locks, a
-     * `lock: create` config), as the worker's own error path would have.
+     * Called once the task has stopped. When a `fail` fault acted before the worker ran (`ran`
+     * false, `died` false) the caller releases what it set up for the worker (locks, a
+     * `lock: create` config), as the worker's own error path would have. When the worker died
+     * (`died`), the caller only releases what the process held (flocks).
      */
-    onEnd?: (ok: boolean, ran: boolean) => void,
+    onEnd?: (end: TaskEnd) => void,
   ): string {
     const c = this.c;
     const pid = c.nextPid();
@@ -91,17 +132,38 @@ export class TaskRunner {
     const faults = this.faults.taskFaults(node, type, id);
     const failAtStart = faults.find((f) => f.action === 'fail' && f.at === 'start');
     const failAtEnd = faults.find((f) => f.action === 'fail' && f.at !== 'start');
+    const dieAtStart = faults.find((f) => f.action === 'die' && f.step === undefined && f.at === 'start');
+    const dieAtEnd = faults.find((f) => f.action === 'die' && f.step === undefined && f.at !== 'start');
+    const dieAtStep = faults.filter(
+      (f): f is TaskFault & { step: number } => f.action === 'die' && f.step !== undefined,
+    );
+    let waits = 0;
+    let died = false;
+    const die = (): never => {
+      died = true;
+      throw new WorkerDeath();
+    };
     const handle: TaskHandle = {
       upid,
       signal: abort.signal,
-      log: (line) => task.log.push(line),
+      log: (line) => {
+        if (!died) task.log.push(line);
+      },
       warn: (line) => {
+        if (died) return;
         warnings++;
         task.log.push(`WARN: ${line}`);
       },
       sleep: async (ms) => {
+        if (died) die();
+        waits++;
+        if (dieAtStep.some((f) => f.step === waits)) die();
         await c.clock.sleep(ms, abort.signal);
-        await this.faults.waitWhileStalled(faults, abort.signal);
+        await this.faults.waitWhileStalled(faults, abort.signal, waits);
+        if (died) die();
+      },
+      endOfWork: () => {
+        if (died || dieAtEnd) die();
       },
     };
     c.tasks.set(upid, task);
@@ -116,24 +178,33 @@ export class TaskRunner {
       let ok = false;
       let ran = false;
       try {
+        if (dieAtStart) die();
         if (failAtStart) throw new Error(failAtStart.message);
         ran = true;
         await worker(handle);
         await this.faults.waitWhileStalled(faults, abort.signal);
+        if (dieAtEnd) die();
         if (failAtEnd) throw new Error(failAtEnd.message);
         task.exitstatus = warnings ? `WARNINGS: ${warnings}` : 'OK';
         task.log.push(warnings ? `TASK WARNINGS: ${warnings}` : 'TASK OK');
         ok = true;
       } catch (e) {
-        const msg = abort.signal.aborted ? 'unexpected status' : e instanceof Error ? e.message : String(e);
-        const line = msg.split('\n')[0]!.trim();
-        task.exitstatus = line;
-        task.log.push(`TASK ERROR: ${line}`);
+        if (died || isWorkerDeath(e)) {
+          // The process is gone: no final line, so the status reads as PVE reads such a log.
+          died = true;
+          task.exitstatus = UNEXPECTED_STATUS;
+        } else {
+          const msg = abort.signal.aborted ? UNEXPECTED_STATUS : e instanceof Error ? e.message : String(e);
+          const line = msg.split('\n')[0]!.trim();
+          task.exitstatus = line;
+          task.log.push(`TASK ERROR: ${line}`);
+        }
       }
       task.status = 'stopped';
       task.endtime = c.clock.epoch();
+      task.endSeq = ++c.taskEnds;
       try {
-        onEnd?.(ok, ran);
+        onEnd?.({ ok, ran, died });
       } catch {
         // callbacks must not break the task model
       }

@@ -15,6 +15,11 @@ export interface TopologyVolume {
   name: string;
   size: number;
   format?: string;
+  /**
+   * Whether the guest in this image runs qemu-guest-agent. Default false: the stock Ubuntu cloud
+   * images do not ship it. A VM imported from the volume (`import-from`) inherits it.
+   */
+  guestAgent?: boolean;
 }
 export interface TopologyStorage {
   id: string;
@@ -45,6 +50,8 @@ export interface TopologyVM {
   disk?: { storage: string; size: number };
   cloudinit?: boolean;
   agent?: boolean;
+  /** Whether the guest runs qemu-guest-agent (default false); clones of this VM inherit it. */
+  guestAgent?: boolean;
   running?: boolean;
   tags?: string;
   description?: string;
@@ -147,6 +154,12 @@ export function parseTopology(text: string, file: string): Topology {
     }
     return v;
   };
+  /** An optional boolean; anything else is reported (a typo such as `guestAgent: yes` in quotes). */
+  const flag = (path: (string | number)[], v: unknown): boolean => {
+    if (v === undefined || typeof v === 'boolean') return v === true;
+    fail(path, `expected true or false, got ${JSON.stringify(v)}`);
+    return false;
+  };
   const seenListen = new Set<string>();
   const seenNames = new Set<string>();
   const clusters: TopologyCluster[] = root.clusters.map((c: unknown, ci: number): TopologyCluster => {
@@ -194,6 +207,7 @@ export function parseTopology(text: string, file: string): Topology {
             name: str([...vp, 'name'], vo.name, /^(iso|vztmpl|import|snippets|backup)\/[^/\s]+$/, 'CONTENT/FILE'),
             size: size([...vp, 'size'], vo.size, true),
             ...(typeof vo.format === 'string' ? { format: vo.format } : {}),
+            guestAgent: flag([...vp, 'guestAgent'], vo.guestAgent),
           };
         });
         return {
@@ -239,6 +253,7 @@ export function parseTopology(text: string, file: string): Topology {
           ...(disk ? { disk } : {}),
           cloudinit: vo.cloudinit === true,
           agent: vo.agent === true,
+          guestAgent: flag([...vp, 'guestAgent'], vo.guestAgent),
           running: vo.running === true,
           ...(typeof vo.tags === 'string' ? { tags: vo.tags } : {}),
           ...(typeof vo.description === 'string' ? { description: vo.description } : {}),

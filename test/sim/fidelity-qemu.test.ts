@@ -58,8 +58,14 @@ for (const profile of ALL_PROFILES) {
       const cfg = await vmConfig(url, 100);
       assert.equal(cfg.lock, 'create');
       assert.equal(data(await raw(url, 'GET', '/cluster/nextid')), '101');
+      // create_and_lock_config checks the VMID under its flock (5 s), which the running create
+      // worker holds: a second create times out on it (the VMID check comes after the flock).
       const dup = await raw(url, 'POST', `/nodes/${NODE}/qemu`, { form: { vmid: '100' } });
-      assertError(dup, 500, `unable to create VM 100 - VM 100 already exists on node '${NODE}'`);
+      assertError(
+        dup,
+        500,
+        "unable to create VM 100 - can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
+      );
       const post = await raw(url, 'POST', `/nodes/${NODE}/qemu/100/config`, { form: { description: 'x' } });
       assertError(post, 500, 'VM is locked (create)');
       const put = await raw(url, 'PUT', `/nodes/${NODE}/qemu/100/config`, { form: { description: 'x' } });
@@ -76,6 +82,8 @@ for (const profile of ALL_PROFILES) {
       const done = await vmConfig(url, 100);
       assert.equal(done.lock, undefined);
       assert.equal(done.scsi0, 'local-lvm:vm-100-disk-0,size=1G');
+      const again = await raw(url, 'POST', `/nodes/${NODE}/qemu`, { form: { vmid: '100' } });
+      assertError(again, 500, `unable to create VM 100 - VM 100 already exists on node '${NODE}'`);
     });
 
     it('#14 scsi0=local-lvm:32 is 32 GiB; local-lvm:32G is not the new-disk syntax', async () => {

@@ -4,7 +4,7 @@ import { die, paramError } from '../errors.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import { type ClusterState, MiB, type NodeState, type StorageState } from '../state.ts';
-import { listTasks } from './tasks.ts';
+import { clusterTasks } from './tasks.ts';
 
 export function nodeUsage(c: ClusterState, n: NodeState): { mem: number; cpu: number } {
   let mem = n.memoryUsed;
@@ -83,12 +83,16 @@ export const clusterRoutes: Route[] = [
           if (!hasPriv(c, auth, `/vms/${vm.vmid}`, 'VM.Audit')) continue;
           const online = c.nodes.get(vm.node)?.online;
           const e: Record<string, unknown> = { id: `qemu/${vm.vmid}`, vmid: vm.vmid, node: vm.node, type: 'qemu' };
+          // Metrics, name, status and template come from the RRD (the last pvestatd tick,
+          // PVE::API2Tools::extract_vm_stats, pve-manager PVE/API2Tools.pm:81-119 at 14a22df3);
+          // `lock` and `tags` from the live config (Cluster.pm:554-592). So a create's placeholder
+          // shows `lock: create` at once and, from a tick, `name: VM <vmid>`, `status: stopped`.
           if (vm.rrd && online) {
             Object.assign(e, {
-              name: vm.config.name ?? `VM ${vm.vmid}`,
+              name: vm.rrd.name,
               status: vm.rrd.status,
-              template: vm.config.template === '1' ? 1 : 0,
-              maxcpu: configCpus(vm.config),
+              template: vm.rrd.template,
+              maxcpu: vm.rrd.maxcpu,
               cpu: vm.rrd.cpu,
               maxmem: vm.rrd.maxmem,
               mem: vm.rrd.mem,
@@ -139,7 +143,7 @@ export const clusterRoutes: Route[] = [
   {
     method: 'GET',
     path: '/cluster/tasks',
-    handler: ({ c, auth }) => listTasks(c, auth, undefined, { source: 'all', limit: 50 }),
+    handler: ({ c, auth }) => clusterTasks(c, auth),
   },
   {
     method: 'GET',

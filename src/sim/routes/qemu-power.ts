@@ -1,0 +1,196 @@
+/**
+ * VM power and status: `status/current`, start/stop/shutdown/reboot workers, the boot (NIC
+ * bridges, DHCP leases, guest interfaces) and `maxdisk`.
+ */
+import {
+  configCpus,
+  configMemoryMiB,
+  DRIVE_KEY_RE,
+  getOpt,
+  isCdrom,
+  NET_KEY_RE,
+  parseDrive,
+  parseNic,
+} from '../qemu-config.ts';
+import type { Route } from '../server.ts';
+import { type ClusterState, MiB, type VmState } from '../state.ts';
+import type { TaskHandle } from '../tasks.ts';
+import { agentEnabled } from './qemu-agent.ts';
+import { checkLock, checkSkiplock, DURATIONS, loadVm, vmPerm } from './qemu-common.ts';
+
+/** Start a VM: runs in qmstart workers (and create's start=1, reboot). */
+export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState): Promise<void> {
+  applyPending(vm);
+  for (const [k, v] of Object.entries(vm.config)) {
+    if (!NET_KEY_RE.test(k)) continue;
+    const bridge = getOpt(parseNic(v).p, 'bridge');
+    if (bridge && !c.nodes.get(vm.node)?.bridges.has(bridge)) throw new Error(`bridge '${bridge}' does not exist`);
+  }
+  for (const [k, v] of Object.entries(vm.config)) {
+    if (!DRIVE_KEY_RE.test(k)) continue;
+    const d = parseDrive(v);
+    if (d.file.includes(':') && !c.volume(vm.node, d.file) && d.file !== 'none')
+      throw new Error(`volume '${d.file}' does not exist`);
+  }
+  await t.sleep(DURATIONS.start);
+  vm.status = 'running';
+  vm.startedAt = c.clock.now();
+  vm.agentReadyAt = c.clock.now() + c.clock.scaled(DURATIONS.agentBoot);
+  vm.guest.interfaces = [];
+  const nets = Object.keys(vm.config)
+    .filter((k) => NET_KEY_RE.test(k))
+    .sort((a, b) => Number(a.slice(3)) - Number(b.slice(3)));
+  for (const k of nets) {
+    const i = Number(k.slice(3));
+    const nic = parseNic(vm.config[k]!);
+    const bridge = getOpt(nic.p, 'bridge') ?? '';
+    const ipcfg = vm.config[`ipconfig${i}`];
+    const staticIp = ipcfg && /(?:^|,)ip=(\d+\.\d+\.\d+\.\d+)\/(\d+)/.exec(ipcfg);
+    const mac = (nic.mac ?? '').toLowerCase();
+    const entry: VmState['guest']['interfaces'][number] = { name: `ens${18 + i}`, mac };
+    if (staticIp) {
+      entry.ipv4 = staticIp[1]!;
+      entry.prefix = Number(staticIp[2]);
+    } else {
+      const ip = c.leaseAddress(vm.node, bridge, mac);
+      if (ip) {
+        entry.ipv4 = ip;
+        entry.prefix = c.bridgePrefix(vm.node, bridge);
+      }
+    }
+    const hex = mac.split(':');
+    if (hex.length === 6) {
+      const first = (Number.parseInt(hex[0]!, 16) ^ 2).toString(16).padStart(2, '0');
+      entry.ipv6 = `fe80::${first}${hex[1]}:${hex[2]}ff:fe${hex[3]}:${hex[4]}${hex[5]}`.replace(
+        /:0+([0-9a-f])/g,
+        ':$1',
+      );
+    }
+    vm.guest.interfaces.push(entry);
+  }
+}
+
+export function applyPending(vm: VmState): void {
+  for (const k of vm.pendingDelete) delete vm.config[k];
+  Object.assign(vm.config, vm.pending);
+  vm.pending = {};
+  vm.pendingDelete.clear();
+}
+
+/** `maxdisk`: the size of the first disk (not a CD-ROM, EFI or TPM drive) whose volume exists. */
+export function vmMaxDisk(c: ClusterState, vm: VmState): number {
+  for (const [k, v] of Object.entries(vm.config)) {
+    if (!DRIVE_KEY_RE.test(k) || k.startsWith('efidisk') || k.startsWith('tpmstate')) continue;
+    const d = parseDrive(v);
+    if (isCdrom(d)) continue;
+    const vol = c.volume(vm.node, d.file);
+    if (vol?.size) return vol.size;
+  }
+  return 0;
+}
+
+export function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> {
+  const mem = configMemoryMiB(vm.config) * MiB;
+  const maxdisk = vmMaxDisk(c, vm);
+  const running = vm.status === 'running';
+  return {
+    vmid: vm.vmid,
+    name: vm.config.name ?? `VM ${vm.vmid}`,
+    status: vm.status,
+    qmpstatus: vm.status,
+    cpus: configCpus(vm.config),
+    cpu: running ? 0.013 : 0,
+    maxmem: mem,
+    mem: running ? Math.round(mem * 0.42) : 0,
+    maxdisk,
+    disk: 0,
+    diskread: 0,
+    diskwrite: 0,
+    netin: running ? 1024 : 0,
+    netout: running ? 512 : 0,
+    uptime: running ? Math.floor((c.clock.now() - vm.startedAt) / 1000) : 0,
+    ha: { managed: vm.haManaged ? 1 : 0 },
+    ...(running
+      ? { pid: 10000 + vm.vmid, 'running-machine': 'pc-i440fx-9.2+pve1', 'running-qemu': c.profile.qemuVersion }
+      : {}),
+    ...(agentEnabled(vm) ? { agent: 1 } : {}),
+    ...(vm.config.lock ? { lock: vm.config.lock } : {}),
+    ...(vm.config.tags ? { tags: vm.config.tags } : {}),
+    ...(vm.config.template === '1' ? { template: 1 } : {}),
+    ...(c.profile.memhost && running ? { memhost: Math.round(mem * 0.42) } : {}),
+  };
+}
+
+export async function startWorker(c: ClusterState, t: TaskHandle, vm: VmState, skiplock: boolean): Promise<void> {
+  const unlock = await vm.flock.acquire(10_000);
+  try {
+    if (vm.config.template === '1') throw new Error("you can't start a vm if it's a template");
+    checkLock(vm, skiplock);
+    if (vm.status === 'running') throw new Error(`VM ${vm.vmid} already running`);
+    await bootVm(c, t, vm);
+  } finally {
+    unlock();
+  }
+}
+
+export const powerRoutes: Route[] = [
+  {
+    method: 'GET',
+    path: '/nodes/{node}/qemu/{vmid}/status',
+    perm: vmPerm('VM.Audit'),
+    handler: ({ c, params }) => {
+      loadVm(c, String(params.node), Number(params.vmid));
+      return ['current', 'reboot', 'reset', 'resume', 'shutdown', 'start', 'stop', 'suspend'].map((subdir) => ({
+        subdir,
+      }));
+    },
+  },
+  {
+    method: 'GET',
+    path: '/nodes/{node}/qemu/{vmid}/status/current',
+    perm: vmPerm('VM.Audit'),
+    handler: ({ c, params }) => vmStatus(c, loadVm(c, String(params.node), Number(params.vmid))),
+  },
+  ...(['start', 'stop', 'shutdown', 'reboot'] as const).map(
+    (action): Route => ({
+      method: 'POST',
+      path: `/nodes/{node}/qemu/{vmid}/status/${action}`,
+      perm: vmPerm('VM.PowerMgmt'),
+      handler: (ctx) => {
+        const { c, auth, params } = ctx;
+        const node = String(params.node);
+        const vmid = Number(params.vmid);
+        const skiplock = checkSkiplock(auth, params);
+        const vm = loadVm(c, node, vmid);
+        if (vm.haManaged && (action === 'start' || action === 'stop' || action === 'shutdown')) {
+          return ctx.tasks.start(node, action === 'start' ? 'hastart' : 'hastop', String(vmid), auth, async (t) => {
+            t.log(`Requesting HA ${action} for VM ${vmid}`);
+          });
+        }
+        const type = { start: 'qmstart', stop: 'qmstop', shutdown: 'qmshutdown', reboot: 'qmreboot' }[action];
+        return ctx.tasks.start(node, type, String(vmid), auth, async (t) => {
+          if (action === 'start') return startWorker(c, t, vm, skiplock);
+          const unlock = await vm.flock.acquire(10_000);
+          try {
+            checkLock(vm, skiplock);
+            if (action === 'reboot') {
+              if (vm.status !== 'running') throw new Error(`VM ${vmid} not running`);
+              await t.sleep(DURATIONS.shutdown);
+              vm.status = 'stopped';
+              await bootVm(c, t, vm);
+              return;
+            }
+            if (vm.status !== 'running') return;
+            await t.sleep(action === 'stop' ? DURATIONS.stop : DURATIONS.shutdown);
+            vm.status = 'stopped';
+            vm.agentReadyAt = 0;
+            vm.guest.interfaces = [];
+            applyPending(vm);
+          } finally {
+            unlock();
+          }
+        });
+      },
+    }),
+  ),
+];
