@@ -1,22 +1,10 @@
 /**
  * CustomResourceDefinitions (apiextensions.k8s.io/v1) generated from the TypeBox schemas: one source
- * for the TypeScript types, the engine's validation and the API server's.
- *
- * `toStructural()` turns a TypeBox (JSON Schema) schema into a Kubernetes structural schema:
- * - TypeBox-only keywords (`$id`, `errorMessage`, ...) are dropped; an unknown keyword is an error,
- *   so a new TypeBox feature cannot slip into a CRD unnoticed;
- * - `additionalProperties: false` is dropped (Kubernetes forbids it and prunes unknown fields anyway);
- * - unions of literals become `enum`; a string | integer union (the quantities: `4Gi` or `4096`)
- *   becomes `x-kubernetes-int-or-string` with the string's pattern, and a `maxLength` so that the API
- *   server can bound the CEL cost of rules on it; any other union cannot be structural and becomes
- *   `x-kubernetes-preserve-unknown-fields` (the engine validates it);
- * - `patternProperties` (TypeBox records) become `additionalProperties`; free-form objects keep
- *   unknown fields.
- *
- * On top of the converted schemas, this file adds what only Kubernetes has: the Crossplane v2
- * managed-resource fields and their defaults, CEL rules (`x-kubernetes-validations`) for the seed's
- * limits with the engine's messages (MESSAGES in proxmoxvm.ts), list types, printer columns,
- * categories and subresources.
+ * for the TypeScript types, the engine's validation and the API server's. structural.ts converts the
+ * schemas; this file adds what only Kubernetes has: the Crossplane v2 managed-resource fields and
+ * their defaults, CEL rules (`x-kubernetes-validations`) for the seed's limits with the engine's
+ * messages (MESSAGES in proxmoxvm.ts) and for the placement that cannot change once the VM exists,
+ * list types, printer columns, categories and subresources.
  *
  * Kubernetes >= 1.29 (the CEL quantity library). The extra disks' sizes (`disks[].size`) get the
  * pattern but no CEL range rule: before 1.34 the API server costs a rule on an int-or-string as if
@@ -28,272 +16,13 @@
  */
 import Type, { type Static } from 'typebox';
 import { stringify } from 'yaml';
+import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { ProviderConfigSpec } from './provider-config.ts';
 import { type AtProvider, GROUP, LIMITS, MESSAGES, NAME_PATTERN, ProxmoxVMSpecSchema, VERSION } from './proxmoxvm.ts';
 import { formatBytes, GiB, MiB } from './quantity.ts';
 import { ProxmoxVMScaleSetSpecSchema, ProxmoxVMScaleSetStatusSchema } from './scaleset.ts';
+import { type JsonSchema, schemaAt, toStructural } from './structural.ts';
 import { ConditionsSchema, ProviderConfigUsageBodySchema } from './usage.ts';
-
-export type JsonSchema = Record<string, unknown>;
-
-// --- schema conversion -----------------------------------------------------------------------------
-
-/** Keywords copied as they are (Kubernetes' JSONSchemaProps has them with the same meaning). */
-const COPIED = new Set([
-  'description',
-  'title',
-  'default',
-  'minimum',
-  'maximum',
-  'multipleOf',
-  'minLength',
-  'maxLength',
-  'pattern',
-  'minItems',
-  'maxItems',
-  'minProperties',
-  'maxProperties',
-  'enum',
-  'nullable',
-]);
-
-/** Keywords TypeBox (or our schemas) use that mean nothing to Kubernetes: dropped. */
-const DROPPED = new Set(['$id', '$schema', '$comment', 'errorMessage', 'examples']);
-
-/** Formats the Kubernetes OpenAPI validator knows (a subset of its list; extend when needed). */
-const FORMATS = new Set([
-  'int32',
-  'int64',
-  'float',
-  'double',
-  'byte',
-  'date',
-  'date-time',
-  'duration',
-  'uri',
-  'email',
-  'hostname',
-  'ipv4',
-  'ipv6',
-  'cidr',
-  'mac',
-  'uuid',
-  'password',
-]);
-
-/**
- * Upper bound for the string form of an int-or-string (a quantity is at most ~20 characters).
- * Kubernetes >= 1.34 uses it to estimate the cost of CEL rules on the value (older versions cost
- * every int-or-string as a 3 MiB string).
- */
-export const INT_OR_STRING_MAX_LENGTH = 32;
-
-const INT_OR_STRING_KEYWORDS = {
-  integer: ['minimum', 'maximum', 'multipleOf', 'exclusiveMinimum', 'exclusiveMaximum'],
-  string: ['pattern', 'minLength', 'maxLength'],
-} as const;
-
-function isObject(x: unknown): x is JsonSchema {
-  return typeof x === 'object' && x !== null && !Array.isArray(x);
-}
-
-function jsonType(v: unknown): string {
-  if (typeof v === 'string') return 'string';
-  if (typeof v === 'boolean') return 'boolean';
-  if (typeof v === 'number') return Number.isInteger(v) ? 'integer' : 'number';
-  if (Array.isArray(v)) return 'array';
-  return 'object';
-}
-
-function describe(s: JsonSchema): string {
-  if ('const' in s) return JSON.stringify(s.const);
-  if (s.type === 'array' && isObject(s.items)) return `a list (each ${describe(s.items)})`;
-  if (s.type === 'object') return 'an object';
-  return typeof s.type === 'string' ? `a ${s.type}` : 'a value';
-}
-
-/** JSON Schema (2020) numeric exclusive bounds -> OpenAPI v3.0 boolean ones. */
-function copyBound(s: JsonSchema, out: JsonSchema, key: 'exclusiveMinimum' | 'exclusiveMaximum', at: string): void {
-  const v = s[key];
-  if (v === undefined) return;
-  if (typeof v !== 'number') throw new Error(`${at}: ${key} must be a number`);
-  const bound = key === 'exclusiveMinimum' ? 'minimum' : 'maximum';
-  if (out[bound] !== undefined) throw new Error(`${at}: both ${bound} and ${key}`);
-  out[bound] = v;
-  out[key] = true;
-}
-
-/**
- * A Kubernetes structural schema from a JSON Schema (TypeBox). `at` names the node in errors.
- * Throws on what it cannot represent faithfully.
- */
-export function toStructural(input: unknown, at = '$'): JsonSchema {
-  if (!isObject(input)) throw new Error(`${at}: not a schema`);
-  const s = input;
-  const out: JsonSchema = {};
-  const handled = new Set<string>([...DROPPED]);
-  const copy = (key: string) => {
-    handled.add(key);
-    if (s[key] !== undefined) out[key] = structuredClone(s[key]);
-  };
-  for (const k of ['description', 'title', 'default']) copy(k);
-
-  if (Array.isArray(s.anyOf)) {
-    handled.add('anyOf');
-    handled.add('type');
-    convertUnion(s, s.anyOf, out, at);
-  } else if ('const' in s) {
-    handled.add('const');
-    handled.add('type');
-    out.type = typeof s.type === 'string' ? s.type : jsonType(s.const);
-    out.enum = [structuredClone(s.const)];
-  } else if (s.type === 'object') {
-    handled.add('type');
-    for (const k of ['properties', 'required', 'additionalProperties', 'patternProperties']) handled.add(k);
-    convertObject(s, out, at);
-  } else if (s.type === 'array') {
-    handled.add('type');
-    handled.add('items');
-    out.type = 'array';
-    if (!isObject(s.items)) throw new Error(`${at}: an array needs one items schema`);
-    out.items = toStructural(s.items, `${at}[]`);
-  } else if (s.type === 'string' || s.type === 'integer' || s.type === 'number' || s.type === 'boolean') {
-    handled.add('type');
-    out.type = s.type;
-  } else if (s.type === undefined) {
-    // Type.Unknown() / Type.Any(): anything goes, keep it as it is.
-    out['x-kubernetes-preserve-unknown-fields'] = true;
-  } else {
-    throw new Error(`${at}: unsupported type ${JSON.stringify(s.type)}`);
-  }
-
-  for (const k of COPIED) if (!handled.has(k)) copy(k);
-  if (s.format !== undefined) {
-    handled.add('format');
-    if (typeof s.format !== 'string' || !FORMATS.has(s.format)) {
-      throw new Error(`${at}: format ${JSON.stringify(s.format)} is not one Kubernetes validates`);
-    }
-    out.format = s.format;
-  }
-  handled.add('exclusiveMinimum');
-  handled.add('exclusiveMaximum');
-  copyBound(s, out, 'exclusiveMinimum', at);
-  copyBound(s, out, 'exclusiveMaximum', at);
-  if (s.uniqueItems !== undefined) {
-    handled.add('uniqueItems');
-    if (s.uniqueItems === true) {
-      // Kubernetes forbids uniqueItems; a set list says the same for scalars.
-      out['x-kubernetes-list-type'] = 'set';
-    }
-  }
-  for (const [k, v] of Object.entries(s)) {
-    if (k.startsWith('x-kubernetes-')) {
-      out[k] = structuredClone(v);
-      continue;
-    }
-    if (!handled.has(k)) throw new Error(`${at}: unsupported JSON Schema keyword '${k}'`);
-  }
-  return out;
-}
-
-function convertObject(s: JsonSchema, out: JsonSchema, at: string): void {
-  out.type = 'object';
-  const props = s.properties;
-  if (props !== undefined) {
-    if (!isObject(props)) throw new Error(`${at}: properties must be an object`);
-    const converted: JsonSchema = {};
-    for (const [k, v] of Object.entries(props)) converted[k] = toStructural(v, `${at}.${k}`);
-    if (Object.keys(converted).length) out.properties = converted;
-  }
-  if (Array.isArray(s.required) && s.required.length) out.required = [...(s.required as string[])];
-  const hasProps = isObject(props) && Object.keys(props).length > 0;
-  if (s.patternProperties !== undefined) {
-    const pp = s.patternProperties;
-    if (!isObject(pp) || Object.keys(pp).length !== 1 || hasProps || s.additionalProperties !== undefined) {
-      throw new Error(`${at}: only a record (one patternProperties entry, no properties) is supported`);
-    }
-    const [pattern, value] = Object.entries(pp)[0]!;
-    if (pattern !== '^.*$' && pattern !== '^(.*)$') {
-      throw new Error(`${at}: record keys restricted by ${pattern} cannot be expressed in a CRD`);
-    }
-    out.additionalProperties = toStructural(value, `${at}.*`);
-    return;
-  }
-  const ap = s.additionalProperties;
-  if (ap === false) {
-    // Kubernetes prunes unknown fields anyway, and forbids additionalProperties next to properties.
-  } else if (ap === undefined) {
-    // An object with properties keeps those (the rest is pruned); one without any is free-form.
-    if (!hasProps) out['x-kubernetes-preserve-unknown-fields'] = true;
-  } else if (ap === true) {
-    out['x-kubernetes-preserve-unknown-fields'] = true;
-  } else if (isObject(ap)) {
-    if (hasProps) throw new Error(`${at}: properties and an additionalProperties schema cannot be combined`);
-    out.additionalProperties = toStructural(ap, `${at}.*`);
-  } else {
-    throw new Error(`${at}: bad additionalProperties`);
-  }
-}
-
-function convertUnion(s: JsonSchema, branches: unknown[], out: JsonSchema, at: string): void {
-  if (!branches.every(isObject) || branches.length === 0) throw new Error(`${at}: bad anyOf`);
-  const bs = branches as JsonSchema[];
-  // A union of literals of one type: an enum.
-  if (bs.every((b) => 'const' in b)) {
-    const types = new Set(bs.map((b) => (typeof b.type === 'string' ? b.type : jsonType(b.const))));
-    if (types.size === 1) {
-      out.type = [...types][0];
-      out.enum = bs.map((b) => structuredClone(b.const));
-      return;
-    }
-  }
-  // string | integer (a quantity): int-or-string, the branches' validations on the node (each keyword
-  // applies to its own JSON type only), the anyOf exactly as Kubernetes requires it.
-  const str = bs.find((b) => b.type === 'string' && !('const' in b));
-  const int = bs.find((b) => b.type === 'integer' && !('const' in b));
-  if (bs.length === 2 && str && int) {
-    out['x-kubernetes-int-or-string'] = true;
-    out.anyOf = [{ type: 'integer' }, { type: 'string' }];
-    for (const [branch, allowed] of [
-      [int, INT_OR_STRING_KEYWORDS.integer],
-      [str, INT_OR_STRING_KEYWORDS.string],
-    ] as const) {
-      for (const [k, v] of Object.entries(branch)) {
-        if (k === 'type' || k === 'description' || DROPPED.has(k)) continue;
-        if (!(allowed as readonly string[]).includes(k)) {
-          throw new Error(`${at}: keyword '${k}' in a ${branch.type} branch of an int-or-string`);
-        }
-        if (k === 'exclusiveMinimum' || k === 'exclusiveMaximum') copyBound(branch, out, k, at);
-        else out[k] = structuredClone(v);
-      }
-    }
-    out.maxLength ??= INT_OR_STRING_MAX_LENGTH;
-    return;
-  }
-  // Anything else (e.g. string | list of strings) has no structural form: keep the value as it is
-  // and say in the description what it may be; the engine validates it.
-  out['x-kubernetes-preserve-unknown-fields'] = true;
-  const alternatives = `One of: ${bs.map(describe).join('; ')}.`;
-  out.description = typeof s.description === 'string' ? `${s.description} ${alternatives}` : alternatives;
-}
-
-/** The node at a dotted path (`spec.forProvider.disks[].size`) of a converted schema. */
-export function schemaAt(root: JsonSchema, path: string): JsonSchema {
-  let cur: JsonSchema = root;
-  for (const seg of path.split('.')) {
-    const isItems = seg.endsWith('[]');
-    const name = isItems ? seg.slice(0, -2) : seg;
-    const props = cur.properties as Record<string, JsonSchema> | undefined;
-    const next = props?.[name];
-    if (!next) throw new Error(`no schema at ${path} (${name})`);
-    cur = next;
-    if (isItems) {
-      if (!isObject(cur.items)) throw new Error(`no items at ${path} (${name})`);
-      cur = cur.items;
-    }
-  }
-  return cur;
-}
 
 // --- CEL rules ------------------------------------------------------------------------------------
 
@@ -362,6 +91,32 @@ export const RULES = {
   },
 } as const satisfies Record<string, ValidationRule>;
 
+/** The placement fields that cannot change once the VM exists (the engine cannot move a VM yet). */
+export const PLACEMENT_FIELDS = ['site', 'node', 'vmid'] as const;
+
+/** The message of the placement rules: why, and what to do instead (the API server names the field). */
+export const PLACEMENT_MESSAGE =
+  'cannot change while the VM exists (status.atProvider.vmId is set): moving a VM between nodes or sites is not supported yet; delete and recreate the resource, or revert the field';
+
+/**
+ * A transition rule on the root (only the root sees both spec and status): while the old object
+ * has `status.atProvider.vmId`, `spec.forProvider.<field>` must stay as it was, set or unset. A
+ * status write leaves the spec as it is, so the controller's own writes always pass.
+ */
+export function placementRule(field: (typeof PLACEMENT_FIELDS)[number]): ValidationRule {
+  const now = `self.spec.forProvider`;
+  const before = `oldSelf.spec.forProvider`;
+  return {
+    rule:
+      '!has(oldSelf.status) || !has(oldSelf.status.atProvider) || !has(oldSelf.status.atProvider.vmId)' +
+      ` || (has(${now}.${field}) == has(${before}.${field}) && (!has(${now}.${field}) || ${now}.${field} == ${before}.${field}))`,
+    // The API server prefixes the fieldPath (`spec.forProvider.site: Forbidden: ...`).
+    message: PLACEMENT_MESSAGE,
+    reason: 'FieldValueForbidden',
+    fieldPath: `.spec.forProvider.${field}`,
+  };
+}
+
 function addRule(node: JsonSchema, rule: ValidationRule): void {
   const list = (node['x-kubernetes-validations'] as ValidationRule[] | undefined) ?? [];
   list.push({ ...rule });
@@ -387,6 +142,11 @@ function forProviderRules(fp: JsonSchema): void {
 
 export const DEFAULT_PROVIDER_CONFIG_REF = { kind: 'ClusterProviderConfig', name: 'default' } as const;
 
+/** The name of another object (a DNS-1123 subdomain): it goes into API paths, where `../` would leave the namespace. */
+function objectName(): JsonSchema {
+  return { type: 'string', minLength: 1, maxLength: DNS1123_SUBDOMAIN_MAX, pattern: DNS1123_SUBDOMAIN_PATTERN };
+}
+
 /** The Crossplane fields of a managed resource's spec, as Crossplane v2 (namespaced) defines them. */
 function managedSpec(spec: JsonSchema): JsonSchema {
   const props = spec.properties as Record<string, JsonSchema>;
@@ -405,7 +165,7 @@ function managedSpec(spec: JsonSchema): JsonSchema {
         default: DEFAULT_PROVIDER_CONFIG_REF.kind,
         description: 'ProviderConfig or ClusterProviderConfig (default).',
       },
-      name: { type: 'string', minLength: 1, description: 'Name of the provider config.' },
+      name: { ...objectName(), description: 'Name of the provider config.' },
     },
     required: ['name'],
   };
@@ -419,7 +179,7 @@ function managedSpec(spec: JsonSchema): JsonSchema {
     type: 'object',
     description:
       'A Secret in the namespace of the resource that receives the connection details (endpoint, node, vmid, IP addresses, user).',
-    properties: { name: { type: 'string', minLength: 1, description: 'Name of the Secret.' } },
+    properties: { name: { ...objectName(), description: 'Name of the Secret.' } },
     required: ['name'],
   };
   forProviderRules(props.forProvider!);
@@ -441,6 +201,12 @@ export const ProxmoxVMAtProviderSchema = Type.Object({
   task: Type.Optional(Type.String({ description: 'The in-flight Proxmox VE task (UPID).' })),
   step: Type.Optional(Type.String({ description: 'What the provider is doing now (create, import, start...).' })),
   pendingChanges: Type.Optional(Type.Array(Type.String(), { description: 'Fields waiting for a reboot.' })),
+  createOutcome: Type.Optional(
+    Type.String({
+      description:
+        'Unknown while a create was sent but its answer never came; the VM may exist or appear later at the VMID of the external name.',
+    }),
+  ),
 });
 
 type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
@@ -625,7 +391,7 @@ export function crdSpecs(): CrdSpec[] {
       description: 'A ProxmoxVM is a Proxmox VE virtual machine, managed as a Crossplane managed resource.',
       properties: { spec: vmSpec, status: toStructural(ManagedStatusSchema, 'ProxmoxVM.status') },
       required: ['spec'],
-      rules: [RULES.metadataName],
+      rules: [RULES.metadataName, ...PLACEMENT_FIELDS.map(placementRule)],
       columns: [
         READY,
         SYNCED,
@@ -753,93 +519,3 @@ export function generatedFiles(): Map<string, string> {
   }
   return out;
 }
-
-// --- what the controller needs from the API server ---------------------------------------------------
-
-export interface Permission {
-  apiGroup: string;
-  resources: string[];
-  verbs: string[];
-  /** cluster: a ClusterRole; namespace: a Role in the controller's namespace. */
-  scope: 'cluster' | 'namespace';
-  why: string;
-}
-
-const OWN_KINDS_PLURALS = ['proxmoxvms', 'proxmoxvmscalesets', 'providerconfigs', 'clusterproviderconfigs'];
-
-/**
- * The least the controller needs (deploy/rbac.yaml and the Helm chart implement it; test/api/deploy.test.ts
- * checks they cover it). Keep in step with src/kube.
- */
-export const CONTROLLER_PERMISSIONS: readonly Permission[] = [
-  {
-    apiGroup: GROUP,
-    resources: OWN_KINDS_PLURALS,
-    verbs: ['get', 'list', 'watch', 'update', 'patch'],
-    scope: 'cluster',
-    why: 'watch the resources; finalizers, external-name and create annotations; in-use finalizer on provider configs',
-  },
-  {
-    apiGroup: GROUP,
-    resources: ['proxmoxvms'],
-    verbs: ['create', 'delete'],
-    scope: 'cluster',
-    why: 'a scale set creates and deletes its ProxmoxVMs',
-  },
-  {
-    apiGroup: GROUP,
-    resources: OWN_KINDS_PLURALS.map((r) => `${r}/status`),
-    verbs: ['get', 'update', 'patch'],
-    scope: 'cluster',
-    why: 'conditions and atProvider through the status subresource',
-  },
-  {
-    apiGroup: GROUP,
-    resources: ['proxmoxvms/finalizers', 'proxmoxvmscalesets/finalizers'],
-    verbs: ['update'],
-    scope: 'cluster',
-    why: 'owner references with blockOwnerDeletion (usages, connection Secrets, scale set replicas) under OwnerReferencesPermissionEnforcement',
-  },
-  {
-    apiGroup: GROUP,
-    resources: ['providerconfigusages', 'clusterproviderconfigusages'],
-    verbs: ['get', 'list', 'watch', 'create', 'update', 'delete'],
-    scope: 'cluster',
-    why: 'track which resources use which provider config',
-  },
-  {
-    apiGroup: '',
-    resources: ['events'],
-    verbs: ['create', 'patch'],
-    scope: 'cluster',
-    why: 'an Event for every condition change (core/v1 Events)',
-  },
-  {
-    apiGroup: 'events.k8s.io',
-    resources: ['events'],
-    verbs: ['create', 'patch'],
-    scope: 'cluster',
-    why: 'the same Events through events.k8s.io/v1',
-  },
-  {
-    apiGroup: '',
-    resources: ['secrets'],
-    verbs: ['get'],
-    scope: 'cluster',
-    why: 'read the credentials Secrets a provider config names',
-  },
-  {
-    apiGroup: '',
-    resources: ['secrets'],
-    verbs: ['create', 'update', 'delete'],
-    scope: 'cluster',
-    why: 'write connection Secrets (writeConnectionSecretToRef)',
-  },
-  {
-    apiGroup: 'coordination.k8s.io',
-    resources: ['leases'],
-    verbs: ['get', 'create', 'update'],
-    scope: 'namespace',
-    why: 'leader election on a Lease in the controller namespace',
-  },
-];

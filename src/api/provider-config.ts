@@ -30,6 +30,12 @@ import { readFile } from 'node:fs/promises';
 import Type, { type Static } from 'typebox';
 import Value from 'typebox/value';
 import { type Document, isMap, isPair, isScalar, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
+import {
+  DNS1123_LABEL_MAX,
+  DNS1123_LABEL_PATTERN,
+  DNS1123_SUBDOMAIN_MAX,
+  DNS1123_SUBDOMAIN_PATTERN,
+} from './metadata.ts';
 
 export const API_GROUP = 'proxmox.sankofa.io';
 export const API_VERSION = `${API_GROUP}/v1alpha1`;
@@ -39,8 +45,10 @@ const NODE_RE = '^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$';
 
 export const SecretReference = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: 253, pattern: NAME_RE.replace('[-a-z0-9]', '[-.a-z0-9]') }),
-    namespace: Type.Optional(Type.String({ minLength: 1, maxLength: 63, pattern: NAME_RE })),
+    name: Type.String({ minLength: 1, maxLength: DNS1123_SUBDOMAIN_MAX, pattern: DNS1123_SUBDOMAIN_PATTERN }),
+    namespace: Type.Optional(
+      Type.String({ minLength: 1, maxLength: DNS1123_LABEL_MAX, pattern: DNS1123_LABEL_PATTERN }),
+    ),
   },
   {
     additionalProperties: false,

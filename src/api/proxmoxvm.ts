@@ -5,6 +5,7 @@
  */
 import Type from 'typebox';
 import type { Managed } from '../engine/resource.ts';
+import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { QUANTITY_PATTERN } from './quantity.ts';
 
 export const GROUP = 'proxmox.sankofa.io';
@@ -31,8 +32,15 @@ export const NAME_PATTERN = '^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\\.[a-zA-Z0
 export const BRIDGE_PATTERN = '^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$';
 
 const Quantity = Type.Union([Type.String({ pattern: QUANTITY_PATTERN }), Type.Integer({ minimum: 1 })]);
+/**
+ * The name of another Kubernetes object: a DNS-1123 subdomain, as Kubernetes names it. Nothing
+ * else checks a reference, and the name goes into an API path (`../` would leave the namespace).
+ */
+const ObjectName = () =>
+  Type.String({ minLength: 1, maxLength: DNS1123_SUBDOMAIN_MAX, pattern: DNS1123_SUBDOMAIN_PATTERN });
+
 const SecretKeyRef = Type.Object(
-  { name: Type.String({ minLength: 1 }), key: Type.String({ minLength: 1 }), namespace: Type.Optional(Type.String()) },
+  { name: ObjectName(), key: Type.String({ minLength: 1 }), namespace: Type.Optional(Type.String()) },
   { additionalProperties: false },
 );
 
@@ -153,6 +161,11 @@ export interface AtProvider {
   /** What the provider is doing now (create, import, start...). */
   step?: string;
   pendingChanges?: string[];
+  /**
+   * `Unknown` while a create (or clone) was sent and its answer never came (connection reset,
+   * timeout): it may exist, or appear later, at the VMID of the external name.
+   */
+  createOutcome?: string;
 }
 
 export type ProxmoxVM = Managed<ForProvider, AtProvider>;
@@ -161,7 +174,7 @@ export const ProxmoxVMSpecSchema = Type.Object(
   {
     forProvider: ForProviderSchema,
     initProvider: Type.Optional(Type.Partial(ForProviderSchema)),
-    providerConfigRef: Type.Optional(Type.Object({ kind: Type.Optional(Type.String()), name: Type.String() })),
+    providerConfigRef: Type.Optional(Type.Object({ kind: Type.Optional(Type.String()), name: ObjectName() })),
     managementPolicies: Type.Optional(
       Type.Array(
         Type.Union(['Observe', 'Create', 'Update', 'Delete', 'LateInitialize', '*'].map((x) => Type.Literal(x))),
@@ -169,7 +182,7 @@ export const ProxmoxVMSpecSchema = Type.Object(
     ),
     deletionPolicy: Type.Optional(Type.Union([Type.Literal('Delete'), Type.Literal('Orphan')])),
     writeConnectionSecretToRef: Type.Optional(
-      Type.Object({ name: Type.String(), namespace: Type.Optional(Type.String()) }),
+      Type.Object({ name: ObjectName(), namespace: Type.Optional(Type.String()) }),
     ),
   },
   { additionalProperties: false },

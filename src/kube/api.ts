@@ -1,12 +1,14 @@
 /**
  * A thin Kubernetes REST client: `@kubernetes/client-node` loads the kubeconfig and applies its
- * credentials and TLS; requests and watches go through one shared keep-alive agent. Errors become
- * KubeError with the API's status, reason and message (409 -> the engine's ConflictError).
+ * credentials and TLS to every request (credentials.ts: rotated token files and expiring exec
+ * credentials are picked up); requests and watches go through one shared keep-alive agent. Errors
+ * become KubeError with the API's status, reason and message (409 -> the engine's ConflictError).
  */
 import http from 'node:http';
 import https from 'node:https';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ConflictError } from '../engine/types.ts';
+import { type AppliedCredentials, defaultKubeconfigFiles, KubeCredentials, withTokenFiles } from './credentials.ts';
 
 export class KubeError extends Error {
   readonly status: number;
@@ -34,19 +36,22 @@ export function loadKubeConfig(file?: string): KubeConfig {
         ? `${file}: no current cluster in the kubeconfig`
         : 'no kubeconfig found (in-cluster, $KUBECONFIG or ~/.kube/config)',
     );
-  return kc;
+  return withTokenFiles(kc, file ? [file] : defaultKubeconfigFiles());
 }
 
+type Query = Record<string, string | number | boolean | undefined>;
+
 export class KubeApi {
-  readonly kc: KubeConfig;
+  readonly credentials: KubeCredentials;
   readonly server: URL;
   private readonly agent: http.Agent;
-  private base: https.RequestOptions | undefined;
   /** Requests by verb and outcome, for metrics. */
   onRequest?: (verb: string, status: number) => void;
+  /** Connections opened (the rest reused a kept-alive one). */
+  connections = 0;
 
   constructor(kc: KubeConfig) {
-    this.kc = kc;
+    this.credentials = new KubeCredentials(kc);
     const cluster = kc.getCurrentCluster();
     if (!cluster) throw new Error('kubeconfig has no current cluster');
     this.server = new URL(cluster.server);
@@ -56,14 +61,35 @@ export class KubeApi {
         : new http.Agent({ keepAlive: true, maxSockets: 32 });
   }
 
-  private async options(): Promise<https.RequestOptions> {
-    if (!this.base) {
-      const o: https.RequestOptions = {};
-      await this.kc.applyToHTTPSOptions(o);
-      this.base = o;
+  /** The URL of an API path; a path that a URL would change (`..`, `%2F`, spaces...) is refused. */
+  private url(path: string, query: Query): URL {
+    const url = new URL(path, this.server);
+    // A reference name such as `../../other-namespace/secrets/x` would otherwise reach another
+    // namespace's object: the WHATWG URL resolves dot segments (encoded ones too).
+    if (url.pathname !== path || url.search || url.hash)
+      throw new KubeError(400, 'InvalidPath', `not a valid Kubernetes API path: ${JSON.stringify(path)}`);
+    for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
+    return url;
+  }
+
+  /**
+   * Run `send` with the current credentials; after a 401 with credentials that can change, once
+   * more with fresh ones (a 401 means the request was not processed, so a write is safe to resend).
+   */
+  private async withCredentials<T>(send: (c: AppliedCredentials) => Promise<T>): Promise<T> {
+    const first = await this.credentials.apply();
+    try {
+      return await send(first);
+    } catch (e) {
+      if (!(e instanceof KubeError && e.status === 401 && this.credentials.unauthorized(first.generation))) throw e;
     }
-    const o = { ...this.base, headers: { ...(this.base.headers as Record<string, string>) } };
-    return o;
+    return send(await this.credentials.apply());
+  }
+
+  private counted(req: http.ClientRequest): void {
+    req.once('socket', () => {
+      if (!req.reusedSocket) this.connections++;
+    });
   }
 
   async request<T>(
@@ -72,122 +98,120 @@ export class KubeApi {
     opts: {
       body?: unknown;
       contentType?: string;
-      query?: Record<string, string | number | boolean | undefined>;
+      query?: Query;
       signal?: AbortSignal;
       timeoutMs?: number;
     } = {},
   ): Promise<T> {
-    const url = new URL(path, this.server);
-    for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) url.searchParams.set(k, String(v));
-    const base = await this.options();
+    const url = this.url(path, opts.query ?? {});
     const body = opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body));
-    const headers: Record<string, string | number> = {
-      ...(base.headers as Record<string, string>),
-      Accept: 'application/json',
-    };
-    if (body) {
-      headers['Content-Type'] = opts.contentType ?? 'application/json';
-      headers['Content-Length'] = body.length;
-    }
     const mod = url.protocol === 'https:' ? https : http;
-    return new Promise<T>((resolve, reject) => {
-      const req = mod.request(
-        url,
-        {
-          ...base,
-          method,
-          headers,
-          agent: this.agent,
-          ...(opts.signal ? { signal: opts.signal } : {}),
-          timeout: opts.timeoutMs ?? 60_000,
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
-            const status = res.statusCode ?? 0;
-            this.onRequest?.(method, status);
-            let json: unknown;
-            try {
-              json = text ? JSON.parse(text) : undefined;
-            } catch {
-              json = undefined;
-            }
-            if (status >= 200 && status < 300) return resolve(json as T);
-            const st = json as { reason?: string; message?: string } | undefined;
-            const message = `${method} ${url.pathname}: ${status} ${st?.message ?? text.slice(0, 200)}`;
-            if (status === 409 && st?.reason === 'Conflict') return reject(new ConflictError(message));
-            reject(new KubeError(status, st?.reason ?? String(status), message));
-          });
-          res.on('error', reject);
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error(`${method} ${url.pathname}: timed out`)));
-      req.on('error', reject);
-      if (body) req.write(body);
-      req.end();
-    });
+    return this.withCredentials(
+      ({ options }) =>
+        new Promise<T>((resolve, reject) => {
+          const headers: Record<string, string | number> = {
+            ...(options.headers as Record<string, string>),
+            Accept: 'application/json',
+          };
+          if (body) {
+            headers['Content-Type'] = opts.contentType ?? 'application/json';
+            headers['Content-Length'] = body.length;
+          }
+          const req = mod.request(
+            url,
+            {
+              ...options,
+              method,
+              headers,
+              agent: this.agent,
+              ...(opts.signal ? { signal: opts.signal } : {}),
+              timeout: opts.timeoutMs ?? 60_000,
+            },
+            (res) => {
+              const chunks: Buffer[] = [];
+              res.on('data', (c: Buffer) => chunks.push(c));
+              res.on('end', () => {
+                const text = Buffer.concat(chunks).toString('utf8');
+                const status = res.statusCode ?? 0;
+                this.onRequest?.(method, status);
+                let json: unknown;
+                try {
+                  json = text ? JSON.parse(text) : undefined;
+                } catch {
+                  json = undefined;
+                }
+                if (status >= 200 && status < 300) return resolve(json as T);
+                const st = json as { reason?: string; message?: string } | undefined;
+                const message = `${method} ${url.pathname}: ${status} ${st?.message ?? text.slice(0, 200)}`;
+                if (status === 409 && st?.reason === 'Conflict') return reject(new ConflictError(message));
+                reject(new KubeError(status, st?.reason ?? String(status), message));
+              });
+              res.on('error', reject);
+            },
+          );
+          this.counted(req);
+          req.on('timeout', () => req.destroy(new Error(`${method} ${url.pathname}: timed out`)));
+          req.on('error', reject);
+          if (body) req.write(body);
+          req.end();
+        }),
+    );
   }
 
   /**
    * Stream a watch: calls `onEvent` per event, resolves when the server closes the stream,
    * rejects on errors. Abort with `signal`.
    */
-  async watch<T>(
-    path: string,
-    query: Record<string, string | number | boolean | undefined>,
-    onEvent: (e: WatchEvent<T>) => void,
-    signal: AbortSignal,
-  ): Promise<void> {
-    const url = new URL(path, this.server);
-    for (const [k, v] of Object.entries({ ...query, watch: 1 }))
-      if (v !== undefined) url.searchParams.set(k, String(v));
-    const base = await this.options();
+  async watch<T>(path: string, query: Query, onEvent: (e: WatchEvent<T>) => void, signal: AbortSignal): Promise<void> {
+    const url = this.url(path, { ...query, watch: 1 });
     const mod = url.protocol === 'https:' ? https : http;
-    return new Promise<void>((resolve, reject) => {
-      const req = mod.request(url, { ...base, method: 'GET', agent: this.agent, signal }, (res) => {
-        const status = res.statusCode ?? 0;
-        this.onRequest?.('WATCH', status);
-        if (status !== 200) {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () =>
-            reject(
-              new KubeError(
-                status,
-                String(status),
-                `WATCH ${url.pathname}: ${status} ${Buffer.concat(chunks).toString('utf8').slice(0, 200)}`,
-              ),
-            ),
-          );
-          return;
-        }
-        let buf = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          buf += chunk;
-          let i = buf.indexOf('\n');
-          while (i >= 0) {
-            const line = buf.slice(0, i).trim();
-            buf = buf.slice(i + 1);
-            if (line) {
-              try {
-                onEvent(JSON.parse(line) as WatchEvent<T>);
-              } catch (e) {
-                req.destroy(e as Error);
-                return;
-              }
+    return this.withCredentials(
+      ({ options }) =>
+        new Promise<void>((resolve, reject) => {
+          const req = mod.request(url, { ...options, method: 'GET', agent: this.agent, signal }, (res) => {
+            const status = res.statusCode ?? 0;
+            this.onRequest?.('WATCH', status);
+            if (status !== 200) {
+              const chunks: Buffer[] = [];
+              res.on('data', (c: Buffer) => chunks.push(c));
+              res.on('end', () =>
+                reject(
+                  new KubeError(
+                    status,
+                    String(status),
+                    `WATCH ${url.pathname}: ${status} ${Buffer.concat(chunks).toString('utf8').slice(0, 200)}`,
+                  ),
+                ),
+              );
+              return;
             }
-            i = buf.indexOf('\n');
-          }
-        });
-        res.on('end', () => resolve());
-        res.on('error', reject);
-      });
-      req.on('error', (e) => (signal.aborted ? resolve() : reject(e)));
-      req.end();
-    });
+            let buf = '';
+            res.setEncoding('utf8');
+            res.on('data', (chunk: string) => {
+              buf += chunk;
+              let i = buf.indexOf('\n');
+              while (i >= 0) {
+                const line = buf.slice(0, i).trim();
+                buf = buf.slice(i + 1);
+                if (line) {
+                  try {
+                    onEvent(JSON.parse(line) as WatchEvent<T>);
+                  } catch (e) {
+                    req.destroy(e as Error);
+                    return;
+                  }
+                }
+                i = buf.indexOf('\n');
+              }
+            });
+            res.on('end', () => resolve());
+            res.on('error', reject);
+          });
+          this.counted(req);
+          req.on('error', (e) => (signal.aborted ? resolve() : reject(e)));
+          req.end();
+        }),
+    );
   }
 
   close(): void {

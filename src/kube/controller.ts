@@ -179,10 +179,11 @@ export class ProviderController {
   /** Wrap the connector: every connected resource has its ProviderConfigUsage. */
   private trackingConnector(): Connector<ProxmoxVM> {
     return {
-      connect: async (r) => {
+      connect: async (r, signal) => {
         await this.usage.track(r);
-        return this.connector.connect(r);
+        return this.connector.connect(r, signal);
       },
+      forget: (uid) => this.connector.forget(uid),
     };
   }
 

@@ -1,13 +1,21 @@
 /**
  * Reading manifests from files and directories: multi-document YAML, every document with its
  * file and line, ProxmoxVM documents checked against the schema with messages that say which
- * file, which line, which field and what is allowed.
+ * file, which line, which field and what is allowed. Names and namespaces of every object are
+ * checked as the Kubernetes API server would (no API server sees these files), before they become
+ * state-file keys or a VM's ownership marker.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { Value } from 'typebox/value';
 import { type Document, isMap, isPair, isScalar, isSeq, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
-import { API_VERSION, ForProviderSchema, type ProxmoxVM, ProxmoxVMSpecSchema } from '../api/proxmoxvm.ts';
+import {
+  DNS1123_SUBDOMAIN_PATTERN,
+  nameProblem,
+  POLL_INTERVAL_ANNOTATION,
+  pollIntervalProblem,
+} from '../api/metadata.ts';
+import { API_VERSION, ForProviderSchema, GROUP, type ProxmoxVM, ProxmoxVMSpecSchema } from '../api/proxmoxvm.ts';
 
 export interface ManifestProblem {
   file: string;
@@ -212,7 +220,49 @@ function schemaAt(schemaPath: string): Record<string, unknown> | undefined {
   return s && typeof s === 'object' ? (s as Record<string, unknown>) : undefined;
 }
 
-/** Schema problems of a ProxmoxVM document, each with its line and field. */
+/** Kinds whose objects are not in a namespace (a namespace on them is ignored by Kubernetes; here too). */
+const CLUSTER_SCOPED = new Set(['Namespace', 'ClusterProviderConfig', 'ClusterProviderConfigUsage', 'ClusterRole']);
+
+/**
+ * metadata.name (a DNS-1123 subdomain; a label for a Namespace) and metadata.namespace (a label)
+ * of any Kubernetes object, and the poll-interval annotation of ours. A missing name is left to
+ * the kind's own check (a ProxmoxVM requires one; somebody else's document is not ours to judge).
+ */
+export function checkMetadata(d: ManifestDoc): ManifestProblem[] {
+  if (!d.kind || !d.apiVersion) return [];
+  const out: ManifestProblem[] = [];
+  const at = (field: string) => d.lineOf(field) ?? { line: d.line, column: 1 };
+  const md = d.value.metadata;
+  if (md === undefined || md === null) return out;
+  if (typeof md !== 'object' || Array.isArray(md)) {
+    out.push({
+      file: d.file,
+      ...at('metadata'),
+      field: 'metadata',
+      message: 'must be a mapping (name, namespace, labels...)',
+    });
+    return out;
+  }
+  const m = md as Record<string, unknown>;
+  if (m.name !== undefined) {
+    const problem = nameProblem(m.name, d.kind === 'Namespace' ? 'label' : 'subdomain');
+    if (problem) out.push({ file: d.file, ...at('metadata.name'), field: 'metadata.name', message: problem });
+  }
+  if (m.namespace !== undefined && !CLUSTER_SCOPED.has(d.kind)) {
+    const problem = nameProblem(m.namespace, 'label');
+    if (problem) out.push({ file: d.file, ...at('metadata.namespace'), field: 'metadata.namespace', message: problem });
+  }
+  const annotations = m.annotations;
+  if (d.apiVersion.startsWith(`${GROUP}/`) && annotations && typeof annotations === 'object') {
+    const poll = (annotations as Record<string, unknown>)[POLL_INTERVAL_ANNOTATION];
+    const problem = poll === undefined ? undefined : pollIntervalProblem(poll);
+    const field = `metadata.annotations.${POLL_INTERVAL_ANNOTATION}`;
+    if (problem) out.push({ file: d.file, ...at(field), field, message: problem });
+  }
+  return out;
+}
+
+/** Schema problems of a ProxmoxVM document (its metadata included), each with its line and field. */
 export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
   const out: ManifestProblem[] = [];
   const v = d.value;
@@ -228,14 +278,8 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
   const md = v.metadata as Record<string, unknown> | undefined;
   if (!md || typeof md.name !== 'string' || !md.name) {
     out.push({ file: d.file, ...at('metadata'), field: 'metadata.name', message: 'required: the resource name' });
-  } else if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(md.name) || md.name.length > 253) {
-    out.push({
-      file: d.file,
-      ...at('metadata.name'),
-      field: 'metadata.name',
-      message: `'${md.name}' is not a valid Kubernetes name (lower-case letters, digits, '-' and '.')`,
-    });
   }
+  out.push(...checkMetadata(d));
   const spec = v.spec;
   if (!spec || typeof spec !== 'object') {
     out.push({
@@ -313,7 +357,14 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
       }
     } else if (e.keyword === 'pattern' && /memory|disk|size/.test(field))
       message = 'expected a quantity like 4Gi / 512Mi / 20Gi, or a whole number';
-    else if (e.keyword === 'minimum' || e.keyword === 'maximum') message = `must be${range}`;
+    else if ((e.keyword === 'pattern' || e.keyword === 'maxLength') && schema?.pattern === DNS1123_SUBDOMAIN_PATTERN) {
+      // A reference to another object: the same words as for metadata.name (the value included).
+      const problem = nameProblem(found, 'subdomain');
+      if (problem) {
+        out.push({ file: d.file, ...at(field), field, message: problem });
+        continue;
+      }
+    } else if (e.keyword === 'minimum' || e.keyword === 'maximum') message = `must be${range}`;
     else if (e.keyword === 'type' && (e.params as { type?: string }).type === 'integer')
       message = `must be a whole number${range}`;
     if (field === 'spec') field = 'spec';
@@ -353,6 +404,9 @@ export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManif
     const display = relative(cwd, file) || file;
     for (const d of readManifestFile(file, problems, display)) {
       if (d.kind !== 'ProxmoxVM') {
+        // Another kind with a bad name or namespace is refused too: its key (a Secret's
+        // namespace/name) is looked up by the VMs, and Kubernetes would refuse the object.
+        problems.push(...checkMetadata(d));
         others.push(d);
         continue;
       }

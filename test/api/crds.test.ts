@@ -14,16 +14,16 @@ import {
   type CustomResourceDefinition,
   crds,
   generatedFiles,
-  INT_OR_STRING_MAX_LENGTH,
-  type JsonSchema,
+  PLACEMENT_FIELDS,
+  PLACEMENT_MESSAGE,
   RULES,
   renderCrd,
-  schemaAt,
-  toStructural,
   type ValidationRule,
 } from '../../src/api/crd.ts';
+import { DNS1123_LABEL_PATTERN, DNS1123_SUBDOMAIN_PATTERN } from '../../src/api/metadata.ts';
 import { GROUP, LIMITS, MESSAGES, VERSION } from '../../src/api/proxmoxvm.ts';
 import { QUANTITY_PATTERN } from '../../src/api/quantity.ts';
+import { INT_OR_STRING_MAX_LENGTH, type JsonSchema, schemaAt, toStructural } from '../../src/api/structural.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -350,9 +350,56 @@ describe('CEL rules: the seed limits with the engine messages', () => {
 
   test('ProxmoxVM: metadata.name is the VM name unless forProvider.name is set', () => {
     const rules = rulesAt(rootSchema('ProxmoxVM'));
-    assert.equal(rules.length, 1);
     assert.ok(rules[0]!.message.startsWith(MESSAGES.name));
     assert.equal(rules[0]!.rule, 'has(self.spec.forProvider.name) || size(self.metadata.name) <= 100');
+  });
+
+  test('ProxmoxVM: site, node and vmid are immutable while the VM exists (root transition rules)', () => {
+    const rules = rulesAt(rootSchema('ProxmoxVM')).slice(1);
+    assert.deepEqual(
+      rules.map((r) => [r.fieldPath, r.reason]),
+      PLACEMENT_FIELDS.map((f) => [`.spec.forProvider.${f}`, 'FieldValueForbidden']),
+    );
+    for (const [i, f] of PLACEMENT_FIELDS.entries()) {
+      const r = rules[i]!;
+      assert.equal(r.message, PLACEMENT_MESSAGE);
+      assert.match(r.message, /moving a VM between nodes or sites is not supported yet; delete and recreate/);
+      // Gated on the old object's vmId, comparing presence and value (unset -> set is a change).
+      assert.ok(
+        r.rule.startsWith(
+          '!has(oldSelf.status) || !has(oldSelf.status.atProvider) || !has(oldSelf.status.atProvider.vmId) || ',
+        ),
+        r.rule,
+      );
+      assert.ok(r.rule.includes(`has(self.spec.forProvider.${f}) == has(oldSelf.spec.forProvider.${f})`), r.rule);
+      assert.ok(r.rule.includes(`self.spec.forProvider.${f} == oldSelf.spec.forProvider.${f}`), r.rule);
+    }
+    // Not on the scale set's template: its replicas are ProxmoxVMs, which carry the rule themselves.
+    assert.equal(rulesAt(rootSchema('ProxmoxVMScaleSet')).length, 0);
+  });
+
+  test('references to other objects are DNS-1123 subdomains (they go into API paths)', () => {
+    const vm = rootSchema('ProxmoxVM');
+    for (const path of [
+      'spec.providerConfigRef.name',
+      'spec.writeConnectionSecretToRef.name',
+      'spec.forProvider.cloudInit.passwordSecretRef.name',
+      'spec.forProvider.cloudInit.sshKeysSecretRef.name',
+      'spec.initProvider.cloudInit.passwordSecretRef.name',
+    ]) {
+      assert.equal(schemaAt(vm, path).pattern, DNS1123_SUBDOMAIN_PATTERN, path);
+      assert.equal(schemaAt(vm, path).maxLength, 253, path);
+    }
+    for (const kind of ['ProviderConfig', 'ClusterProviderConfig']) {
+      const root = rootSchema(kind);
+      for (const path of ['spec.credentials.secretRef', 'spec.sites[].credentialsSecretRef']) {
+        assert.equal(schemaAt(root, `${path}.name`).pattern, DNS1123_SUBDOMAIN_PATTERN, `${kind} ${path}`);
+        assert.equal(schemaAt(root, `${path}.namespace`).pattern, DNS1123_LABEL_PATTERN, `${kind} ${path}`);
+      }
+    }
+    const re = new RegExp(DNS1123_SUBDOMAIN_PATTERN);
+    for (const bad of ['../x', 'a..b', 'A', 'a/b', 'a\nb', '-a', 'a.']) assert.equal(re.test(bad), false, bad);
+    for (const good of ['a', 'web-01', 'vm.passwords.v2', '0']) assert.equal(re.test(good), true, good);
   });
 
   test('provider configs: credentials, VMID ranges, namespaces of Secrets', () => {

@@ -10,7 +10,8 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { describe, test } from 'node:test';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
-import { CONTROLLER_PERMISSIONS, crdFileName, crds } from '../../src/api/crd.ts';
+import { crdFileName, crds } from '../../src/api/crd.ts';
+import { CONTROLLER_PERMISSIONS } from '../../src/api/permissions.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const CHART = join(ROOT, 'deploy', 'helm', 'provider-proxmox');

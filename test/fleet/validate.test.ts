@@ -3,16 +3,19 @@
  * with what is wrong) give precise messages, every problem in one run, with file:line:column,
  * the field, what was found and what is allowed; the seed fleet as fixed in examples/production
  * is valid; duplicate names; references to unknown sites and ProviderConfigs with --config;
- * phases and dependencies.
+ * phases and dependencies; names and namespaces as Kubernetes checks them and the poll-interval
+ * annotation, which `apply` and `delete` refuse too before they contact anything.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { validateCommand } from '../../src/fleet/commands.ts';
 import { validateManifests } from '../../src/fleet/validate.ts';
-import { formatProblem } from '../../src/local/manifests.ts';
+import { applyCommand, deleteCommand } from '../../src/local/commands.ts';
+import { formatProblem, ManifestError } from '../../src/local/manifests.ts';
 import { capture } from '../helpers/capture.ts';
 import { cli, ROOT } from '../helpers/cli.ts';
 
@@ -247,5 +250,126 @@ describe('validate', () => {
       `${f}:7:11: YAML syntax error: Nested mappings are not allowed in compact mappings (is the next line indented too far, or does an unquoted value contain ': '? quote it)`,
       `${f}:15:1: YAML syntax error: Missing closing "quote`,
     ]);
+  });
+
+  describe('names, namespaces and the poll interval, as Kubernetes (and the engine) read them', () => {
+    const allowedName =
+      "at most 253 characters: lower-case letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit";
+    const allowedNs =
+      "at most 63 characters: lower-case letters, digits and '-', starting and ending with a letter or digit";
+
+    it('metadata.name must be a DNS-1123 subdomain and metadata.namespace a DNS-1123 label (a line break too)', () => {
+      const d = join(dir, 'names');
+      mkdirSync(d);
+      writeFileSync(join(d, 'a.yaml'), vm('Web_01'));
+      // A block scalar keeps its line break: this namespace is "prod\n" (it broke the ownership marker).
+      writeFileSync(join(d, 'b.yaml'), vm('web').replace('  name: web\n', '  name: web\n  namespace: |\n    prod\n'));
+      writeFileSync(
+        join(d, 'c.yaml'),
+        vm('a..b').replace('  name: a..b\n', `  name: a..b\n  namespace: ${'n'.repeat(64)}\n`),
+      );
+      writeFileSync(join(d, 'd.yaml'), vm('x'.repeat(254)));
+      // Valid: dots in a name, a namespace with a dash.
+      writeFileSync(
+        join(d, 'e.yaml'),
+        vm('web.example-01').replace('  name: web.example-01\n', '  name: web.example-01\n  namespace: team-b\n'),
+      );
+      const f = (x: string) => rel(join(d, x));
+      assert.deepEqual(validateManifests([d]).problems.map(formatProblem), [
+        `${f('a.yaml')}:4:9: metadata.name: "Web_01" is not a valid DNS-1123 subdomain (${allowedName}); try 'web-01'`,
+        `${f('b.yaml')}:5:14: metadata.namespace: "prod\\n" is not a valid DNS-1123 label (${allowedNs}); it contains a space or line break; try 'prod'`,
+        `${f('c.yaml')}:4:9: metadata.name: "a..b" is not a valid DNS-1123 subdomain (${allowedName}); try 'a.b'`,
+        `${f('c.yaml')}:5:14: metadata.namespace: "${'n'.repeat(64)}" is not a valid DNS-1123 label (${allowedNs}); try '${'n'.repeat(63)}'`,
+        `${f('d.yaml')}:4:9: metadata.name: "${'x'.repeat(254)}" is not a valid DNS-1123 subdomain (${allowedName}); try '${'x'.repeat(253)}'`,
+      ]);
+    });
+
+    it('other kinds too: a Secret the VMs would look up, a Namespace (a label); cluster-scoped kinds ignore a namespace', () => {
+      const d = join(dir, 'names-others');
+      mkdirSync(d);
+      writeFileSync(
+        join(d, 'o.yaml'),
+        [
+          'apiVersion: v1\nkind: Secret\nmetadata:\n  name: ../../kube-system/secrets/x\n  namespace: team a\nstringData: { a: b }',
+          'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team.b',
+          'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ok\n  namespace: "ignored anyway"',
+        ].join('\n---\n'),
+      );
+      const problems = validateManifests([d]).problems.map(
+        (p) => `${p.line}:${p.column}: ${p.field}: ${p.message.split(' (')[0]}`,
+      );
+      assert.deepEqual(problems, [
+        '4:9: metadata.name: "../../kube-system/secrets/x" is not a valid DNS-1123 subdomain',
+        '5:14: metadata.namespace: "team a" is not a valid DNS-1123 label',
+        '11:9: metadata.name: "team.b" is not a valid DNS-1123 label',
+      ]);
+    });
+
+    it('crossplane.io/poll-interval: a Go duration up to 24h (1000h would overflow the timer into a hot loop)', () => {
+      const d = join(dir, 'poll');
+      mkdirSync(d);
+      const cases: Array<[string, string | undefined]> = [
+        ['1000h', '"1000h" is longer than 24h, the longest poll interval'],
+        ['5', '"5" is not a Go duration'],
+        ['5 m', '"5 m" is not a Go duration'],
+        ['0s', '"0s" is not positive'],
+        ['-1m', '"-1m" is not positive'],
+        ['24h', undefined],
+        ['1h30m', undefined],
+        ['.5m', undefined],
+        ['90s', undefined],
+      ];
+      for (const [i, [value]] of cases.entries()) {
+        writeFileSync(
+          join(d, `p${i}.yaml`),
+          vm(`p${i}`, '', { annotations: `    crossplane.io/poll-interval: "${value}"\n` }),
+        );
+      }
+      const r = validateManifests([d]);
+      for (const [i, [value, want]] of cases.entries()) {
+        const got = r.problems.filter((p) => p.file.endsWith(`p${i}.yaml`));
+        if (!want) {
+          assert.deepEqual(got, [], value);
+          continue;
+        }
+        assert.equal(got.length, 1, value);
+        assert.equal(got[0]!.field, 'metadata.annotations.crossplane.io/poll-interval');
+        assert.equal(`${got[0]!.line}:${got[0]!.column}`, '6:34', value);
+        assert.ok(got[0]!.message.startsWith(want), got[0]!.message);
+        assert.ok(got[0]!.message.includes('expected a Go duration from 1ms to 24h, such as 30s, 5m or 1h30m'));
+      }
+    });
+
+    it('apply and delete refuse such manifests before they contact anything or write the state file', async () => {
+      const d = join(dir, 'refuse');
+      mkdirSync(d);
+      writeFileSync(join(d, 'vm.yaml'), vm('web').replace('  name: web\n', '  name: web\n  namespace: "prod\\n"\n'));
+      // The site's endpoint: a listener that counts connections (nothing may connect).
+      let connections = 0;
+      const server = createServer((s) => {
+        connections++;
+        s.destroy();
+      });
+      await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+      const port = (server.address() as { port: number }).port;
+      const cfg = join(d, 'config.yaml');
+      writeFileSync(cfg, SEED_CONFIG.replace(/https:\/\/192\.168\.11\.1[01]:8006/g, `https://127.0.0.1:${port}`));
+      const state = join(d, 'state.json');
+      try {
+        for (const command of [applyCommand, deleteCommand]) {
+          const c = capture();
+          await assert.rejects(
+            command({ files: [join(d, 'vm.yaml')], config: cfg, state, quiet: true, out: c.out, timeoutMs: 2_000 }),
+            (e: unknown) =>
+              e instanceof ManifestError &&
+              e.message.includes(':5:14: metadata.namespace: "prod\\n" is not a valid DNS-1123 label'),
+          );
+        }
+        assert.equal(connections, 0);
+        assert.equal(existsSync(state), false, 'no state file written');
+      } finally {
+        server.close();
+      }
+    });
   });
 });
