@@ -5,7 +5,7 @@
 
 import type { ManagedReconciler, ReconcileResult } from './reconciler.ts';
 import { keyOf, type Managed } from './resource.ts';
-import type { ResourceStore } from './types.ts';
+import { ReconcileAborted, type ResourceStore } from './types.ts';
 import { type BackoffOptions, type QueueClock, WorkQueue } from './workqueue.ts';
 
 export interface ControllerOptions {
@@ -27,6 +27,8 @@ export class Controller<R extends Managed = Managed> {
   private unwatch: (() => void) | undefined;
   private running: Promise<void>[] = [];
   private stopped = false;
+  /** Aborted by stop(): in-flight reconciles give up what they wait for before another writer may start. */
+  private readonly lifetime = new AbortController();
 
   constructor(store: ResourceStore<R>, reconciler: ManagedReconciler<R>, opts: ControllerOptions = {}) {
     this.store = store;
@@ -57,7 +59,7 @@ export class Controller<R extends Managed = Managed> {
       try {
         let result: ReconcileResult;
         try {
-          result = await this.reconciler.reconcile(key);
+          result = await this.reconciler.reconcile(key, this.lifetime.signal);
         } catch (e) {
           // A throw must not kill the worker (that would silently shrink concurrency): back off instead.
           result = { kind: 'rateLimited', error: e instanceof Error ? e : new Error(String(e)) };
@@ -90,11 +92,17 @@ export class Controller<R extends Managed = Managed> {
     this.onResult?.(key, result, this.queue.backoff.failuresOf(key));
   }
 
-  /** Stop taking work; waits for in-flight reconciles to finish. */
+  /**
+   * Stop taking work, abort what in-flight reconciles wait for (Proxmox calls, task polls), and
+   * wait for them to return: after this resolves, this controller sends nothing more. A request
+   * already on the wire may still be applied by Proxmox; the next writer's observe settles that
+   * (an unknown-outcome create is looked for at its persisted VMID).
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     this.unwatch?.();
     this.queue.shutdown();
+    this.lifetime.abort(new ReconcileAborted());
     await Promise.all(this.running);
   }
 }

@@ -34,9 +34,10 @@ import {
   type EngineHooks,
   type ExternalClient,
   ReasonedError,
+  ReconcileAborted,
   type ResourceStore,
 } from './types.ts';
-import { CREATE_FAILURE_SCHEDULE_MS } from './workqueue.ts';
+import { CREATE_FAILURE_SCHEDULE_MS, MAX_DELAY_MS } from './workqueue.ts';
 
 export type ReconcileResult =
   | { kind: 'done' }
@@ -63,6 +64,11 @@ export interface ReconcilerOptions {
   log?: (level: 'info' | 'warn' | 'error' | 'debug', msg: string, fields?: Record<string, unknown>) => void;
   /** Backoff after a failed create (default CREATE_FAILURE_SCHEDULE_MS: about 30 s, 1 m, 2 m, 5 m, 10 m). */
   createFailureScheduleMs?: number[];
+  /**
+   * Every reconcile ends within this (default 60 s, crossplane-runtime's reconcile timeout): its
+   * external calls are aborted then. Long Proxmox work is a task, polled by later reconciles.
+   */
+  reconcileTimeoutMs?: number;
 }
 
 export class ManagedReconciler<R extends Managed = Managed> {
@@ -76,7 +82,10 @@ export class ManagedReconciler<R extends Managed = Managed> {
    */
   private readonly createFailures = new Map<string, { count: number; at: number }>();
   private readonly o: Required<
-    Omit<ReconcilerOptions, 'hooks' | 'publishConnection' | 'onResult' | 'log' | 'createFailureScheduleMs'>
+    Omit<
+      ReconcilerOptions,
+      'hooks' | 'publishConnection' | 'onResult' | 'log' | 'createFailureScheduleMs' | 'reconcileTimeoutMs'
+    >
   > &
     ReconcilerOptions;
 
@@ -103,7 +112,8 @@ export class ManagedReconciler<R extends Managed = Managed> {
   private pollInterval(r: R): number {
     const a = annotation(r, ANNOTATION_POLL_INTERVAL);
     const ms = a ? parseGoDuration(a) : undefined;
-    return ms && ms > 0 ? ms : this.o.pollIntervalMs;
+    // Clamped: `1000h` would overflow the timer and turn into a hot loop.
+    return ms && ms > 0 ? Math.min(ms, MAX_DELAY_MS) : this.o.pollIntervalMs;
   }
 
   /** Write status, emitting an event for every condition that changed. Conflicts requeue. */
@@ -159,11 +169,15 @@ export class ManagedReconciler<R extends Managed = Managed> {
     }
   }
 
-  async reconcile(key: string): Promise<ReconcileResult> {
+  /** One reconcile of `key`; `signal` (SIGTERM, lost leadership) aborts whatever it still waits for. */
+  async reconcile(key: string, signal?: AbortSignal): Promise<ReconcileResult> {
     const started = this.o.now();
     let result: ReconcileResult;
+    const deadline = AbortSignal.timeout(this.o.reconcileTimeoutMs ?? 60_000);
+    const bounded = signal ? AbortSignal.any([signal, deadline]) : deadline;
     try {
-      result = await this.reconcileOnce(key);
+      if (signal?.aborted) return { kind: 'done' };
+      result = await this.reconcileOnce(key, bounded);
     } catch (e) {
       // A conflict is a plain requeue (crossplane-runtime's `Requeue: true`): no error condition, but
       // rate-limited, so a resource that keeps conflicting cannot hot-loop or reset its backoff.
@@ -174,7 +188,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     return result;
   }
 
-  private async reconcileOnce(key: string): Promise<ReconcileResult> {
+  private async reconcileOnce(key: string, signal: AbortSignal): Promise<ReconcileResult> {
     const found = await this.store.get(key);
     if (!found) {
       this.createFailures.delete(key);
@@ -216,6 +230,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     if (deleting && !deleteAllowed) {
       await this.hook('orphan', key);
       this.createFailures.delete(key);
+      this.connector.forget?.(r.metadata.uid);
       if (hasFinalizer(r)) {
         removeFinalizer(r);
         await this.writeMeta(r);
@@ -226,7 +241,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // 7. Connect.
     let ext: ExternalClient<R>;
     try {
-      ext = await this.connector.connect(r);
+      ext = await this.connector.connect(r, signal);
     } catch (e) {
       return this.fail(r, before, e, 'connect failed');
     }
@@ -308,6 +323,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       await this.hook('external-gone', key);
       this.createFailures.delete(key);
       await ext.disconnect?.();
+      this.connector.forget?.(r.metadata.uid);
       if (hasFinalizer(r)) {
         removeFinalizer(r);
         await this.writeMeta(r);
@@ -374,6 +390,12 @@ export class ManagedReconciler<R extends Managed = Managed> {
         created = await ext.create(r);
       } catch (e) {
         await this.hook('create-failed', key);
+        if (e instanceof ReasonedError && e.outcomeUnknown) {
+          // Sent, no answer: neither succeeded nor failed. The pending mark stays the newest, so the
+          // next observe keeps looking for it at the same external name before anything is sent again.
+          ready('False', Reason.Creating, 'The external resource is being created');
+          return this.fail(r, before, e, 'create outcome unknown');
+        }
         await this.writeAnnotationRetry(r, key, ANNOTATION_CREATE_FAILED, rfc3339(this.o.now()));
         ready('False', Reason.Creating, 'The external resource is being created');
         return this.fail(r, before, e, 'create failed', this.createSchedule);
@@ -422,6 +444,8 @@ export class ManagedReconciler<R extends Managed = Managed> {
 
   private async fail(r: R, before: string, e: unknown, what: string, schedule?: number[]): Promise<ReconcileResult> {
     if (e instanceof ConflictError) return { kind: 'rateLimited' };
+    // Stopping (SIGTERM, lost leadership): write nothing; this process must not write any more.
+    if (e instanceof ReconcileAborted) return { kind: 'done' };
     const err = e instanceof Error ? e : new Error(String(e));
     const reason = err instanceof ReasonedError ? err.reason : Reason.ReconcileError;
     setCondition(

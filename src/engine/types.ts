@@ -45,6 +45,11 @@ export class ReasonedError extends Error {
   readonly retryable: boolean;
   /** Back off on the failed-create schedule (about 30 s, 1 m, 2 m, 5 m, 10 m). */
   createFailure = false;
+  /**
+   * A create that was sent but whose answer never came: it may exist. The reconciler records
+   * neither success nor failure, so the next observe keeps looking for it at the same name.
+   */
+  outcomeUnknown = false;
   constructor(reason: string, message: string, retryable = false) {
     super(message);
     this.name = 'ReasonedError';
@@ -75,12 +80,29 @@ export interface ExternalClient<R extends Managed = Managed> {
 }
 
 export interface Connector<R extends Managed = Managed> {
-  connect(r: R): Promise<ExternalClient<R>>;
+  /**
+   * A client for one reconcile (crossplane-runtime connects per reconcile). Every external call it
+   * makes must end when `signal` aborts: the reconcile's deadline, SIGTERM, or lost leadership.
+   */
+  connect(r: R, signal?: AbortSignal): Promise<ExternalClient<R>>;
+  /** The resource (uid) left the engine: release whatever the connector holds for it. */
+  forget?(uid: string): void;
 }
 
 /** Deterministic crash points for crash-safety tests: throw from `at` to stop the reconciler there. */
 export interface EngineHooks {
   at?(step: string, key: string): void | Promise<void>;
+}
+
+/**
+ * The reason a stopping controller aborts in-flight reconciles with (SIGTERM, lost leadership):
+ * not a failure of the resource, so nothing is written for it; the next writer reconciles again.
+ */
+export class ReconcileAborted extends Error {
+  constructor(message = 'controller stopped') {
+    super(message);
+    this.name = 'ReconcileAborted';
+  }
 }
 
 export class SimulatedCrash extends Error {

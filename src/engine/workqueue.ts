@@ -8,6 +8,9 @@
  * Time comes from an injectable clock so tests need no sleeps.
  */
 
+/** The longest delay a timer can hold (setTimeout overflows past 2^31-1 ms and fires at once). */
+export const MAX_DELAY_MS = 2 ** 31 - 1;
+
 export interface QueueClock {
   now(): number;
   setTimeout(fn: () => void, ms: number): { cancel(): void };
@@ -102,9 +105,11 @@ export class WorkQueue {
   }
 
   /** Add after a delay; of several pending delays for one key the earliest wins. */
-  addAfter(key: string, ms: number): void {
+  addAfter(key: string, delay: number): void {
     if (this.shuttingDown) return;
-    if (ms <= 0) return this.add(key);
+    if (!(delay > 0)) return this.add(key);
+    // A timer cannot hold more: setTimeout would fire at once (a hot loop) instead of much later.
+    const ms = Math.min(delay, MAX_DELAY_MS);
     const at = this.clock.now() + ms;
     const existing = this.waiting.get(key);
     if (existing && existing.at <= at) return;

@@ -98,7 +98,18 @@ export async function gcCommand(args: {
     );
   }
   const known = new Set(objects.map((o) => o.metadata.uid));
-  const found = await scanFleet(config, known);
+  const sites = config.config.spec.sites;
+  const holdersOf = (site: string) => {
+    const out = new Map<number, string>();
+    for (const o of objects) {
+      const vmid = Number(o.metadata.annotations?.['crossplane.io/external-name']);
+      const s = o.spec.forProvider.site ?? (sites.length === 1 ? sites[0]!.name : undefined);
+      if (s === site && Number.isInteger(vmid))
+        out.set(vmid, `${o.metadata.namespace ? `${o.metadata.namespace}/` : ''}${o.metadata.name}`);
+    }
+    return out;
+  };
+  const found = await scanFleet(config, known, holdersOf);
   let result = found;
   let code = found.length ? 1 : 0;
   if (args.delete) {

@@ -7,7 +7,7 @@
 import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { PveClient } from '../proxmox/client.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { hasOwnerTag, MARKER_PREFIX, markerUid } from '../vm/spec.ts';
+import { hasOwnerTag, markerUid, parseMarker } from '../vm/spec.ts';
 
 export type GcKind = 'orphan' | 'stuck-lock' | 'half-created';
 
@@ -22,15 +22,26 @@ export interface GcFinding {
   status: string;
   detail: string;
   action?: string;
+  /** A create/clone placeholder without a marker yet, at a VMID one of our resources holds. */
+  placeholder?: boolean;
 }
 
 function ownerName(description: string | undefined): string | undefined {
-  const line = description?.split('\n').find((l) => l.startsWith(MARKER_PREFIX));
-  return line ? /owner:\s*(\S+)/.exec(line)?.[1] : undefined;
+  const m = parseMarker(description);
+  return m ? `${m.namespace ? `${m.namespace}/` : ''}${m.name}` : undefined;
 }
 
-/** Scan one site; `known` holds the uids of the resources that exist. */
-export async function scanSite(client: PveClient, site: string, known: Set<string>): Promise<GcFinding[]> {
+/**
+ * Scan one site; `known` holds the uids of the resources that exist, `holders` the VMIDs they hold
+ * as external names (VMID -> namespace/name), so that a create/clone placeholder whose worker
+ * died before it wrote the marker is listed too (it has no marker, only `lock: create|clone`).
+ */
+export async function scanSite(
+  client: PveClient,
+  site: string,
+  known: Set<string>,
+  holders: Map<number, string> = new Map(),
+): Promise<GcFinding[]> {
   const out: GcFinding[] = [];
   const res = await client.clusterResources('vm');
   const activeByNode = new Map<string, Set<string>>();
@@ -40,14 +51,32 @@ export async function scanSite(client: PveClient, site: string, known: Set<strin
     const cfg = await client.vmConfig(e.node, Number(e.vmid)).catch(() => undefined);
     if (!cfg) continue;
     const uid = markerUid(cfg.values.description);
-    if (!uid) continue; // not ours: never touched
     const lock = cfg.values.lock;
-    const owner = ownerName(cfg.values.description);
+    const holder = holders.get(Number(e.vmid));
     let active = activeByNode.get(e.node);
     if (!active) {
       active = new Set((await client.activeTasks(e.node)).map((t) => t.id));
       activeByNode.set(e.node, active);
     }
+    if (!uid) {
+      // Not ours by marker: never touched, unless it is the placeholder of one of our creates.
+      if ((lock === 'create' || lock === 'clone') && holder && !active.has(String(e.vmid))) {
+        out.push({
+          site,
+          node: e.node,
+          vmid: Number(e.vmid),
+          name: cfg.values.name ?? `VM ${e.vmid}`,
+          owner: holder,
+          lock,
+          status: e.status ?? 'unknown',
+          kind: 'half-created',
+          placeholder: true,
+          detail: `'${lock}' placeholder with no task running at the VMID ${holder} holds (its worker died)`,
+        });
+      }
+      continue;
+    }
+    const owner = ownerName(cfg.values.description);
     const base = {
       site,
       node: e.node,
@@ -71,12 +100,16 @@ export async function scanSite(client: PveClient, site: string, known: Set<strin
 }
 
 /** Scan every site of the config. */
-export async function scanFleet(config: LoadedProviderConfig, known: Set<string>): Promise<GcFinding[]> {
+export async function scanFleet(
+  config: LoadedProviderConfig,
+  known: Set<string>,
+  holdersOf: (site: string) => Map<number, string> = () => new Map(),
+): Promise<GcFinding[]> {
   const out: GcFinding[] = [];
   for (const site of config.config.spec.sites) {
     const client = clientForSite(config, site.name);
     try {
-      out.push(...(await scanSite(client, site.name, known)));
+      out.push(...(await scanSite(client, site.name, known, holdersOf(site.name))));
     } finally {
       await client.close();
     }
@@ -103,23 +136,41 @@ export async function collect(
         try {
           // Re-check the marker right before acting: never delete what is not ours.
           const cfg = await client.vmConfig(f.node, f.vmid);
-          if (!markerUid(cfg.values.description)) {
+          const lock = cfg.values.lock;
+          const placeholderLock = lock === 'create' || lock === 'clone';
+          if (!markerUid(cfg.values.description) && !(f.placeholder && placeholderLock)) {
             done.push({ ...f, action: 'skipped: no ownership marker any more' });
             continue;
           }
-          if (cfg.values.lock) {
+          // Only the create/clone lock we set, with no task running, is ours to clear (skiplock on
+          // destroy, root@pam only). backup, migrate, snapshot, suspended... belong to somebody else.
+          if (lock && !placeholderLock) {
+            done.push({ ...f, action: `skipped: locked (${lock}) by another operation; such locks are never cleared` });
+            continue;
+          }
+          if (placeholderLock) {
+            const running = (await client.activeTasks(f.node, { vmid: f.vmid })).length > 0;
+            if (running) {
+              done.push({ ...f, action: `skipped: locked (${lock}) by a task still running` });
+              continue;
+            }
             if (!caps.rootTicket) {
               done.push({
                 ...f,
-                action: `skipped: locked (${cfg.values.lock}); only root@pam with a password can unlock over the API`,
+                action: `skipped: locked (${lock}); only root@pam with a password can clear it over the API. Fix: on node ${f.node} run 'qm unlock ${f.vmid} && qm destroy ${f.vmid} --purge'`,
               });
               continue;
             }
-            await client.unlockVm(f.node, f.vmid);
           }
           const st = await client.vmStatus(f.node, f.vmid);
           if (st.status === 'running') await client.waitTask(await client.stopVm(f.node, f.vmid));
-          await client.waitTask(await client.deleteVm(f.node, f.vmid, { purge: true, destroyUnreferencedDisks: true }));
+          await client.waitTask(
+            await client.deleteVm(f.node, f.vmid, {
+              purge: true,
+              destroyUnreferencedDisks: true,
+              ...(placeholderLock ? { skiplock: true } : {}),
+            }),
+          );
           done.push({ ...f, action: 'deleted' });
         } catch (e) {
           done.push({ ...f, action: `failed: ${e instanceof Error ? e.message : String(e)}` });

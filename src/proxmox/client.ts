@@ -136,6 +136,20 @@ function deepScrub(v: unknown, secrets: string[]): unknown {
   return v;
 }
 
+/** Sensitive values sent so far, in a true private field: never shown by inspect or JSON. */
+class SentSecrets {
+  readonly #values = new Set<string>();
+  add(v: string): void {
+    this.#values.add(v);
+  }
+  values(): string[] {
+    return [...this.#values];
+  }
+  toJSON(): string {
+    return '[redacted]';
+  }
+}
+
 export class PveClient {
   readonly site: string;
   readonly auth: Authenticator;
@@ -143,8 +157,18 @@ export class PveClient {
   private readonly opts: PveClientOptions;
   private readonly now: () => number;
   private readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
-  private caps: Capabilities | undefined;
-  private capsInflight: Promise<Capabilities> | undefined;
+  /**
+   * What every view of this client shares (see `withSignal`): the capability cache and every
+   * sensitive value sent so far, so that a later error (a task's exit status) that echoes one of
+   * them is scrubbed too, not only the reply to the request that carried it.
+   */
+  private readonly shared: {
+    caps?: Capabilities;
+    capsInflight?: Promise<Capabilities>;
+    sensitive: SentSecrets;
+  } = { sensitive: new SentSecrets() };
+  /** Aborts every call made through this view (a reconcile's context); see `withSignal`. */
+  private scopeSignal: AbortSignal | undefined;
 
   constructor(opts: PveClientOptions) {
     this.opts = opts;
@@ -192,12 +216,28 @@ export class PveClient {
   }
 
   private secrets(r: R.PveRequest<unknown>): string[] {
-    const out = this.auth.secretValues();
     for (const k of r.sensitive ?? []) {
       const v = r.params[k];
-      if (typeof v === 'string') out.push(v);
+      if (typeof v === 'string' && v.length >= 4) this.shared.sensitive.add(v);
     }
-    return out;
+    return this.knownSecrets();
+  }
+
+  /** The credentials and every sensitive parameter value this client has sent. */
+  private knownSecrets(): string[] {
+    return [...this.auth.secretValues(), ...this.shared.sensitive.values()];
+  }
+
+  /**
+   * A view of this client whose every call is aborted by `signal` (and by the call's own signal):
+   * one per reconcile, so that losing leadership or SIGTERM cancels whatever that reconcile still
+   * waits for. The view shares the connection pool, credentials and caches.
+   */
+  withSignal(signal: AbortSignal | undefined): PveClient {
+    if (!signal) return this;
+    const view = Object.create(this) as PveClient;
+    view.scopeSignal = this.scopeSignal ? AbortSignal.any([this.scopeSignal, signal]) : signal;
+    return view;
   }
 
   /** One HTTP exchange (plus one resend after a ticket re-login). */
@@ -302,7 +342,15 @@ export class PveClient {
   }
 
   /** Run a request: reads are retried on transient errors (jittered backoff); mutations never. */
-  async call<T>(r: R.PveRequest<T>, o: CallOptions = {}): Promise<T> {
+  async call<T>(r: R.PveRequest<T>, opts: CallOptions = {}): Promise<T> {
+    const scope = this.scopeSignal;
+    const o: CallOptions =
+      scope && opts.signal
+        ? { ...opts, signal: AbortSignal.any([scope, opts.signal]) }
+        : scope
+          ? { ...opts, signal: scope }
+          : opts;
+    o.signal?.throwIfAborted();
     const attempts = r.idempotent ? Math.max(1, this.opts.retry?.attempts ?? 4) : 1;
     for (let attempt = 1; ; attempt++) {
       try {
@@ -328,25 +376,26 @@ export class PveClient {
   /** Version and feature facts of the site, discovered once and cached (TTL, default 10 min). */
   async capabilities(opts: { refresh?: boolean } = {}): Promise<Capabilities> {
     const ttl = this.opts.capabilitiesTtlMs ?? 10 * 60_000;
-    if (!opts.refresh && this.caps && this.now() - this.caps.discoveredAt < ttl) return this.caps;
-    this.capsInflight ??= (async () => {
+    const shared = this.shared;
+    if (!opts.refresh && shared.caps && this.now() - shared.caps.discoveredAt < ttl) return shared.caps;
+    shared.capsInflight ??= (async () => {
       try {
         const info = await this.call(R.version());
-        this.caps = capabilitiesFrom(
+        shared.caps = capabilitiesFrom(
           info,
           { authId: this.auth.authId, kind: this.auth.kind, isRootTicket: this.auth.isRootTicket },
           this.now(),
         );
-        return this.caps;
+        return shared.caps;
       } finally {
-        this.capsInflight = undefined;
+        shared.capsInflight = undefined;
       }
     })();
-    return this.capsInflight;
+    return shared.capsInflight;
   }
 
   invalidateCapabilities(): void {
-    this.caps = undefined;
+    this.shared.caps = undefined;
   }
 
   private requireRootTicket(what: string, ctx: ErrorContext): void {
@@ -640,7 +689,7 @@ export class PveClient {
     const outcome = exitOutcome(status.exitstatus ?? '');
     if (outcome.ok) return { state: 'ok', warnings: outcome.warnings, status };
     const tail = await this.lastLogLines(upid);
-    const secrets = this.auth.secretValues();
+    const secrets = this.knownSecrets();
     const error = new TaskFailedError(
       { site: this.site, method: 'GET', path: '/nodes/{node}/tasks/{upid}/status' },
       upid,

@@ -223,9 +223,25 @@ export class Transport {
     throw new UnavailableError(ctx, reason, { requestSent: anySent, failures });
   }
 
-  async close(): Promise<void> {
+  /**
+   * Close the connections: requests in flight get a second to finish, then their sockets are
+   * destroyed. A closing client (shutdown, a replaced ProviderConfig) must not wait for a slow
+   * answer nobody will read.
+   */
+  async close(graceMs = 1000): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.pools.values()].map((p) => p.close().catch(() => undefined)));
+    await Promise.all(
+      [...this.pools.values()].map(async (p) => {
+        let timer: NodeJS.Timeout | undefined;
+        const grace = new Promise<'late'>((resolve) => {
+          timer = setTimeout(() => resolve('late'), graceMs);
+          timer.unref?.();
+        });
+        const outcome = await Promise.race([p.close().then(() => 'closed' as const), grace]).catch(() => 'closed');
+        clearTimeout(timer);
+        if (outcome === 'late') await p.destroy().catch(() => undefined);
+      }),
+    );
     this.pools.clear();
   }
 }

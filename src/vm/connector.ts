@@ -9,8 +9,9 @@ import { externalName } from '../engine/resource.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
 import type { ClientHooks } from '../proxmox/metrics.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { SiteContext, type VmClientOptions, VmExternal } from './external.ts';
+import { type VmClientOptions, VmExternal } from './external.ts';
 import { SlotLimiter } from './limits.ts';
+import { SiteContext } from './site-cache.ts';
 
 export interface ProviderConfigSource {
   /** The ProviderConfig a resource refers to (`spec.providerConfigRef`, default `default`). */
@@ -27,7 +28,8 @@ export class VmConnector implements Connector<ProxmoxVM> {
   private readonly source: ProviderConfigSource;
   private readonly opts: ConnectorOptions;
   private readonly sites = new Map<string, { config: LoadedProviderConfig; ctx: SiteContext }>();
-  private readonly clients = new Map<string, VmExternal>();
+  /** Which sites each resource (uid) was connected to, so that forget() releases what it holds there. */
+  private readonly seenAt = new Map<string, Set<SiteContext>>();
 
   constructor(source: ProviderConfigSource, opts: ConnectorOptions = {}) {
     this.source = source;
@@ -45,7 +47,8 @@ export class VmConnector implements Connector<ProxmoxVM> {
     );
   }
 
-  async connect(r: ProxmoxVM): Promise<VmExternal> {
+  /** A client for this reconcile: every Proxmox call it makes is aborted with `signal`. */
+  async connect(r: ProxmoxVM, signal?: AbortSignal): Promise<VmExternal> {
     const ref = r.spec.providerConfigRef ?? { kind: 'ClusterProviderConfig', name: 'default' };
     let config: LoadedProviderConfig;
     try {
@@ -74,7 +77,10 @@ export class VmConnector implements Connector<ProxmoxVM> {
       } catch (e) {
         throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
       }
-      if (site) await site.ctx.client.close().catch(() => {});
+      if (site) {
+        await site.ctx.client.close().catch(() => {});
+        for (const sites of this.seenAt.values()) sites.delete(site.ctx);
+      }
       site = {
         config,
         ctx: new SiteContext({
@@ -86,27 +92,23 @@ export class VmConnector implements Connector<ProxmoxVM> {
         }),
       };
       this.sites.set(siteKey, site);
-      // Only this config's clients hold the replaced SiteContext (another config may have a site of that name).
-      for (const k of this.clients.keys()) if (k.startsWith(`${siteKey}/`)) this.clients.delete(k);
     }
-    const key = `${siteKey}/${r.metadata.uid}`;
-    let ext = this.clients.get(key);
-    if (!ext) {
-      ext = new VmExternal(site.ctx, this.opts);
-      this.clients.set(key, ext);
-    }
-    return ext;
+    const seen = this.seenAt.get(r.metadata.uid) ?? new Set<SiteContext>();
+    seen.add(site.ctx);
+    this.seenAt.set(r.metadata.uid, seen);
+    return new VmExternal(site.ctx, this.opts, signal);
   }
 
-  /** Forget a resource's client (it was deleted or orphaned). */
+  /** The resource left the engine (deleted, orphaned, renamed): release its slots, VMIDs and memory. */
   forget(uid: string): void {
-    for (const k of [...this.clients.keys()]) if (k.endsWith(`/${uid}`)) this.clients.delete(k);
+    for (const site of this.seenAt.get(uid) ?? []) site.forget(uid);
+    this.seenAt.delete(uid);
   }
 
   async close(): Promise<void> {
     await Promise.all([...this.sites.values()].map((s) => s.ctx.client.close().catch(() => {})));
     this.sites.clear();
-    this.clients.clear();
+    this.seenAt.clear();
   }
 }
 

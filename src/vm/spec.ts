@@ -72,6 +72,18 @@ export function validateSpec(r: ProxmoxVM): Problem[] {
   if (fp.template && fp.template.name === undefined && fp.template.vmid === undefined) {
     out.push({ field: `${FP}.template`, message: 'template needs name or vmid' });
   }
+  if (fp.description?.includes(MARKER_PREFIX)) {
+    out.push({
+      field: `${FP}.description`,
+      message: `the description may not contain '${MARKER_PREFIX}': that line is the ownership marker the provider writes itself; remove it`,
+    });
+  } else if (!markerRoundTrips(r)) {
+    // The marker must read back as written; a namespace or name outside Kubernetes' rules would break it.
+    out.push({
+      field: r.metadata.namespace !== undefined ? 'metadata.namespace' : 'metadata.name',
+      message: `metadata.namespace must be a DNS-1123 label and metadata.name a DNS-1123 subdomain (lowercase letters, digits, '-' and, in names, '.'); got '${r.metadata.namespace ?? ''}/${r.metadata.name}'`,
+    });
+  }
   if (fp.image !== undefined && !/^([^:\s/]+:)?[^\s]+$/.test(fp.image)) {
     out.push({
       field: `${FP}.image`,
@@ -87,10 +99,40 @@ export function ownershipMarker(r: ProxmoxVM): string {
   return `${MARKER_PREFIX} ${ns}${r.metadata.name} uid=${r.metadata.uid}`;
 }
 
-export function markerUid(description: string | undefined): string | undefined {
+/**
+ * The marker is the *last* line of the description and must match its grammar exactly
+ * (`provider-proxmox.owner: [namespace/]name uid=<uid>`, names as Kubernetes allows them): a line
+ * that a user wrote into the description above it can never be taken for it.
+ */
+const MARKER_RE =
+  /^provider-proxmox\.owner: (?:([a-z0-9]([-a-z0-9]*[a-z0-9])?)\/)?([a-z0-9]([-a-z0-9.]*[a-z0-9])?) uid=([0-9a-zA-Z-]+)$/;
+
+/** The owner a description's marker names, or undefined. */
+export function parseMarker(
+  description: string | undefined,
+): { namespace?: string; name: string; uid: string } | undefined {
   if (!description) return undefined;
-  const line = description.split('\n').find((l) => l.startsWith(MARKER_PREFIX));
-  return line ? /uid=([0-9a-fA-F-]+)/.exec(line)?.[1] : undefined;
+  const lines = description.replace(/\s+$/, '').split('\n');
+  const m = MARKER_RE.exec(lines[lines.length - 1]!.trim());
+  if (!m) return undefined;
+  return { ...(m[1] ? { namespace: m[1] } : {}), name: m[3]!, uid: m[5]! };
+}
+
+/** Whether the marker written for `r` reads back as exactly its namespace, name and uid. */
+function markerRoundTrips(r: ProxmoxVM): boolean {
+  const m = parseMarker(ownershipMarker({ ...r, metadata: { ...r.metadata, uid: r.metadata.uid || '0' } }));
+  return (
+    m !== undefined &&
+    m.name === r.metadata.name &&
+    (m.namespace ?? '') === (r.metadata.namespace ?? '') &&
+    r.metadata.name.length <= 253 &&
+    (r.metadata.namespace ?? '').length <= 63 &&
+    !(r.metadata.namespace ?? '').includes('.')
+  );
+}
+
+export function markerUid(description: string | undefined): string | undefined {
+  return parseMarker(description)?.uid;
 }
 
 export function desiredDescription(r: ProxmoxVM): string {

@@ -96,6 +96,15 @@ describe('WorkQueue: client-go semantics', () => {
     assert.equal(await q.get(), 'a');
   });
 
+  it('a delay longer than a timer can hold (crossplane.io/poll-interval: 1000h) waits, never turns into a hot loop', async () => {
+    const q = new WorkQueue(); // the real clock: setTimeout itself overflows past 2^31-1 ms
+    q.addAfter('a', 1000 * 3_600_000);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    assert.equal(q.length, 0, 'not fired at once');
+    assert.equal(q.pendingDelayed, 1);
+    q.shutdown();
+  });
+
   it('addAfter keeps the earliest time (earlier replaces later)', () => {
     const { clock, q } = queue();
     q.addAfter('a', 10_000);

@@ -51,6 +51,10 @@ export interface EngineOptions {
   workers?: number;
   pollIntervalMs?: number;
   driftIntervalMs?: number;
+  /** Resolves cloud-init Secret references. */
+  secret?: (ref: { name: string; key: string; namespace?: string }) => Promise<string>;
+  /** How long a create of unknown outcome is waited for before it is sent again (default 300 ms here). */
+  unknownOutcomeWaitMs?: number;
 }
 
 export interface Attempt {
@@ -81,6 +85,8 @@ export class Engine {
       agentPollMs: 20,
       driftIntervalMs: opts.driftIntervalMs ?? 60_000,
       siteTtlMs: 5,
+      unknownOutcomeWaitMs: opts.unknownOutcomeWaitMs ?? 300,
+      ...(opts.secret ? { secret: opts.secret } : {}),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
     });
     this.reconciler = new ManagedReconciler<ProxmoxVM>(this.store, this.connector, {

@@ -123,7 +123,7 @@ describe('ProxmoxVM lifecycle against the simulator', () => {
     const tail = await eng.waitFailures(key, 4);
     const d = eng.get(key);
     assert.equal(cond(d, 'Synced')?.reason, 'Locked');
-    assert.match(cond(d, 'Synced')?.message ?? '', /locked \(backup\).*root@pam/);
+    assert.match(cond(d, 'Synced')?.message ?? '', /locked \(backup\) by an operation of somebody else.*never cleared/);
     assert.equal(d.status?.atProvider?.lock, 'backup');
     assertBackoffGrows(tail, 640);
     assert.equal(c.state.vms.get(vmid)?.config.lock, 'backup', 'the lock is not touched with a token');
@@ -133,7 +133,7 @@ describe('ProxmoxVM lifecycle against the simulator', () => {
     assert.equal(c.state.vms.has(vmid), false);
   });
 
-  it('a locked VM with root@pam password credentials: delete unlocks it, then destroys it', async () => {
+  it('a backup lock is never cleared, even by root@pam: delete waits for it, then destroys', async () => {
     const c = sim.cluster(SITE1);
     const root = await new Engine(sim, { auth: 'password' }).start();
     try {
@@ -141,10 +141,15 @@ describe('ProxmoxVM lifecycle against the simulator', () => {
       const r = await root.waitReady(key);
       const vmid = r.status!.atProvider!.vmId!;
       const lock = c.addFault({ kind: 'lock', vmid, lock: 'backup', flock: false });
+      const unlocks = count(c, 'PUT /nodes/{node}/qemu/{vmid}/config');
       root.delete(key);
-      await root.waitGone(key);
-      assert.equal(c.state.vms.has(vmid), false, 'unlocked and destroyed');
+      await root.waitFailures(key, 3);
+      assert.equal(cond(root.get(key), 'Synced')?.reason, 'Locked');
+      assert.equal(c.state.vms.get(vmid)?.config.lock, 'backup', "somebody else's lock stays");
+      assert.equal(count(c, 'PUT /nodes/{node}/qemu/{vmid}/config'), unlocks, 'no unlock was sent');
       c.removeFault(lock);
+      await root.waitGone(key);
+      assert.equal(c.state.vms.has(vmid), false, 'destroyed once the backup ended');
     } finally {
       await root.stop();
     }

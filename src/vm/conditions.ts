@@ -1,0 +1,65 @@
+/**
+ * How the ProxmoxVM steps report: `status.atProvider` (the step, the VM's state), the Ready
+ * condition, and the translation of Proxmox client errors into reasons a user can act on. Also
+ * the one rule about errors that the zero-duplicate promise rests on: a mutation that was sent
+ * and got no answer has an *unknown* outcome, never a failed one.
+ */
+import type { AtProvider, ProxmoxVM } from '../api/proxmoxvm.ts';
+import { setCondition } from '../engine/resource.ts';
+import { ReasonedError } from '../engine/types.ts';
+import { PveError, UnavailableError } from '../proxmox/index.ts';
+
+export function reason(r: string, msg: string, retryable = false): ReasonedError {
+  return new ReasonedError(r, msg, retryable);
+}
+
+export function atProvider(r: ProxmoxVM): AtProvider {
+  r.status ??= {};
+  r.status.atProvider ??= {};
+  return r.status.atProvider;
+}
+
+export function setStep(r: ProxmoxVM, step: string): void {
+  atProvider(r).step = step;
+}
+
+export function isReady(r: ProxmoxVM): boolean {
+  return r.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+export function ready(r: ProxmoxVM, status: 'True' | 'False', why: string, message?: string): void {
+  setCondition(
+    r,
+    { type: 'Ready', status, reason: why, ...(message ? { message } : {}), observedGeneration: r.metadata.generation },
+    Date.now(),
+  );
+}
+
+/**
+ * Whether a failed mutation may still have been applied: the request left this process and no
+ * answer came back (connection reset after sending, a timeout, an abort while waiting). PVE runs
+ * a handler to completion whether or not the client is still connected, so such a create may
+ * exist, or may appear later (../shared/research/pve-failure-semantics.md, "Requests").
+ */
+export function outcomeUnknown(e: unknown): boolean {
+  if (e instanceof UnavailableError) return e.requestSent;
+  if (e instanceof PveError) return e.kind === 'timeout';
+  // An abort (SIGTERM, lost leadership, the reconcile's deadline) after the request was handed to
+  // the transport: we cannot know whether it reached Proxmox.
+  return e instanceof Error && (e.name === 'AbortError' || e.name === 'TimeoutError');
+}
+
+/** A Proxmox client error as a reason with its fix. */
+export function explain(site: string, e: unknown): Error {
+  if (e instanceof ReasonedError) return e;
+  if (e instanceof PveError) {
+    if (e.kind === 'locked' || e.kind === 'lock-timeout') return reason('Locked', e.message, true);
+    if (e.kind === 'unavailable' || e.kind === 'timeout') return reason('Unavailable', e.message, true);
+    if (e.kind === 'permission')
+      return reason('PermissionDenied', `${e.message}. Fix: grant the privilege to the credentials of site ${site}`);
+    if (e.kind === 'authentication')
+      return reason('AuthenticationFailed', `${e.message}. Fix: check the credentials Secret of site ${site}`);
+    if (e.kind === 'unsupported') return reason('ImageNotImportable', e.message);
+  }
+  return e instanceof Error ? e : new Error(String(e));
+}

@@ -1,0 +1,165 @@
+/**
+ * Step 8-10: the create itself, one `POST /nodes/{node}/qemu` (import-from, the cloud-init drive,
+ * tags and the ownership marker in the description) or one `POST .../clone` (marker in the
+ * clone's description), at the VMID persisted before. A create that was sent and got no answer
+ * has an unknown outcome: it is recorded as such (status.atProvider.createOutcome) and looked for,
+ * never treated as failed. "Already exists" is settled by whose VM sits at the VMID.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
+import { ANNOTATION_EXTERNAL_NAME, externalName, setAnnotation, setCondition } from '../engine/resource.ts';
+import { AlreadyExistsError, PveError } from '../proxmox/index.ts';
+import { atProvider, explain, outcomeUnknown, reason, setStep } from './conditions.ts';
+import type { StepContext } from './context.ts';
+import { locate } from './lookup.ts';
+import { ownershipOf } from './ownership.ts';
+import type { CreatePlan } from './preflight.ts';
+import { sshKeys } from './secrets.ts';
+import {
+  desiredDescription,
+  desiredIpConfigs,
+  desiredNets,
+  desiredTags,
+  diskBytes,
+  diskOptions,
+  memoryBytes,
+  parseUserData,
+  printNet,
+  vmName,
+} from './spec.ts';
+import { confirmedAt, vmidChosenByUs } from './vmid.ts';
+
+/** Send the create (or clone) the plan describes. Returns the UPID, or nothing when it is already there. */
+export async function issueCreate(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  plan: CreatePlan,
+): Promise<{ requeueAfterMs?: number }> {
+  const fp = r.spec.forProvider;
+  const a = atProvider(r);
+  const vmid = Number(externalName(r));
+  const { node, storage, ciStorage, source } = plan;
+  try {
+    let upid: string;
+    if (source.kind === 'template') {
+      setStep(r, 'Cloning');
+      upid = await ctx.client.cloneVm(source.node, source.vmid, vmid, {
+        name: vmName(r),
+        description: desiredDescription(r),
+        full: fp.template?.full ?? true,
+        ...(fp.template?.full === false ? {} : { storage }),
+        ...(source.node !== node ? { target: node } : {}),
+        ...(fp.pool ? { pool: fp.pool } : {}),
+      });
+    } else {
+      setStep(r, source.kind === 'import' ? 'Importing' : 'Creating');
+      const config = createConfig(ctx, r, storage, ciStorage, source);
+      upid = await ctx.client.createVm(node, vmid, config, { ...(fp.pool ? { pool: fp.pool } : {}) });
+    }
+    a.task = upid;
+    delete a.createOutcome;
+    ctx.site.invalidate();
+    return { requeueAfterMs: ctx.taskPollMs };
+  } catch (e) {
+    ctx.site.invalidate();
+    if (outcomeUnknown(e)) {
+      // It may have been applied (or be applied later): keep the slot and the VMID, look before acting.
+      a.createOutcome = 'Unknown';
+      const err = reason(
+        'CreateOutcomeUnknown',
+        `the create of VM ${vmid} on node ${node} was sent but no answer came (${e instanceof Error ? e.message : String(e)}); it may exist or appear later, so VMID ${vmid} is kept and looked at before anything is sent again`,
+        true,
+      );
+      err.outcomeUnknown = true;
+      throw err;
+    }
+    ctx.site.releaseCreate(r.metadata.uid);
+    if (e instanceof AlreadyExistsError || (e instanceof PveError && /already exists/.test(e.message))) {
+      // Never retried blindly: whose is the VM at this VMID?
+      const found = await locate(ctx, vmid, true);
+      const cfg = found ? await ctx.client.vmConfig(found.node, vmid).catch(() => undefined) : undefined;
+      const owner = cfg ? ownershipOf(r, cfg.values) : undefined;
+      // Ours (a create of unknown outcome that did apply), or its placeholder: observe takes it from here.
+      if (!cfg || owner?.kind === 'ours' || owner?.kind === 'placeholder') return { requeueAfterMs: ctx.taskPollMs };
+      if (vmidChosenByUs(r) && !confirmedAt(r, vmid)) {
+        // We picked this VMID and someone else took it first (the nextid race): pick another.
+        setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
+        delete a.createOutcome;
+        if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
+        throw reason(
+          'VMIDTaken',
+          `VMID ${vmid} was taken by another VM before this one was created; a new VMID will be chosen`,
+          true,
+        );
+      }
+      throw reason(
+        'VMIDConflict',
+        `VMID ${vmid} (spec.forProvider.vmid) is used by a VM this resource does not own; it will never be modified or deleted`,
+      );
+    }
+    throw explain(ctx.site.name, e);
+  }
+}
+
+export function createConfig(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  storage: string,
+  ciStorage: string,
+  source: { kind: 'blank' } | { kind: 'import'; from: string },
+): Record<string, string | number> {
+  const fp = r.spec.forProvider;
+  const nets = desiredNets(fp);
+  const cfg: Record<string, string | number> = {
+    name: vmName(r),
+    cores: fp.cpu ?? 1,
+    sockets: fp.sockets ?? 1,
+    memory: Math.round((memoryBytes(fp) ?? 2048 * MiB) / MiB),
+    ostype: 'l26',
+    scsihw: 'virtio-scsi-single',
+    agent: fp.agent === false ? '0' : '1',
+    boot: 'order=scsi0',
+    serial0: 'socket',
+    tags: desiredTags(r),
+    description: desiredDescription(r),
+  };
+  const disk = diskBytes(fp);
+  if (source.kind === 'import') cfg.scsi0 = `${storage}:0,import-from=${source.from},iothread=1`;
+  else cfg.scsi0 = `${storage}:${Math.max(1, Math.ceil((disk ?? 20 * GiB) / GiB))},iothread=1`;
+  for (const [i, d] of (fp.disks ?? []).entries()) {
+    const slot = d.slot ?? `scsi${i + 1}`;
+    const size = Math.ceil((parseQuantity(d.size, GiB) ?? GiB) / GiB);
+    cfg[slot] = [`${d.storage ?? storage}:${size}`, ...diskOptions(d)].join(',');
+  }
+  for (const n of nets) cfg[n.key] = printNet(n);
+  cfg.ide2 = `${ciStorage}:cloudinit`;
+  const ud = parseUserData(fp.userData);
+  const ci = fp.cloudInit;
+  const user = ci?.user ?? ud.user;
+  if (user) cfg.ciuser = user;
+  desiredIpConfigs(fp, nets.length).forEach((v, i) => {
+    cfg[`ipconfig${i}`] = v;
+  });
+  const keys = sshKeys(ctx, r, ud);
+  if (keys.length) cfg.sshkeys = keys.join('\n');
+  if (ctx.memory.secrets.password !== undefined) cfg.cipassword = ctx.memory.secrets.password;
+  if (ci?.dns?.servers?.length) cfg.nameserver = ci.dns.servers.join(' ');
+  if (ci?.dns?.searchDomain) cfg.searchdomain = ci.dns.searchDomain;
+  if (ci?.userDataSnippet) cfg.cicustom = `user=${ci.userDataSnippet}`;
+  if (fp.onBoot !== undefined) cfg.onboot = fp.onBoot ? 1 : 0;
+  if (fp.startup) cfg.startup = fp.startup;
+  if (ud.unsupported.length) {
+    setCondition(
+      r,
+      {
+        type: 'CloudInit',
+        status: 'False',
+        reason: 'UserDataPartiallyApplied',
+        message: `userData keys ${ud.unsupported.join(', ')} cannot be set through the Proxmox API (it cannot upload snippets); users and SSH keys were applied. Fix: upload the user-data as a snippet and set spec.forProvider.cloudInit.userDataSnippet`,
+        observedGeneration: r.metadata.generation,
+      },
+      Date.now(),
+    );
+  }
+  return cfg;
+}

@@ -1,0 +1,101 @@
+/**
+ * Step 14: delete. Only a VM whose marker says it is this resource's (or a create/clone placeholder
+ * of ours whose worker died) is ever touched. Locks: only the `create`/`clone` lock this provider
+ * set, on its own VM, with no task running, is cleared (root@pam's skiplock on destroy). Any other
+ * lock (`backup`, `migrate`, `snapshot`, `suspended`, ...) belongs to somebody else's operation: it
+ * is waited for and reported, never cleared (../shared/research/pve-failure-semantics.md, "Locks").
+ * Then: stop a running VM, destroy with purge and the unreferenced disks, confirm it is gone.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { ANNOTATION_CREATE_PENDING, annotation, externalName } from '../engine/resource.ts';
+import { NotFoundError } from '../proxmox/index.ts';
+import { atProvider, reason, setStep } from './conditions.ts';
+import { hook, type StepContext } from './context.ts';
+import { locate } from './lookup.ts';
+import { cloneSource, isPlaceholderLock, ownershipOf, placeholderFate } from './ownership.ts';
+import { confirmedAt, vmidChosenByUs } from './vmid.ts';
+
+export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
+  const a = atProvider(r);
+  const vmid = Number(externalName(r));
+  if (a.task) return { requeueAfterMs: ctx.taskPollMs }; // observe clears it once the task ends
+  const found = await locate(ctx, vmid, true);
+  const cfg = found
+    ? await ctx.client.vmConfig(found.node, vmid).catch((e) => {
+        if (e instanceof NotFoundError) return undefined;
+        throw e;
+      })
+    : undefined;
+  if (!found || !cfg) {
+    if (a.createOutcome === 'Unknown') {
+      // A create of ours may still be applied: do not let the finalizer go before it had its chance.
+      const sent = Date.parse(annotation(r, ANNOTATION_CREATE_PENDING) ?? '') || 0;
+      if (ctx.site.now() - sent < (ctx.options.unknownOutcomeWaitMs ?? 30_000))
+        return { requeueAfterMs: ctx.taskPollMs };
+    }
+    return {};
+  }
+  const own = ownershipOf(r, cfg.values);
+  if (own.kind === 'other' || own.kind === 'foreign') {
+    // Our create never happened at a VMID we chose and a stranger holds: nothing of ours to delete.
+    if (vmidChosenByUs(r) && !confirmedAt(r, vmid)) return {};
+    throw reason(
+      'VMIDConflict',
+      `VM ${vmid} is not owned by this resource (ownership marker missing or different); it is not deleted. Remove the finalizer by hand if this resource should go without it`,
+    );
+  }
+  const lock = cfg.values.lock;
+  const caps = await ctx.client.capabilities();
+  if (isPlaceholderLock(lock)) {
+    const fate = await placeholderFate(
+      ctx,
+      r,
+      vmid,
+      found.node,
+      lock === 'clone' ? await cloneSource(ctx, r) : undefined,
+    );
+    if (fate.kind === 'in-progress' || fate.kind === 'foreign' || (fate.kind === 'unknown' && own.kind !== 'ours')) {
+      // Our create or clone is still running (or it is not provably ours): the lock is not ours to clear.
+      throw reason(
+        'Locked',
+        `VM ${vmid} is locked (${lock}) ${fate.kind === 'in-progress' ? 'by a task still running' : 'and not provably ours'}; waiting for it to end before deleting`,
+        true,
+      );
+    }
+    if (!caps.rootTicket)
+      throw reason(
+        'CreateInterrupted',
+        `VM ${vmid} on node ${found.node} is left from an interrupted ${lock} of this resource (its worker died); only root@pam can clear its 'lock: ${lock}'. Fix: on node ${found.node} run 'qm unlock ${vmid} && qm destroy ${vmid} --purge', or give the provider root@pam password credentials`,
+        true,
+      );
+    setStep(r, 'Destroying');
+    a.task = await ctx.client.deleteVm(found.node, vmid, {
+      purge: true,
+      destroyUnreferencedDisks: true,
+      skiplock: true,
+    });
+    ctx.site.invalidate();
+    await hook(ctx, 'delete-destroy-issued', r);
+    return { requeueAfterMs: ctx.taskPollMs };
+  }
+  if (lock) {
+    throw reason(
+      'Locked',
+      `VM ${vmid} is locked (${lock}) by an operation of somebody else (backup, migration, snapshot, hibernation...); waiting for the lock to clear before deleting it. It is never cleared by this provider`,
+      true,
+    );
+  }
+  const status = await ctx.client.vmStatus(found.node, vmid);
+  if (status.status === 'running') {
+    setStep(r, 'Stopping');
+    a.task = await ctx.client.stopVm(found.node, vmid);
+    ctx.site.invalidate();
+    await hook(ctx, 'delete-stop-issued', r);
+    return { requeueAfterMs: ctx.taskPollMs };
+  }
+  setStep(r, 'Destroying');
+  a.task = await ctx.client.deleteVm(found.node, vmid, { purge: true, destroyUnreferencedDisks: true });
+  ctx.site.invalidate();
+  await hook(ctx, 'delete-destroy-issued', r);
+  return { requeueAfterMs: ctx.taskPollMs };
+}

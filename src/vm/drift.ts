@@ -1,0 +1,158 @@
+/**
+ * Step 11-12: drift. The first difference between the spec and the VM's config, as one change
+ * to make (one config POST with the digest, one disk resize, or a power action), so that one
+ * reconcile makes at most one mutation. Disks only grow; a smaller size is reported, not applied.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
+import { setCondition } from '../engine/resource.ts';
+import type { StepContext } from './context.ts';
+import type { ObservedVm } from './lookup.ts';
+import { sshKeys } from './secrets.ts';
+import {
+  desiredDescription,
+  desiredIpConfigs,
+  desiredNets,
+  desiredTags,
+  diskBytes,
+  diskOptions,
+  driveSize,
+  memoryBytes,
+  parseNetValue,
+  parseUserData,
+  printNet,
+  vmName,
+} from './spec.ts';
+
+export interface Change {
+  kind: 'config' | 'resize' | 'start' | 'stop' | 'destroy-placeholder';
+  why: string;
+  set?: Record<string, string | number>;
+  del?: string[];
+  disk?: string;
+  size?: string;
+  /** The node of the VM (for destroy-placeholder, which comes before status.atProvider.node is trusted). */
+  node?: string;
+}
+
+/** SSH keys as PVE returns them (percent-encoded). */
+function decodeSshKeys(v: string | undefined): string {
+  if (!v) return '';
+  try {
+    return decodeURIComponent(v);
+  } catch {
+    return v;
+  }
+}
+
+/** The first difference between spec and VM, as one change to make. */
+export function diff(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  found: ObservedVm,
+  cfg: Record<string, string>,
+  state: string,
+): Change | undefined {
+  const fp = r.spec.forProvider;
+  const set: Record<string, string | number> = {};
+  const del: string[] = [];
+  const want = (k: string, v: string | number | undefined) => {
+    if (v === undefined) return;
+    if (String(cfg[k] ?? '') !== String(v)) set[k] = v;
+  };
+  want('name', vmName(r));
+  want('cores', fp.cpu ?? 1);
+  want('sockets', fp.sockets ?? 1);
+  const mem = Math.round((memoryBytes(fp) ?? 2048 * MiB) / MiB);
+  if (Number.parseInt(String(cfg.memory ?? '').replace(/^current=/, ''), 10) !== mem) set.memory = mem;
+  const tags = desiredTags(r);
+  const have = (cfg.tags ?? '')
+    .split(/[;,\s]+/)
+    .filter(Boolean)
+    .sort()
+    .join(';');
+  if (have !== tags) set.tags = tags;
+  want('description', desiredDescription(r));
+  if (fp.onBoot !== undefined) want('onboot', fp.onBoot ? 1 : 0);
+  if (fp.startup !== undefined) want('startup', fp.startup);
+  const agent = fp.agent === false ? '0' : '1';
+  if ((cfg.agent ?? '0').replace(/^enabled=/, '').split(',')[0] !== agent) set.agent = agent;
+  const nets = desiredNets(fp);
+  for (const n of nets) {
+    const cur = cfg[n.key];
+    const parsed = cur ? parseNetValue(cur) : undefined;
+    const value = printNet(n, parsed?.mac);
+    if (cur !== value) set[n.key] = value;
+  }
+  for (const k of Object.keys(cfg)) if (/^net\d+$/.test(k) && !nets.some((n) => n.key === k)) del.push(k);
+  // Cloud-init.
+  const ci = fp.cloudInit;
+  const ud = parseUserData(fp.userData);
+  const ciUser = ci?.user ?? ud.user;
+  if (ciUser) want('ciuser', ciUser);
+  const ips = desiredIpConfigs(fp, nets.length);
+  for (const [i, v] of ips.entries()) want(`ipconfig${i}`, v);
+  const keys = sshKeys(ctx, r, ud);
+  if (keys.length && decodeSshKeys(cfg.sshkeys) !== keys.join('\n')) set.sshkeys = keys.join('\n');
+  // Passwords read back as '**********': set when none is set (rotate by recreating or by hand).
+  if (ctx.memory.secrets.password !== undefined && !cfg.cipassword) set.cipassword = ctx.memory.secrets.password;
+  if (ci?.dns?.servers?.length) want('nameserver', ci.dns.servers.join(' '));
+  if (ci?.dns?.searchDomain) want('searchdomain', ci.dns.searchDomain);
+  if (ci?.userDataSnippet) want('cicustom', `user=${ci.userDataSnippet}`);
+  if (Object.keys(set).length || del.length) {
+    return {
+      kind: 'config',
+      why: `updating ${[...Object.keys(set), ...del].join(', ')}`,
+      set,
+      ...(del.length ? { del } : {}),
+    };
+  }
+  // Disks: grow scsi0 to the requested size (never shrink).
+  const wantDisk = diskBytes(fp);
+  const d0 = cfg.scsi0;
+  if (wantDisk && d0) {
+    const size = driveSize(d0);
+    if (size !== undefined && size < wantDisk) {
+      return {
+        kind: 'resize',
+        why: `growing scsi0 to ${Math.round(wantDisk / GiB)}G`,
+        disk: 'scsi0',
+        size: `${Math.round(wantDisk / GiB)}G`,
+      };
+    }
+    if (size !== undefined && size > wantDisk + GiB / 2) {
+      setCondition(
+        r,
+        {
+          type: 'DiskShrinkRefused',
+          status: 'True',
+          reason: 'ShrinkNotSupported',
+          message: `scsi0 is ${Math.round(size / GiB)}G; Proxmox cannot shrink disks, the requested ${Math.round(wantDisk / GiB)}G is ignored`,
+          observedGeneration: r.metadata.generation,
+        },
+        Date.now(),
+      );
+    }
+  }
+  for (const [i, d] of (fp.disks ?? []).entries()) {
+    const slot = d.slot ?? `scsi${i + 1}`;
+    const bytes = parseQuantity(d.size, GiB)!;
+    const cur = cfg[slot];
+    if (!cur) {
+      const storage = d.storage ?? fp.storage ?? 'local-lvm';
+      return {
+        kind: 'config',
+        why: `adding disk ${slot}`,
+        set: { [slot]: [`${storage}:${Math.ceil(bytes / GiB)}`, ...diskOptions(d)].join(',') },
+      };
+    }
+    const size = driveSize(cur);
+    if (size !== undefined && size < bytes)
+      return { kind: 'resize', why: `growing ${slot}`, disk: slot, size: `${Math.ceil(bytes / GiB)}G` };
+  }
+  // Power state last: the VM starts with its final config.
+  const power = fp.powerState ?? 'running';
+  if (power === 'running' && state !== 'running') return { kind: 'start', why: `starting VM ${found.vmid}` };
+  if (power === 'stopped' && state === 'running') return { kind: 'stop', why: `stopping VM ${found.vmid}` };
+  return undefined;
+}

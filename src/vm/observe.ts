@@ -1,0 +1,344 @@
+/**
+ * Steps 2 and 11-13: what is there. The task we track first (it decides whether anything else is
+ * worth a look), then the VM at the external name from the site's bulk list, whose it is (see
+ * ownership.ts), and — only when something may have changed — its config, status, pending changes
+ * and guest addresses. Observe never mutates; what must change is returned as one Change for
+ * update (the engine's one-mutation-per-reconcile rule).
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import {
+  ANNOTATION_CREATE_PENDING,
+  ANNOTATION_EXTERNAL_NAME,
+  annotation,
+  createIncomplete,
+  externalName,
+  policyAllows,
+  setAnnotation,
+} from '../engine/resource.ts';
+import type { ExternalObservation } from '../engine/types.ts';
+import { atProvider, isReady, ready, reason } from './conditions.ts';
+import type { StepContext } from './context.ts';
+import { type Change, diff } from './drift.ts';
+import { findByMarker, locate, type ObservedVm } from './lookup.ts';
+import { cloneSource, type Ownership, ownershipOf, placeholderFate } from './ownership.ts';
+import { loadSecrets, withoutSecrets } from './secrets.ts';
+import { validateSpec } from './spec.ts';
+import { taskDone } from './tasks.ts';
+import { confirmedAt, giveUpVmid, vmidChosenByUs } from './vmid.ts';
+
+export interface Observed {
+  obs: ExternalObservation;
+  /** The change update() is to make (drift, or the clean-up of an interrupted create of ours). */
+  change?: Change;
+}
+
+/** The refusals that keep one resource on one VM: no second VM after a change of site or VMID. */
+function checkPlacement(ctx: StepContext, r: ProxmoxVM, vmid: number | undefined): void {
+  const a = r.status?.atProvider;
+  const fp = r.spec.forProvider;
+  if (a?.vmId === undefined) return;
+  const fix =
+    'moving a VM to another site or VMID is not supported yet: revert the field, or delete this resource (its VM is destroyed) and create a new one';
+  if (a.site && a.site !== ctx.site.name)
+    throw reason(
+      'PlacementChangeRefused',
+      `spec.forProvider.site is now '${ctx.site.name}' but VM ${a.vmId} of this resource is on site '${a.site}'; nothing is created on '${ctx.site.name}'. Fix: ${fix}`,
+    );
+  if (fp.vmid !== undefined && vmid !== undefined && fp.vmid !== vmid && a.vmId === vmid)
+    throw reason(
+      'PlacementChangeRefused',
+      `spec.forProvider.vmid is now ${fp.vmid} but this resource's VM is ${vmid}; no VM is created at ${fp.vmid}. Fix: ${fix}`,
+    );
+}
+
+/** A VM at our VMID that is not ours: give the VMID up if we may, else refuse for good. */
+function notOurs(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, own: Ownership): Observed {
+  if (vmidChosenByUs(r) && !confirmedAt(r, found.vmid)) return { obs: giveUpVmid(ctx, r, found.vmid) };
+  if (own.kind === 'other')
+    throw reason(
+      'VMIDConflict',
+      `VM ${found.vmid} on node ${found.node} belongs to another resource (uid ${own.uid}); it will never be modified or deleted by this one. Fix: give this resource its own VMID`,
+    );
+  throw reason(
+    'VMIDConflict',
+    `VM ${found.vmid} on node ${found.node} was not created by this resource (no ownership marker); it will never be modified or deleted. Fix: point crossplane.io/external-name at this resource's own VM, or use managementPolicies: [Observe] to watch VM ${found.vmid} without managing it`,
+  );
+}
+
+/**
+ * A create/clone placeholder at our VMID (no marker yet, or ours still under `lock: create|clone`):
+ * wait while its worker runs; once it died, clean it up when it is provably ours and the
+ * credentials may (root@pam: unlock, then destroy), or say exactly how to.
+ */
+async function settlePlaceholder(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  found: ObservedVm,
+  lock: 'create' | 'clone',
+  own: Ownership,
+): Promise<Observed> {
+  const a = atProvider(r);
+  const vmid = found.vmid;
+  const fate = await placeholderFate(
+    ctx,
+    r,
+    vmid,
+    found.node,
+    lock === 'clone' ? await cloneSource(ctx, r) : undefined,
+  );
+  if (fate.kind === 'in-progress') {
+    a.step = lock === 'create' ? 'Creating' : 'Cloning';
+    ready(r, 'False', 'Creating', `VM ${vmid} is being ${lock === 'create' ? 'created' : 'cloned'} on ${found.node}`);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+  }
+  if (fate.kind === 'foreign' && own.kind !== 'ours') return notOurs(ctx, r, found, { kind: 'foreign', lock });
+  const manual = `on node ${found.node} run 'qm unlock ${vmid} && qm destroy ${vmid} --purge' (the provider then creates the VM again), or give the provider root@pam password credentials, which may clear a lock it set`;
+  if (fate.kind === 'unknown' && own.kind !== 'ours') {
+    a.step = 'CreateInterrupted';
+    throw reason(
+      'CreateInterrupted',
+      `VM ${vmid} on node ${found.node} is a '${lock}' placeholder with no task running, and the task history no longer shows who made it; it is left alone. Fix: if nobody else is creating VM ${vmid}, ${manual}`,
+      true,
+    );
+  }
+  // Ours, and its worker is gone (node reboot, killed worker): PVE keeps the placeholder and its lock.
+  a.step = 'CreateInterrupted';
+  if ((await ctx.client.capabilities()).rootTicket) {
+    ready(
+      r,
+      'False',
+      'Creating',
+      `VM ${vmid}: our ${lock} was interrupted; clearing its placeholder to create it again`,
+    );
+    return {
+      obs: { exists: true, upToDate: false },
+      change: {
+        kind: 'destroy-placeholder',
+        why: `destroying the '${lock}' placeholder of interrupted VM ${vmid}`,
+        node: found.node,
+      },
+    };
+  }
+  const task =
+    fate.kind === 'ours-interrupted' ? ` (task ${fate.task.upid} ended: ${fate.task.status ?? 'unknown'})` : '';
+  throw reason(
+    'CreateInterrupted',
+    `VM ${vmid} on node ${found.node} is left from a ${lock} of this resource whose worker died${task}; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manual}`,
+    true,
+  );
+}
+
+export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed> {
+  const problems = validateSpec(r);
+  if (problems.length) {
+    throw reason('InvalidSpec', problems.map((p) => `${p.field}: ${p.message}`).join('; '));
+  }
+  const a = atProvider(r);
+  const vmidText = externalName(r);
+  checkPlacement(ctx, r, vmidText ? Number(vmidText) : undefined);
+  a.site = ctx.site.name;
+  await loadSecrets(ctx, r);
+  const observeOnly =
+    !policyAllows(r.spec.managementPolicies, 'Create') && !policyAllows(r.spec.managementPolicies, 'Update');
+  if (!vmidText) return { obs: { exists: false, upToDate: false } };
+  let vmid = Number(vmidText);
+  if (!Number.isInteger(vmid) || vmid < 100)
+    throw reason(
+      'InvalidExternalName',
+      `crossplane.io/external-name must be a VMID (an integer >= 100); got '${vmidText}'`,
+    );
+
+  // In-flight task first: it decides whether anything else is worth looking at.
+  const task = a.task;
+  if (task) {
+    const done = await taskDone(ctx, task);
+    if (!done.finished) return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+    delete a.task;
+    ctx.site.releaseCreate(r.metadata.uid);
+    ctx.site.invalidate();
+    // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
+    if (!done.error && /:qmdestroy:/.test(task)) delete a.vmId;
+    if (done.error) {
+      // Back off before looking again (invariant 4); the next observe finds whatever the
+      // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
+      a.step = 'Failed';
+      const msg = withoutSecrets(ctx, done.error.message);
+      const locked = /VM is locked|got timeout/.test(msg);
+      const creating = /:(qmcreate|qmclone):/.test(task);
+      const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
+      if (creating) err.createFailure = true;
+      throw err;
+    }
+  }
+
+  // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
+  let found = await locate(ctx, vmid, false);
+  if (!found && createIncomplete(r) && !observeOnly) {
+    // A create may have happened whose result was never recorded: find our VM by its marker.
+    const byMarker = await findByMarker(ctx, r);
+    if (byMarker) {
+      setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(byMarker.vmid));
+      vmid = byMarker.vmid;
+      found = byMarker;
+    }
+  }
+  if (!found && a.createOutcome === 'Unknown' && !observeOnly) {
+    // Sent, no answer, nothing there yet: PVE may still apply it. Wait before sending it again (at
+    // the same VMID, where PVE refuses a second create) or, when deleting, before letting go.
+    const sent = Date.parse(annotation(r, ANNOTATION_CREATE_PENDING) ?? '') || 0;
+    const waitMs = ctx.options.unknownOutcomeWaitMs ?? 30_000;
+    if (ctx.site.now() - sent < waitMs) {
+      a.step = 'CreateOutcomeUnknown';
+      ready(
+        r,
+        'False',
+        'Creating',
+        `the create of VM ${vmid} got no answer; waiting to see whether Proxmox applied it`,
+      );
+      return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+    }
+  }
+  if (!found) {
+    delete a.vmId;
+    a.state = 'absent';
+    if (vmidChosenByUs(r)) ctx.site.reserved.set(vmid, r.metadata.uid);
+    return { obs: { exists: false, upToDate: false } };
+  }
+  if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
+  a.node = found.node;
+
+  const full = needsFullObserve(ctx, r, found);
+  if (full) found.config = await ctx.client.vmConfig(found.node, vmid);
+  const cfg = found.config?.values;
+  const lock = cfg ? cfg.lock : found.entry.lock;
+  if (lock) a.lock = lock;
+  else delete a.lock;
+
+  if (observeOnly) a.vmId = vmid;
+  // Ownership (invariants 1-2): see ownership.ts.
+  if (!observeOnly && cfg) {
+    const own = ownershipOf(r, cfg);
+    if (own.kind === 'other' || own.kind === 'foreign') return notOurs(ctx, r, found, own);
+    if (own.kind === 'placeholder') return settlePlaceholder(ctx, r, found, own.lock, own);
+    a.vmId = vmid;
+    delete a.createOutcome;
+    if (own.lock) return settlePlaceholder(ctx, r, found, own.lock, own);
+  }
+
+  // Status.
+  const status = full ? await ctx.client.findVmStatus(found.node, vmid) : undefined;
+  const state = status?.status ?? found.entry.status ?? 'unknown';
+  a.state = state;
+  a.qmpStatus = status?.qmpstatus ?? state;
+  if (full && cfg) {
+    ctx.memory.lastFull = {
+      at: ctx.site.now(),
+      generation: r.metadata.generation,
+      digest: found.config!.digest,
+    };
+  }
+  if (state === 'running' && cfg && /^(1|enabled=1)/.test(cfg.agent ?? '')) {
+    a.ipAddresses = await guestAddresses(ctx, found.node, vmid);
+  } else if (state !== 'running') delete a.ipAddresses;
+  if (state === 'running' && full) {
+    const pending = await ctx.client.vmPending(found.node, vmid).catch(() => []);
+    const keys = pending.filter((p) => p.pending !== undefined || p.delete).map((p) => p.key);
+    if (keys.length) a.pendingChanges = keys;
+    else delete a.pendingChanges;
+  }
+
+  if (observeOnly) {
+    ready(
+      r,
+      state === 'running' || state === 'stopped' ? 'True' : 'False',
+      state === 'running' || state === 'stopped' ? 'Available' : 'Unavailable',
+    );
+    return { obs: { exists: true, upToDate: true } };
+  }
+
+  if (lock) {
+    ready(r, 'False', 'Locked', `VM ${vmid} is locked (${lock}); waiting for the lock to clear`);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+  }
+
+  // Drift (only with a fresh config).
+  if (cfg) {
+    const change = diff(ctx, r, found, cfg, state);
+    if (change) {
+      a.step =
+        change.kind === 'start'
+          ? 'Starting'
+          : change.kind === 'stop'
+            ? 'Stopping'
+            : change.kind === 'resize'
+              ? 'Resizing'
+              : 'Configuring';
+      ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', change.why);
+      return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change };
+    }
+  }
+  const want = r.spec.forProvider.powerState ?? 'running';
+  const agentWanted = r.spec.forProvider.agent !== false;
+  if (want === 'running' && agentWanted && state === 'running' && !a.ipAddresses?.length) {
+    a.step = 'WaitingForAgent';
+    ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for the guest agent to report addresses`);
+    return {
+      obs: {
+        exists: true,
+        upToDate: true,
+        requeueAfterMs: ctx.options.agentPollMs ?? 5000,
+        ...connection(ctx, r, found),
+      },
+    };
+  }
+  a.step = 'Ready';
+  ready(r, 'True', 'Available');
+  return { obs: { exists: true, upToDate: true, ...connection(ctx, r, found) } };
+}
+
+function connection(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): { connectionDetails: Record<string, string> } {
+  const a = atProvider(r);
+  return {
+    connectionDetails: {
+      // The Proxmox VE API of the site (what a consumer of the Secret connects to), not its name.
+      endpoint: ctx.site.client.transport.endpoints[0] ?? ctx.site.client.site,
+      node: found.node,
+      vmid: String(found.vmid),
+      ...(a.ipAddresses?.length ? { ipAddresses: a.ipAddresses.join(','), ip: a.ipAddresses[0]! } : {}),
+      ...(r.spec.forProvider.cloudInit?.user ? { user: r.spec.forProvider.cloudInit.user } : {}),
+    },
+  };
+}
+
+function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): boolean {
+  const last = ctx.memory.lastFull;
+  if (!last) return true;
+  if (last.generation !== r.metadata.generation) return true;
+  if (!isReady(r)) return true;
+  if (r.status?.atProvider?.step !== 'Ready') return true;
+  if (found.entry.lock) return true;
+  if ((found.entry.status ?? '') !== (r.status?.atProvider?.state ?? '')) return true;
+  return ctx.site.now() - last.at > (ctx.options.driftIntervalMs ?? 300_000);
+}
+
+async function guestAddresses(ctx: StepContext, node: string, vmid: number): Promise<string[]> {
+  try {
+    const ifaces = await ctx.client.agentNetworkInterfaces(node, vmid);
+    const out: string[] = [];
+    for (const i of ifaces) {
+      if (i.name === 'lo') continue;
+      for (const ip of i['ip-addresses'] ?? []) {
+        if (ip['ip-address-type'] === 'ipv4' && !ip['ip-address'].startsWith('127.')) out.push(ip['ip-address']);
+      }
+    }
+    for (const i of ifaces) {
+      if (i.name === 'lo') continue;
+      for (const ip of i['ip-addresses'] ?? [])
+        if (ip['ip-address-type'] === 'ipv6' && !ip['ip-address'].startsWith('fe80') && ip['ip-address'] !== '::1')
+          out.push(ip['ip-address']);
+    }
+    return out;
+  } catch {
+    return []; // agent not up yet: "QEMU guest agent is not running"
+  }
+}

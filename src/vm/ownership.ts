@@ -1,0 +1,116 @@
+/**
+ * Whose is the VM at a resource's VMID? The answer decides everything the provider may do to it,
+ * so it rests only on what Proxmox itself shows:
+ *
+ * - the ownership marker (the last line of the description, written in the create or clone call);
+ * - the placeholder a create or clone leaves while its worker runs: PVE writes a config holding
+ *   only `lock: create` in the API handler before the worker starts (qemu-server
+ *   `src/PVE/API2/Qemu.pm` create_vm, `create_and_lock_config`), and a clone writes
+ *   `# qmclone temporary file` + `lock: clone`, then the config with the new description after each
+ *   disk (clone_vm). Until the worker ends such a VM has no marker yet, or has it under `lock: clone`;
+ * - the task list, when the worker died (node reboot, killed worker) and left the placeholder and
+ *   its lock behind: a create/clone task for that VMID by our credentials, started since we persisted
+ *   the VMID, makes it ours.
+ *
+ * A placeholder is presumed ours only while we may have sent a create at this VMID; it is never
+ * renamed away as foreign while its worker runs.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import {
+  ANNOTATION_CREATE_FAILED,
+  ANNOTATION_CREATE_PENDING,
+  ANNOTATION_CREATE_SUCCEEDED,
+  annotation,
+} from '../engine/resource.ts';
+import type { VmConfig } from '../proxmox/types.ts';
+import type { StepContext } from './context.ts';
+import { markerUid } from './spec.ts';
+import { type MakerTask, makerTasks } from './tasks.ts';
+
+export type Ownership =
+  /** Our marker (uid) is on it. `lock` is a create/clone lock still held (in progress or interrupted). */
+  | { kind: 'ours'; lock?: 'create' | 'clone' }
+  /** A create/clone placeholder without a marker yet, made (or presumed made) by us. */
+  | { kind: 'placeholder'; lock: 'create' | 'clone' }
+  /** Another resource's marker. */
+  | { kind: 'other'; uid: string }
+  /** No marker, and not a placeholder of ours: somebody else's VM. */
+  | { kind: 'foreign'; lock?: string };
+
+/**
+ * Whether a create by this resource may exist at its external name: one was sent (pending), and
+ * it is not known to have been refused (a synchronous failure newer than the pending mark, with no
+ * earlier send of unknown outcome).
+ */
+export function mayHaveCreated(r: ProxmoxVM): boolean {
+  const pending = Date.parse(annotation(r, ANNOTATION_CREATE_PENDING) ?? '');
+  if (!pending) return false;
+  if (r.status?.atProvider?.createOutcome === 'Unknown') return true;
+  const failed = Date.parse(annotation(r, ANNOTATION_CREATE_FAILED) ?? '') || 0;
+  const succeeded = Date.parse(annotation(r, ANNOTATION_CREATE_SUCCEEDED) ?? '') || 0;
+  return !(failed >= pending && failed > succeeded);
+}
+
+export function isPlaceholderLock(lock: string | undefined): lock is 'create' | 'clone' {
+  return lock === 'create' || lock === 'clone';
+}
+
+/** Whose is this config (read at our VMID)? */
+export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values']): Ownership {
+  const owner = markerUid(cfg.description);
+  const lock = cfg.lock;
+  if (owner === r.metadata.uid) return isPlaceholderLock(lock) ? { kind: 'ours', lock } : { kind: 'ours' };
+  if (owner) return { kind: 'other', uid: owner };
+  if (isPlaceholderLock(lock) && mayHaveCreated(r)) return { kind: 'placeholder', lock };
+  return lock ? { kind: 'foreign', lock } : { kind: 'foreign' };
+}
+
+export type PlaceholderFate =
+  /** Its worker still runs (or may: the evidence could not be read): wait. */
+  | { kind: 'in-progress' }
+  /** No worker runs; the task list shows our credentials made it since we persisted the VMID. */
+  | { kind: 'ours-interrupted'; task: MakerTask }
+  /** No worker runs; the task list shows somebody else made it. */
+  | { kind: 'foreign'; task: MakerTask }
+  /** No worker runs, and the task list holds no trace of who made it (rotated away). */
+  | { kind: 'unknown' };
+
+/** Clock skew allowed between this process and the Proxmox node when comparing task start times. */
+const SKEW_S = 300;
+
+/**
+ * Is a create/clone placeholder at `vmid` still being worked on, and if not, whose is it?
+ * `clone` names the template we clone from (a clone's task id is the source VMID).
+ */
+export async function placeholderFate(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  vmid: number,
+  node: string,
+  clone: { vmid: number; node: string } | undefined,
+): Promise<PlaceholderFate> {
+  let tasks: MakerTask[];
+  try {
+    tasks = await makerTasks(ctx, vmid, node, clone);
+  } catch {
+    return { kind: 'in-progress' }; // no evidence: never act on a guess
+  }
+  if (tasks.some((t) => t.running)) return { kind: 'in-progress' };
+  const since = (Date.parse(annotation(r, ANNOTATION_CREATE_PENDING) ?? '') || 0) / 1000 - SKEW_S;
+  // A maker that ended well left a complete VM, not a placeholder: only an abnormal end counts.
+  const newest = tasks.find((t) => t.starttime >= since && !/^(OK|WARNINGS)/.test(t.status ?? ''));
+  if (!newest) return { kind: 'unknown' };
+  if (newest.authId === ctx.client.auth.authId) return { kind: 'ours-interrupted', task: newest };
+  return { kind: 'foreign', task: newest };
+}
+
+/** The template a clone of this resource comes from (a clone task's id is the source VMID). */
+export async function cloneSource(ctx: StepContext, r: ProxmoxVM): Promise<{ vmid: number; node: string } | undefined> {
+  const t = r.spec.forProvider.template;
+  if (!t) return undefined;
+  const e = (await ctx.site.clusterResources(false, ctx.signal)).find(
+    (x) =>
+      x.type === 'qemu' && x.template === 1 && (t.vmid !== undefined ? Number(x.vmid) === t.vmid : x.name === t.name),
+  );
+  return e?.node ? { vmid: Number(e.vmid), node: e.node } : undefined;
+}

@@ -1,0 +1,277 @@
+/**
+ * Steps 3-7 of the seed's flow, before anything is reserved or created: the node (or a placement),
+ * its health, the bridges, the storages and their room, the image or template and whether these
+ * credentials can import it on this PVE version, and the node's capacity. Each failure is a
+ * ReasonedError whose message names the fix. `preflight` then takes a concurrency slot.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
+import { PveError } from '../proxmox/index.ts';
+import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
+import { atProvider, explain, reason, setStep } from './conditions.ts';
+import type { StepContext } from './context.ts';
+import { desiredNets, diskBytes, memoryBytes } from './spec.ts';
+
+export type CreateSource =
+  | { kind: 'blank' }
+  | { kind: 'import'; from: string }
+  | { kind: 'template'; vmid: number; node: string };
+
+/** What preflight resolved, for create (in the same reconcile). */
+export interface CreatePlan {
+  node: string;
+  storage: string;
+  ciStorage: string;
+  source: CreateSource;
+}
+
+/** Steps 3-7 and capacity, then a concurrency slot: nothing is reserved or created unless all pass. */
+export async function preflight(
+  ctx: StepContext,
+  r: ProxmoxVM,
+): Promise<{ plan?: CreatePlan; waitMs?: number; message?: string }> {
+  const fp = r.spec.forProvider;
+  setStep(r, 'CheckingNode');
+  const node = await resolveNode(ctx, r);
+  atProvider(r).node = node;
+  setStep(r, 'CheckingBridge');
+  await checkBridges(ctx, r, node);
+  setStep(r, 'CheckingStorage');
+  const storage = fp.storage ?? 'local-lvm';
+  const storages = await ctx.client.nodeStorages(node);
+  checkStorage(storages, storage, diskBytes(fp) ?? 0, 'spec.forProvider.storage');
+  for (const [i, d] of (fp.disks ?? []).entries()) {
+    checkStorage(
+      storages,
+      d.storage ?? storage,
+      parseQuantity(d.size, GiB) ?? 0,
+      `spec.forProvider.disks[${i}].storage`,
+    );
+  }
+  const ciStorage = fp.cloudInit?.storage ?? storage;
+  if (ciStorage !== storage) checkStorage(storages, ciStorage, 4 * MiB, 'spec.forProvider.cloudInit.storage');
+  setStep(r, 'ResolvingImage');
+  const source = await resolveSource(ctx, r, node, storages);
+  await checkCapacity(ctx, r, node);
+  if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [storage])) {
+    setStep(r, 'WaitingForSlot');
+    return {
+      waitMs: ctx.taskPollMs,
+      message: `waiting for a free slot on node ${node} / storage ${storage} (concurrency limits of the ProviderConfig)`,
+    };
+  }
+  ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, (fp.cpu ?? 1) * (fp.sockets ?? 1));
+  return { plan: { node, storage, ciStorage, source } };
+}
+
+/** Step 3 (+ placement when no node is given). */
+export async function resolveNode(ctx: StepContext, r: ProxmoxVM): Promise<string> {
+  const fp = r.spec.forProvider;
+  const nodes = (await ctx.site.clusterResources(true, ctx.signal)).filter((e) => e.type === 'node');
+  if (fp.node) {
+    const n = nodes.find((x) => x.node === fp.node);
+    if (!n)
+      throw reason(
+        'NodeNotFound',
+        `node '${fp.node}' is not part of site ${ctx.site.name} (nodes: ${nodes.map((x) => x.node).join(', ') || 'none'}); fix spec.forProvider.node`,
+      );
+    await checkNodeHealth(ctx, fp.node, n);
+    return fp.node;
+  }
+  setStep(r, 'Placing');
+  const mem = memoryBytes(fp) ?? 0;
+  const candidates = nodes
+    .filter((n) => n.status === 'online')
+    .map((n) => {
+      const inf = ctx.site.inflight.get(n.node!) ?? { memory: 0, cpu: 0 };
+      return { node: n.node!, free: (n.maxmem ?? 0) - (n.mem ?? 0) - inf.memory };
+    })
+    .filter((n) => n.free >= mem)
+    .sort((x, y) => y.free - x.free);
+  const best = candidates[0];
+  if (!best)
+    throw reason(
+      'InsufficientCapacity',
+      `no online node of site ${ctx.site.name} has ${Math.round(mem / GiB)} GiB of free memory; free memory or pin spec.forProvider.node`,
+      true,
+    );
+  await checkNodeHealth(ctx, best.node, nodes.find((x) => x.node === best.node)!);
+  return best.node;
+}
+
+async function checkNodeHealth(ctx: StepContext, node: string, entry: ClusterResource): Promise<void> {
+  if (entry.status !== 'online')
+    throw reason(
+      'NodeUnhealthy',
+      `node ${node} is ${entry.status ?? 'unknown'} in the cluster; it must be online before a VM is created there`,
+      true,
+    );
+  try {
+    await ctx.client.nodeStatus(node);
+  } catch (e) {
+    if (e instanceof PveError && e.kind === 'permission') throw explain(ctx.site.name, e);
+    throw reason(
+      'NodeUnhealthy',
+      `node ${node} does not answer (GET /nodes/${node}/status: ${e instanceof Error ? e.message : String(e)})`,
+      true,
+    );
+  }
+}
+
+/** Step 4. */
+export async function checkBridges(ctx: StepContext, r: ProxmoxVM, node: string): Promise<void> {
+  const bridges = new Set((await ctx.client.bridges(node)).map((i) => i.iface));
+  for (const n of desiredNets(r.spec.forProvider)) {
+    if (!bridges.has(n.bridge)) {
+      throw reason(
+        'BridgeNotFound',
+        `bridge '${n.bridge}' does not exist on node ${node} (bridges: ${[...bridges].sort().join(', ') || 'none'}); create it in Proxmox or fix the network of spec.forProvider`,
+      );
+    }
+  }
+}
+
+/** Step 5. */
+export function checkStorage(storages: StorageEntry[], id: string, bytes: number, field: string): StorageEntry {
+  const s = storages.find((x) => x.storage === id);
+  if (!s)
+    throw reason(
+      'StorageNotFound',
+      `storage '${id}' (${field}) does not exist on this node (storages: ${storages.map((x) => x.storage).join(', ')})`,
+    );
+  if (!s.content.split(',').includes('images')) {
+    throw reason(
+      'StorageCannotHoldImages',
+      `storage '${id}' (${field}) does not hold VM disks (content: ${s.content}); pick a storage with the 'images' content type`,
+    );
+  }
+  if (s.active === 0 || s.enabled === 0)
+    throw reason('StorageUnavailable', `storage '${id}' is not active on this node`, true);
+  if (s.avail !== undefined && bytes > s.avail) {
+    throw reason(
+      'StorageFull',
+      `storage '${id}' has ${(s.avail / GiB).toFixed(1)} GiB free, ${(bytes / GiB).toFixed(1)} GiB needed; free space or pick another storage for ${field}`,
+      true,
+    );
+  }
+  return s;
+}
+
+export async function checkCapacity(ctx: StepContext, r: ProxmoxVM, node: string): Promise<void> {
+  const fp = r.spec.forProvider;
+  const n = (await ctx.site.clusterResources(false, ctx.signal)).find((e) => e.type === 'node' && e.node === node);
+  if (!n) return;
+  const cores = (fp.cpu ?? 1) * (fp.sockets ?? 1);
+  if (n.maxcpu !== undefined && cores > n.maxcpu) {
+    throw reason(
+      'InsufficientCapacity',
+      `${cores} vCPUs requested but node ${node} has ${n.maxcpu}; Proxmox will not start a VM with more vCPUs than the host has`,
+    );
+  }
+  const mem = memoryBytes(fp) ?? 0;
+  const inf = ctx.site.inflight.get(node);
+  const free = (n.maxmem ?? 0) - (n.mem ?? 0) - (inf && !inf.holders.has(r.metadata.uid) ? inf.memory : 0);
+  if (n.maxmem !== undefined && mem > free) {
+    throw reason(
+      'InsufficientCapacity',
+      `${(mem / GiB).toFixed(1)} GiB memory requested but node ${node} has ${(free / GiB).toFixed(1)} GiB free`,
+      true,
+    );
+  }
+}
+
+/** Step 7: the image (a volume to import) or the template to clone, and whether it can be used. */
+export async function resolveSource(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  node: string,
+  storages: StorageEntry[],
+): Promise<CreateSource> {
+  const fp = r.spec.forProvider;
+  if (fp.template) {
+    const list = await ctx.site.clusterResources(false, ctx.signal);
+    const t = list.find(
+      (e) =>
+        e.type === 'qemu' &&
+        e.template === 1 &&
+        (fp.template!.vmid !== undefined ? Number(e.vmid) === fp.template!.vmid : e.name === fp.template!.name),
+    );
+    const what = fp.template.vmid !== undefined ? `VMID ${fp.template.vmid}` : `'${fp.template.name}'`;
+    if (!t)
+      throw reason(
+        'TemplateNotFound',
+        `no template ${what} on site ${ctx.site.name}; convert a VM to a template or fix spec.forProvider.template`,
+      );
+    return { kind: 'template', vmid: Number(t.vmid), node: t.node! };
+  }
+  if (!fp.image) return { kind: 'blank' };
+  const caps = await ctx.client.capabilities();
+  // Before looking for the image: without import-from no image can be imported, wherever it is.
+  if (!caps.importFrom) {
+    throw reason(
+      'ImageNotImportable',
+      `PVE ${caps.version.text} on site ${ctx.site.name} has no import-from (added in 7.2), so ${fp.image} cannot be imported over the API. Fix: create a template VM and set spec.forProvider.template, or upgrade to PVE >= 7.2`,
+    );
+  }
+  let volid: string | undefined;
+  let content: string | undefined;
+  const searched: string[] = [];
+  if (fp.image.includes(':')) {
+    const sid = fp.image.slice(0, fp.image.indexOf(':'));
+    if (!storages.some((s) => s.storage === sid))
+      throw reason('ImageNotFound', `image ${fp.image}: storage '${sid}' does not exist on node ${node}`);
+    const vols = await ctx.client.storageContent(node, sid);
+    const v = vols.find((x) => x.volid === fp.image);
+    searched.push(sid);
+    if (v) {
+      volid = v.volid;
+      content = v.content;
+    }
+  } else {
+    const file = fp.image;
+    const order = (s: StorageEntry) => (s.content.includes('import') ? 0 : s.content.includes('iso') ? 1 : 2);
+    for (const s of [...storages].sort((x, y) => order(x) - order(y))) {
+      if (!/\b(import|iso|images)\b/.test(s.content)) continue;
+      searched.push(s.storage);
+      const vols = await ctx.client.storageContent(node, s.storage);
+      const v = vols.find((x) => x.volid.endsWith(`/${file}`));
+      if (v) {
+        volid = v.volid;
+        content = v.content;
+        break;
+      }
+    }
+  }
+  if (!volid) {
+    throw reason(
+      'ImageNotFound',
+      `image '${fp.image}' was not found on node ${node} (searched: ${searched.join(', ') || 'no storage'}); upload it (content type 'import' on PVE >= 8.3) or fix spec.forProvider.image`,
+    );
+  }
+  const fixes =
+    'Fix: (1) put the image in a storage with the `import` content type (PVE >= 8.3), e.g. local:import/<name>.qcow2, and set spec.forProvider.image to it; (2) clone a template with spec.forProvider.template; or (3) use root@pam password credentials';
+  if (content === 'import') {
+    if (!caps.importContent)
+      throw reason(
+        'ImageNotImportable',
+        `${volid} is an 'import' volume, which PVE ${caps.version.text} cannot import from (needs 8.3). ${fixes}`,
+      );
+    return { kind: 'import', from: volid };
+  }
+  if (content === 'images') return { kind: 'import', from: volid };
+  if (content === 'iso') {
+    if (caps.rootTicket) {
+      const sid = volid.slice(0, volid.indexOf(':'));
+      const base = sid === 'local' ? '/var/lib/vz' : undefined;
+      if (base) return { kind: 'import', from: `${base}/template/${volid.slice(volid.indexOf(':') + 1)}` };
+    }
+    throw reason(
+      'ImageNotImportable',
+      `${volid} is an ISO-content volume; Proxmox imports only 'images' or 'import' volumes with ${caps.authKind === 'token' ? 'an API token' : `user ${caps.authId}`}. ${fixes}`,
+    );
+  }
+  throw reason(
+    'ImageNotImportable',
+    `${volid} has content type '${content}', which cannot be imported as a disk. ${fixes}`,
+  );
+}

@@ -1,0 +1,160 @@
+/**
+ * What one site (one Proxmox VE cluster) shares between every ProxmoxVM on it, and the only place
+ * where per-resource state survives from one reconcile to the next: the bulk observation caches
+ * (`/cluster/resources`, active tasks), the VMIDs handed out but not yet created (the nextid race),
+ * memory and CPU promised to creates in flight, the concurrency slots, and per-resource drift and
+ * Secret bookkeeping. `forget(uid)` releases all of it for a resource that left the engine, so a
+ * deleted, orphaned or renamed resource never keeps a slot or a VMID.
+ */
+import type { PveClient } from '../proxmox/index.ts';
+import type { ClusterResource } from '../proxmox/types.ts';
+import type { SlotLimiter } from './limits.ts';
+
+/** What a resource remembers between reconciles (one entry per resource uid). */
+export interface ResourceMemory {
+  /** The last full observation (config read): when, for which generation, and the config digest. */
+  lastFull?: { at: number; generation: number; digest: string };
+  /** Cloud-init values from Secret references, and when and for which references they were read. */
+  secrets: { password?: string; sshKeys: string[] };
+  secretsLoaded?: { at: number; refs: string };
+}
+
+/**
+ * A shared read, as one reconcile waits for it: that reconcile stops waiting when its signal
+ * aborts, while the read itself goes on for every other resource waiting on it.
+ */
+function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+export class SiteContext {
+  readonly name: string;
+  readonly client: PveClient;
+  readonly limiter: SlotLimiter;
+  readonly vmidRange: { min: number; max: number };
+  private resources: { at: number; data: Promise<ClusterResource[]> } | undefined;
+  private active = new Map<string, { at: number; data: Promise<Set<string>> }>();
+  /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
+  readonly reserved = new Map<number, string>();
+  /** Memory/CPU promised to creates in flight, per node, for placement. */
+  readonly inflight = new Map<
+    string,
+    { memory: number; cpu: number; holders: Map<string, { memory: number; cpu: number }> }
+  >();
+  private readonly memory = new Map<string, ResourceMemory>();
+  readonly ttlMs: number;
+  readonly now: () => number;
+
+  constructor(opts: {
+    name: string;
+    client: PveClient;
+    limiter: SlotLimiter;
+    vmidRange: { min: number; max: number };
+    ttlMs?: number;
+    now?: () => number;
+  }) {
+    this.name = opts.name;
+    this.client = opts.client;
+    this.limiter = opts.limiter;
+    this.vmidRange = opts.vmidRange;
+    this.ttlMs = opts.ttlMs ?? 1000;
+    this.now = opts.now ?? Date.now;
+  }
+
+  /**
+   * One `/cluster/resources` per site per TTL serves every resource (invariant 7). The list is read
+   * with the site's own client (not a reconcile's view): a reconcile that is aborted must not fail
+   * the shared read for every other resource waiting on it.
+   */
+  clusterResources(fresh = false, signal?: AbortSignal): Promise<ClusterResource[]> {
+    const t = this.now();
+    if (!fresh && this.resources && t - this.resources.at < this.ttlMs) return abortable(this.resources.data, signal);
+    const data = this.client.clusterResources();
+    this.resources = { at: t, data };
+    data.catch(() => {
+      if (this.resources?.data === data) this.resources = undefined;
+    });
+    return abortable(data, signal);
+  }
+
+  invalidate(): void {
+    this.resources = undefined;
+    this.active.clear();
+  }
+
+  /** Active task UPIDs on a node, shared by every VM polling a task there. */
+  activeTasks(node: string, signal?: AbortSignal): Promise<Set<string>> {
+    const t = this.now();
+    const c = this.active.get(node);
+    if (c && t - c.at < Math.min(this.ttlMs, 1000)) return abortable(c.data, signal);
+    const data = this.client.activeTasks(node).then((l) => new Set(l.map((x) => x.upid)));
+    this.active.set(node, { at: t, data });
+    data.catch(() => this.active.delete(node));
+    return abortable(data, signal);
+  }
+
+  /** The resource's memory (created on first use). */
+  remember(uid: string): ResourceMemory {
+    let m = this.memory.get(uid);
+    if (!m) {
+      m = { secrets: { sshKeys: [] } };
+      this.memory.set(uid, m);
+    }
+    return m;
+  }
+
+  /** Promise a node's memory and CPU to a create in flight (idempotent per resource). */
+  reserveCapacity(uid: string, node: string, memory: number, cpu: number): void {
+    const e = this.inflight.get(node) ?? { memory: 0, cpu: 0, holders: new Map() };
+    if (!e.holders.has(uid)) {
+      e.memory += memory;
+      e.cpu += cpu;
+      e.holders.set(uid, { memory, cpu });
+    }
+    this.inflight.set(node, e);
+  }
+
+  /** Release what `reserveCapacity` promised (by what was promised, not by today's spec). */
+  releaseCapacity(uid: string): void {
+    for (const e of this.inflight.values()) {
+      const held = e.holders.get(uid);
+      if (!held) continue;
+      e.holders.delete(uid);
+      e.memory -= held.memory;
+      e.cpu -= held.cpu;
+    }
+  }
+
+  /** Release the create's slot and promised capacity (its task ended, or it was never issued). */
+  releaseCreate(uid: string): void {
+    this.limiter.release(uid);
+    this.releaseCapacity(uid);
+  }
+
+  /** Drop the VMIDs this resource reserved in this process, except `keep`. */
+  unreserve(uid: string, keep?: number): void {
+    for (const [vmid, holder] of this.reserved) if (holder === uid && vmid !== keep) this.reserved.delete(vmid);
+  }
+
+  /** The resource left the engine (deleted, orphaned, renamed): release everything it held here. */
+  forget(uid: string): void {
+    this.releaseCreate(uid);
+    this.unreserve(uid);
+    this.memory.delete(uid);
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * Choosing a VMID before create, and giving one up. The VMID is chosen and persisted (as the
+ * external name, with `external-create-pending`) before the create is sent, so a crash or a lost
+ * reply can never make us create at a second VMID while the first create might still exist.
+ *
+ * A VMID we chose is given up only when Proxmox proves that our create cannot be there: another
+ * VM, complete (unlocked) and without our marker, holds it, and this resource never confirmed a
+ * VM of its own there (`status.atProvider.vmId`). PVE refuses a create at a taken VMID (qemu-server
+ * `src/PVE/API2/Qemu.pm`, create_vm: "unable to create VM N - VM N already exists on node"), so a
+ * late-applied create of ours at the old VMID fails harmlessly.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { ANNOTATION_CREATE_PENDING, ANNOTATION_EXTERNAL_NAME, annotation, setAnnotation } from '../engine/resource.ts';
+import type { ExternalObservation } from '../engine/types.ts';
+import { atProvider, reason, setStep } from './conditions.ts';
+import type { StepContext } from './context.ts';
+
+/** The first free VMID >= nextid in the site's range, skipping VMIDs in use, reserved or held by other resources. */
+export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ externalName: string }> {
+  const fp = r.spec.forProvider;
+  setStep(r, 'ReservingVMID');
+  if (fp.vmid !== undefined) return { externalName: String(fp.vmid) };
+  const { min, max } = ctx.site.vmidRange;
+  const taken = new Set(
+    (await ctx.site.clusterResources(true, ctx.signal)).filter((e) => e.vmid !== undefined).map((e) => Number(e.vmid)),
+  );
+  let start = min;
+  try {
+    start = Math.max(min, await ctx.client.nextId());
+  } catch {
+    // nextid is advisory; the resource list is enough
+  }
+  const held = ctx.options.vmidHolders?.(ctx.site.name);
+  for (let id = start; id <= max; id++) {
+    const holder = ctx.site.reserved.get(id) ?? held?.get(id);
+    if (taken.has(id) || (holder !== undefined && holder !== r.metadata.uid)) continue;
+    ctx.site.unreserve(r.metadata.uid);
+    ctx.site.reserved.set(id, r.metadata.uid);
+    return { externalName: String(id) };
+  }
+  ctx.site.releaseCreate(r.metadata.uid);
+  throw reason(
+    'VMIDRangeExhausted',
+    `no free VMID in the configured range ${min}-${max}; widen spec.vmidRange of the ProviderConfig`,
+  );
+}
+
+/**
+ * Whether this resource chose its VMID itself: no `spec.forProvider.vmid`, and the external name
+ * was written by chooseVmid (always together with `external-create-pending`). An external name a
+ * user set names a VM to manage or adopt: never given up.
+ */
+export function vmidChosenByUs(r: ProxmoxVM): boolean {
+  return r.spec.forProvider.vmid === undefined && annotation(r, ANNOTATION_CREATE_PENDING) !== undefined;
+}
+
+/** Whether this resource has seen a VM of its own (with its marker) at `vmid`. */
+export function confirmedAt(r: ProxmoxVM, vmid: number): boolean {
+  return r.status?.atProvider?.vmId === vmid;
+}
+
+/** Our create cannot be at this VMID (a stranger holds it): forget it, so that another is chosen. */
+export function giveUpVmid(ctx: StepContext, r: ProxmoxVM, vmid: number): ExternalObservation {
+  setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
+  const a = atProvider(r);
+  delete a.vmId;
+  delete a.createOutcome;
+  if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
+  return { exists: false, upToDate: false };
+}

@@ -1,0 +1,166 @@
+/**
+ * Regression tests for the zero-duplicate and zero-orphan findings of issue 9 that need no new
+ * simulator fault: a VMID taken during the failed-create backoff, a changed site, a forged or
+ * broken ownership marker, a password echoed by a task error, and stop() aborting in-flight work.
+ * Each failed on main before the fix.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Simulator } from '../../src/sim/index.ts';
+import { markerUid, ownershipMarker, validateSpec } from '../../src/vm/spec.ts';
+import { cond, count, Engine, foreignVm, ownedBy, SITE1, startSim, vm, waitUntil } from './harness.ts';
+
+describe('zero duplicates and zero orphans: engine regressions', () => {
+  let sim: Simulator;
+  let eng: Engine;
+  before(async () => {
+    sim = await startSim();
+    eng = await new Engine(sim).start();
+  });
+  after(async () => {
+    await eng.stop();
+    await sim.close();
+  });
+
+  it('a create task that fails, then a stranger takes its VMID during the backoff: a new VMID, never a permanent VMIDConflict', async () => {
+    const c = sim.cluster(SITE1);
+    // Every create fails until the stranger has taken the VMID (count -1), so no retry can win the race.
+    const fault = c.addFault({
+      kind: 'task',
+      type: 'qmcreate',
+      action: 'fail',
+      at: 'start',
+      message: 'no space',
+      count: -1,
+    });
+    let first = 0;
+    let foreign: Record<string, string> | undefined;
+    // Right after the failure is recorded, before the next observe: the stranger creates at our VMID.
+    const backoff = new Engine(sim, {
+      hooks: {
+        at: async (step, key) => {
+          if (step !== 'connected' || foreign || !first) return;
+          c.removeFault(fault);
+          await foreignVm(c, first);
+          foreign = structuredClone(c.state.vms.get(first)!.config);
+          void key;
+        },
+      },
+    });
+    const key = backoff.apply(vm('taken-in-backoff'));
+    await backoff.start();
+    try {
+      const failed = await backoff.waitFor(key, (r) => cond(r, 'Synced')?.reason === 'CreateFailed', 'CreateFailed');
+      first = Number(failed.metadata.annotations?.['crossplane.io/external-name']);
+      const r = await backoff.waitReady(key);
+      assert.ok(foreign, 'the stranger took the VMID');
+      assert.notEqual(r.status?.atProvider?.vmId, first, 'another VMID was chosen');
+      assert.equal(ownedBy(c, r.metadata.uid).length, 1, 'exactly one VM of ours');
+      assert.deepEqual(c.state.vms.get(first)?.config, foreign, 'the stranger is untouched');
+    } finally {
+      c.removeFault(fault);
+      await backoff.stop();
+    }
+  });
+
+  it('a change of site on a Ready VM is refused: no second VM on the other site, the first stays managed', async () => {
+    const key = eng.apply(vm('site-change'));
+    const r = await eng.waitReady(key);
+    const moved = structuredClone(r);
+    moved.spec.forProvider.site = 'site-2';
+    moved.spec.forProvider.node = sim.cluster('site-2').nodes[0]!;
+    moved.metadata.generation = (moved.metadata.generation ?? 1) + 1;
+    eng.apply(moved);
+    const refused = await eng.waitSynced(key, 'PlacementChangeRefused');
+    assert.match(cond(refused, 'Synced')?.message ?? '', /site-1.*not supported yet/);
+    assert.equal(ownedBy(sim.cluster('site-2'), r.metadata.uid).length, 0, 'nothing created on site-2');
+    // Deleting it now must not drop the finalizer and leave the site-1 VM running with our marker.
+    eng.delete(key);
+    await eng.waitFailures(key, 2);
+    assert.ok(eng.get(key).metadata.finalizers?.length, 'the finalizer stays while the VM exists');
+    assert.equal(ownedBy(sim.cluster(SITE1), r.metadata.uid).length, 1);
+  });
+
+  it('a password echoed by a failing task never reaches a condition, the status or an event', async () => {
+    const secret = 'pw-echoed-9d1c44';
+    const c = sim.cluster(SITE1);
+    const fault = c.addFault({
+      kind: 'task',
+      type: 'qmcreate',
+      action: 'fail',
+      at: 'start',
+      message: `unable to apply cipassword ${secret}`,
+    });
+    const withSecret = await new Engine(sim, { secret: async () => secret }).start();
+    try {
+      const key = withSecret.apply(
+        vm('echoed', { cloudInit: { user: 'ops', passwordSecretRef: { name: 's', key: 'password' } } }),
+      );
+      await withSecret.waitFor(key, (r) => cond(r, 'Synced')?.reason === 'CreateFailed', 'CreateFailed');
+      const visible = JSON.stringify([withSecret.get(key), withSecret.store.events]);
+      assert.ok(visible.includes('unable to apply cipassword'), 'the error itself is reported');
+      assert.ok(!visible.includes(secret), 'without the password');
+    } finally {
+      c.removeFault(fault);
+      await withSecret.stop();
+    }
+  });
+
+  it('stop() aborts a reconcile waiting on Proxmox: it returns at once and nothing is sent after it', async () => {
+    const c = sim.cluster(SITE1);
+    const slow = new Engine(sim, {});
+    await slow.start();
+    // 20 s of real time at the test speed factor: far longer than stop() may take.
+    const latency = c.addFault({ kind: 'latency', ms: 20_000_000, path: '/cluster/resources' });
+    try {
+      const before = count(c, 'GET /cluster/resources');
+      slow.apply(vm('aborted'));
+      await waitUntil(() => (count(c, 'GET /cluster/resources') > before ? true : undefined), 'a request in flight');
+      const started = Date.now();
+      await slow.stop();
+      assert.ok(Date.now() - started < 5_000, 'stop() did not wait for the 20-second request');
+      const after = JSON.stringify(c.counters());
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(JSON.stringify(c.counters()), after, 'no request after stop()');
+    } finally {
+      c.removeFault(latency);
+    }
+  });
+});
+
+describe('the ownership marker cannot be forged or broken by a manifest', () => {
+  const base = () => {
+    const r = vm('marker-test');
+    r.metadata.uid = '2f1e8c4a-0d2b-4c7e-9a51-3b6f0c9d7e12';
+    return r;
+  };
+
+  it('a description holding another resource marker line is refused before anything is created', () => {
+    const r = base();
+    const other = base();
+    other.metadata.name = 'victim';
+    other.metadata.uid = '9a9a9a9a-0000-4000-8000-000000000001';
+    r.spec.forProvider.description = `hello\n${ownershipMarker(other)}`;
+    const problems = validateSpec(r);
+    assert.deepEqual(
+      problems.map((p) => p.field),
+      ['spec.forProvider.description'],
+    );
+  });
+
+  it('a namespace with a newline would split the marker: refused', () => {
+    const r = base();
+    r.metadata.namespace = 'prod\nprovider-proxmox.owner: x';
+    assert.deepEqual(
+      validateSpec(r).map((p) => p.field),
+      ['metadata.namespace'],
+    );
+  });
+
+  it('only the last line counts, and only in the exact grammar', () => {
+    const uid = '2f1e8c4a-0d2b-4c7e-9a51-3b6f0c9d7e12';
+    assert.equal(markerUid(`provider-proxmox.owner: default/a uid=${uid}\nnotes`), undefined);
+    assert.equal(markerUid(`notes\n\nprovider-proxmox.owner: default/a uid=${uid}\n`), uid);
+    assert.equal(markerUid(`provider-proxmox.owner: default/a uid=${uid} trailing`), undefined);
+  });
+});
