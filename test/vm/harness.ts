@@ -55,6 +55,8 @@ export interface EngineOptions {
   secret?: (ref: { name: string; key: string; namespace?: string }) => Promise<string>;
   /** How long a create of unknown outcome is waited for before it is sent again (default 300 ms here). */
   unknownOutcomeWaitMs?: number;
+  /** The bulk-list cache TTL (default 5 ms here; production: up to 10 s). */
+  siteTtlMs?: number;
 }
 
 export interface Attempt {
@@ -84,7 +86,7 @@ export class Engine {
       taskPollMs: 10,
       agentPollMs: 20,
       driftIntervalMs: opts.driftIntervalMs ?? 60_000,
-      siteTtlMs: 5,
+      siteTtlMs: opts.siteTtlMs ?? 5,
       unknownOutcomeWaitMs: opts.unknownOutcomeWaitMs ?? 300,
       ...(opts.secret ? { secret: opts.secret } : {}),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),

@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { SimulatedCrash } from '../../src/engine/types.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { markerUid, ownershipMarker, validateSpec } from '../../src/vm/spec.ts';
 import { cond, count, Engine, foreignVm, ownedBy, SITE1, startSim, vm, waitUntil } from './harness.ts';
@@ -60,6 +61,34 @@ describe('zero duplicates and zero orphans: engine regressions', () => {
     } finally {
       c.removeFault(fault);
       await backoff.stop();
+    }
+  });
+
+  it('slots held by resources that are deleted before they create are released: the node is never blocked', async () => {
+    const c = sim.cluster(SITE1);
+    // Both slots of the node (perNode: 2) are taken by resources that crash right after preflight.
+    const stuck = new Set(['default/slot-a', 'default/slot-b']);
+    const crashing = new Engine(sim, {
+      hooks: {
+        at: (step, key) => {
+          if (step === 'preflight-passed' && stuck.has(key)) throw new SimulatedCrash(step);
+        },
+      },
+    });
+    await crashing.start();
+    try {
+      const a = crashing.apply(vm('slot-a'));
+      const b = crashing.apply(vm('slot-b'));
+      await crashing.waitFailures(a, 2);
+      await crashing.waitFailures(b, 2);
+      crashing.delete(a);
+      crashing.delete(b);
+      await crashing.waitGone(a);
+      await crashing.waitGone(b);
+      const r = await crashing.waitReady(crashing.apply(vm('slot-c')));
+      assert.equal(ownedBy(c, r.metadata.uid).length, 1, 'created: no slot was left held');
+    } finally {
+      await crashing.stop();
     }
   });
 

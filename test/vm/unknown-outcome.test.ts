@@ -37,10 +37,12 @@ describe('creates whose outcome Proxmox hides', () => {
         durationMs: 1_000_000,
         count: 1,
       });
-      const key = eng.apply(
+      // The production cache: the bulk list read before the create does not show the VM yet.
+      const cached = await new Engine(sim, { siteTtlMs: 10_000 }).start();
+      const key = cached.apply(
         vm(`lost-${source}`, source === 'clone' ? { image: undefined, template: { name: TEMPLATE } } : {}),
       );
-      const r = await eng.waitReady(key);
+      const r = await cached.waitReady(key).finally(() => cached.stop());
       c.removeFault(fault);
       c.removeFault(slow);
       assert.equal(ownedBy(c, r.metadata.uid).length, 1, 'one VM, not two');
