@@ -207,6 +207,12 @@ export const ProxmoxVMAtProviderSchema = Type.Object({
         'Unknown while a create was sent but its answer never came; the VM may exist or appear later at the VMID of the external name.',
     }),
   ),
+  unknownCreateSince: Type.Optional(
+    Type.String({
+      description:
+        'When the earliest create of unknown outcome at this VMID was sent; until the wait after it has passed, the resource is neither created again nor let go.',
+    }),
+  ),
 });
 
 type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;

@@ -166,6 +166,12 @@ export interface AtProvider {
    * timeout): it may exist, or appear later, at the VMID of the external name.
    */
   createOutcome?: string;
+  /**
+   * When the earliest create of unknown outcome at this VMID was sent (RFC 3339). Until
+   * `unknownOutcomeWaitMs` after it, PVE may still apply that request: the resource is neither
+   * created again nor let go before then.
+   */
+  unknownCreateSince?: string;
 }
 
 export type ProxmoxVM = Managed<ForProvider, AtProvider>;

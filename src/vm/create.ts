@@ -7,7 +7,14 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
-import { ANNOTATION_EXTERNAL_NAME, externalName, setAnnotation, setCondition } from '../engine/resource.ts';
+import {
+  ANNOTATION_CREATE_PENDING,
+  ANNOTATION_EXTERNAL_NAME,
+  annotation,
+  externalName,
+  setAnnotation,
+  setCondition,
+} from '../engine/resource.ts';
 import { AlreadyExistsError, PveError } from '../proxmox/index.ts';
 import { atProvider, explain, outcomeUnknown, reason, setStep } from './conditions.ts';
 import type { StepContext } from './context.ts';
@@ -65,6 +72,7 @@ export async function issueCreate(
     if (outcomeUnknown(e)) {
       // It may have been applied (or be applied later): keep the slot and the VMID, look before acting.
       a.createOutcome = 'Unknown';
+      a.unknownCreateSince ??= annotation(r, ANNOTATION_CREATE_PENDING) ?? new Date(ctx.site.now()).toISOString();
       const err = reason(
         'CreateOutcomeUnknown',
         `the create of VM ${vmid} on node ${node} was sent but no answer came (${e instanceof Error ? e.message : String(e)}); it may exist or appear later, so VMID ${vmid} is kept and looked at before anything is sent again`,
@@ -85,6 +93,7 @@ export async function issueCreate(
         // We picked this VMID and someone else took it first (the nextid race): pick another.
         setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
         delete a.createOutcome;
+        delete a.unknownCreateSince;
         if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
         throw reason(
           'VMIDTaken',

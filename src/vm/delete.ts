@@ -7,13 +7,13 @@
  * Then: stop a running VM, destroy with purge and the unreferenced disks, confirm it is gone.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { ANNOTATION_CREATE_PENDING, annotation, externalName } from '../engine/resource.ts';
+import { externalName } from '../engine/resource.ts';
 import { NotFoundError } from '../proxmox/index.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import { hook, type StepContext } from './context.ts';
 import { locate } from './lookup.ts';
 import { cloneSource, isPlaceholderLock, ownershipOf, placeholderFate } from './ownership.ts';
-import { confirmedAt, vmidChosenByUs } from './vmid.ts';
+import { lateCreateMayStillApply } from './vmid.ts';
 
 export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
   const a = atProvider(r);
@@ -27,23 +27,14 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
       })
     : undefined;
   if (!found || !cfg) {
-    if (a.createOutcome === 'Unknown') {
-      // A create of ours may still be applied: do not let the finalizer go before it had its chance.
-      const sent = Date.parse(annotation(r, ANNOTATION_CREATE_PENDING) ?? '') || 0;
-      if (ctx.site.now() - sent < (ctx.options.unknownOutcomeWaitMs ?? 30_000))
-        return { requeueAfterMs: ctx.taskPollMs };
-    }
+    // A create of ours may still be applied: do not let the finalizer go before it had its chance.
+    if (lateCreateMayStillApply(ctx, r)) return { requeueAfterMs: ctx.taskPollMs };
     return {};
   }
   const own = ownershipOf(r, cfg.values);
-  if (own.kind === 'other' || own.kind === 'foreign') {
-    // Our create never happened at a VMID we chose and a stranger holds: nothing of ours to delete.
-    if (vmidChosenByUs(r) && !confirmedAt(r, vmid)) return {};
-    throw reason(
-      'VMIDConflict',
-      `VM ${vmid} is not owned by this resource (ownership marker missing or different); it is not deleted. Remove the finalizer by hand if this resource should go without it`,
-    );
-  }
+  // Not ours (our create never happened there, or ours is gone and the VMID reused): nothing of
+  // ours to delete, and the stranger is never touched.
+  if (own.kind === 'other' || own.kind === 'foreign') return {};
   const lock = cfg.values.lock;
   const caps = await ctx.client.capabilities();
   if (isPlaceholderLock(lock)) {

@@ -24,7 +24,7 @@ import { cloneSource, type Ownership, ownershipOf, placeholderFate } from './own
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
-import { confirmedAt, giveUpVmid, vmidChosenByUs } from './vmid.ts';
+import { confirmedAt, giveUpVmid, lateCreateMayStillApply, vmidChosenByUs } from './vmid.ts';
 
 export interface Observed {
   obs: ExternalObservation;
@@ -54,6 +54,9 @@ function checkPlacement(ctx: StepContext, r: ProxmoxVM, vmid: number | undefined
 /** A VM at our VMID that is not ours: give the VMID up if we may, else refuse for good. */
 function notOurs(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, own: Ownership): Observed {
   if (vmidChosenByUs(r) && !confirmedAt(r, found.vmid)) return { obs: giveUpVmid(ctx, r, found.vmid) };
+  // Deleting, and a VM that is not ours holds the VMID: ours is gone (destroyed, the VMID reused).
+  // Nothing of ours is left to delete; the stranger is never touched.
+  if (r.metadata.deletionTimestamp) return { obs: giveUpVmid(ctx, r, found.vmid) };
   if (own.kind === 'other')
     throw reason(
       'VMIDConflict',
@@ -182,21 +185,20 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       found = byMarker;
     }
   }
-  if (!found && a.createOutcome === 'Unknown' && !observeOnly) {
-    // Sent, no answer, nothing there yet: PVE may still apply it. Wait before sending it again (at
-    // the same VMID, where PVE refuses a second create) or, when deleting, before letting go.
-    const sent = Date.parse(annotation(r, ANNOTATION_CREATE_PENDING) ?? '') || 0;
-    const waitMs = ctx.options.unknownOutcomeWaitMs ?? 30_000;
-    if (ctx.site.now() - sent < waitMs) {
-      a.step = 'CreateOutcomeUnknown';
-      ready(
-        r,
-        'False',
-        'Creating',
-        `the create of VM ${vmid} got no answer; waiting to see whether Proxmox applied it`,
-      );
-      return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
-    }
+  if (!observeOnly && !a.task && createIncomplete(r) && a.createOutcome === undefined) {
+    // `external-create-pending` is the newest record and no task is known: a process stopped
+    // between marking the create and recording its answer (a crash, SIGKILL, a lost status
+    // write). The create may have been sent: its outcome is unknown.
+    a.createOutcome = 'Unknown';
+    a.unknownCreateSince ??= annotation(r, ANNOTATION_CREATE_PENDING);
+  }
+  if (!found && !observeOnly && lateCreateMayStillApply(ctx, r)) {
+    // Sent, no answer, nothing there (yet, or any more): PVE may still apply it. Wait before sending
+    // it again (at the same VMID, where PVE refuses a second create) or, when deleting, before
+    // letting go: a late create after the finalizer went would be a VM nobody owns.
+    a.step = 'CreateOutcomeUnknown';
+    ready(r, 'False', 'Creating', `the create of VM ${vmid} got no answer; waiting to see whether Proxmox applied it`);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
   }
   if (!found) {
     delete a.vmId;

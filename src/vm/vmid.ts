@@ -59,12 +59,26 @@ export function confirmedAt(r: ProxmoxVM, vmid: number): boolean {
   return r.status?.atProvider?.vmId === vmid;
 }
 
+/**
+ * Whether a create of ours whose outcome is unknown may still be applied by PVE (at the external
+ * name): until `unknownOutcomeWaitMs` after it was sent. Past that, the record is dropped.
+ */
+export function lateCreateMayStillApply(ctx: StepContext, r: ProxmoxVM): boolean {
+  const a = r.status?.atProvider;
+  const since = Date.parse(a?.unknownCreateSince ?? '');
+  if (!since) return false;
+  if (ctx.site.now() - since < (ctx.options.unknownOutcomeWaitMs ?? 30_000)) return true;
+  if (a) delete a.unknownCreateSince;
+  return false;
+}
+
 /** Our create cannot be at this VMID (a stranger holds it): forget it, so that another is chosen. */
 export function giveUpVmid(ctx: StepContext, r: ProxmoxVM, vmid: number): ExternalObservation {
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
   const a = atProvider(r);
   delete a.vmId;
   delete a.createOutcome;
+  delete a.unknownCreateSince;
   if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
   return { exists: false, upToDate: false };
 }
