@@ -1,0 +1,275 @@
+/**
+ * How schedules are drawn: which commands, how often, and which faults. Every fault here is one
+ * that a real Proxmox VE cluster can produce on its own (PVE's own error texts for requests that
+ * were refused before anything happened, outages, slow answers, tasks that fail or hang), so a
+ * failure found with them is a bug of the engine, not of the fixture. Fault kinds that only some
+ * versions of src/sim/faults.ts know are probed at start (see `probeFaultKinds`) and reported.
+ */
+import fc from 'fast-check';
+import type { FaultSpec } from '../../src/sim/faults.ts';
+import {
+  Apply,
+  Converge,
+  Delete,
+  Fault,
+  Foreign,
+  type ForeignAct,
+  Heal,
+  type Interruption,
+  Reconcile,
+  Restart,
+  TwoWriters,
+} from './commands.ts';
+import { type Edit, NAMES, type World, YEAR_MS } from './world.ts';
+
+const name = fc.constantFrom(...NAMES);
+const edit: fc.Arbitrary<Edit> = fc.record(
+  {
+    cpu: fc.constantFrom(1 as const, 2 as const),
+    memory: fc.constantFrom('1Gi' as const, '2Gi' as const),
+    powerState: fc.constantFrom('running' as const, 'stopped' as const),
+  },
+  { requiredKeys: ['cpu', 'memory'] },
+);
+
+/** Every named step at which the engine awaits (EngineHooks): a crash or another actor can strike there. */
+export const STEPS = [
+  'connected',
+  'observed',
+  'finalizer-added',
+  'preflight-passed',
+  'create-pending',
+  'create-failed',
+  'create-issued',
+  'create-succeeded',
+  'update-config',
+  'update-resize',
+  'update-start',
+  'update-stop',
+  'update-issued',
+  'delete-unlocked',
+  'delete-stop-issued',
+  'delete-destroy-issued',
+  'delete-issued',
+  'external-gone',
+] as const;
+
+const foreignAct: fc.Arbitrary<ForeignAct> = fc.constantFrom('take-persisted-vmid', 'next-id', 'look-alike', 'backup');
+
+const interruption: fc.Arbitrary<Interruption> = fc.oneof(
+  { weight: 4, arbitrary: fc.constant({ kind: 'crash' as const }) },
+  { weight: 2, arbitrary: foreignAct.map((what) => ({ kind: 'foreign' as const, what })) },
+  { weight: 1, arbitrary: edit.map((e) => ({ kind: 'edit' as const, edit: e })) },
+  { weight: 1, arbitrary: fc.constant({ kind: 'delete' as const }) },
+  { weight: 2, arbitrary: fc.constant({ kind: 'writer' as const }) },
+);
+
+/** The Proxmox calls of create, update and delete, as the fault API matches them. */
+const CALLS = {
+  create: { method: 'POST', path: '/nodes/{node}/qemu' },
+  clone: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/clone' },
+  config: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/config' },
+  resize: { method: 'PUT', path: '/nodes/{node}/qemu/{vmid}/resize' },
+  start: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/status/start' },
+  shutdown: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/status/shutdown' },
+  stop: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/status/stop' },
+  unlock: { method: 'PUT', path: '/nodes/{node}/qemu/{vmid}/config' },
+  destroy: { method: 'DELETE', path: '/nodes/{node}/qemu/{vmid}' },
+} as const;
+type Call = keyof typeof CALLS;
+const call = fc.constantFrom(...(Object.keys(CALLS) as Call[]));
+
+/** Refusals PVE answers before it changes anything (the request was certainly not applied). */
+const REFUSALS = [
+  { status: 500, message: "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout" },
+  { status: 500, message: "can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout" },
+  { status: 500, message: "cfs-lock 'file-user_cfg' error: got lock request timeout" },
+  { status: 500, message: "Can't connect to 127.0.0.1:85 (Connection refused)" },
+  { status: 503, message: 'Service Unavailable' },
+] as const;
+
+const TASKS = ['qmcreate', 'qmclone', 'qmconfig', 'resize', 'qmstart', 'qmshutdown', 'qmstop', 'qmdestroy'] as const;
+const CREATE_TASKS = new Set(['qmcreate', 'qmclone']);
+
+export interface DrawnFault {
+  label: string;
+  spec: FaultSpec;
+  /** Ends by itself after this many further commands. */
+  lastsFor?: number;
+}
+
+const requestFault: fc.Arbitrary<DrawnFault> = fc
+  .tuple(call, fc.constantFrom(...REFUSALS), fc.integer({ min: 1, max: 3 }))
+  .map(([c, r, count]) => ({
+    label: `${CALLS[c].method} ${c} answers ${r.status} '${r.message}' x${count}`,
+    spec: { kind: 'request', ...CALLS[c], status: r.status, message: r.message, count },
+  }));
+
+/**
+ * An outage lasts a few commands (or until healed): every request in it is retried by the client
+ * with real sleeps, so an outage that spanned a whole schedule would only cost time.
+ */
+const outage: fc.Arbitrary<DrawnFault> = fc
+  .tuple(fc.constantFrom('reset' as const, '503' as const), fc.integer({ min: 1, max: 3 }))
+  .map(([mode, lastsFor]) => ({
+    label: `outage (${mode === 'reset' ? 'connections reset' : '503'}) for the next ${lastsFor} command(s)`,
+    // A year of simulated time: it ends after those commands (or when healed), not by the clock.
+    spec: { kind: 'unavailable', ms: YEAR_MS, mode },
+    lastsFor,
+  }));
+
+const latency: fc.Arbitrary<DrawnFault> = fc
+  .tuple(call, fc.integer({ min: 1, max: 20 }), fc.integer({ min: 1, max: 3 }))
+  .map(([c, s, count]) => ({
+    label: `${CALLS[c].method} ${c} answers ${s} s late x${count}`,
+    spec: { kind: 'latency', ...CALLS[c], ms: s * 1000, count },
+  }));
+
+/** Task failures: before the worker did anything, or (create and clone) after it wrote the VM. */
+const taskFail: fc.Arbitrary<DrawnFault> = fc
+  .tuple(fc.constantFrom(...TASKS), fc.boolean(), fc.integer({ min: 1, max: 2 }))
+  .map(([type, late, count]) => {
+    const at = late && CREATE_TASKS.has(type) ? ('end' as const) : ('start' as const);
+    const message =
+      at === 'start'
+        ? "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout"
+        : 'unable to create VM - command failed: exit code 1';
+    return {
+      label: `task ${type} fails at ${at} x${count}`,
+      spec: { kind: 'task', type, action: 'fail', at, message, count },
+    };
+  });
+
+const taskStall: fc.Arbitrary<DrawnFault> = fc.constantFrom(...TASKS).map((type) => ({
+  label: `task ${type} hangs until healed`,
+  spec: { kind: 'task', type, action: 'stall' },
+}));
+
+/** Fault kinds this checkout's simulator accepts beyond the base set, found by `probeFaultKinds`. */
+export interface Extras {
+  faults: fc.Arbitrary<DrawnFault>[];
+  /** The `die` faults among them (not drawn with token credentials). */
+  die?: fc.Arbitrary<DrawnFault>;
+  /** Which kinds were looked for and not found (reported, never silently dropped). */
+  missing: string[];
+}
+
+/** Does the simulator behave as `spec` says? Tried on a throw-away world, through the API. */
+async function behaves(w: World, spec: FaultSpec, probe: () => Promise<boolean>): Promise<boolean> {
+  let id: number;
+  try {
+    id = w.site.addFault(spec);
+  } catch {
+    return false; // refused: this version of src/sim/faults.ts does not know it
+  }
+  try {
+    return await probe();
+  } finally {
+    w.site.removeFault(id);
+  }
+}
+
+/**
+ * The fault kinds that src/sim may or may not have yet: `reply-lost` (applied, the connection
+ * reset before the answer), `applied-late` (applied only after the client stopped waiting) and
+ * the task action `die` (the worker dies and leaves PVE's `lock: create` / `lock: clone`
+ * placeholder). Each is tried for its effect, not only for being accepted; the ones missing are
+ * reported by the search (never dropped silently).
+ */
+export async function probeFaultKinds(w: World): Promise<Extras> {
+  const faults: fc.Arbitrary<DrawnFault>[] = [];
+  const missing: string[] = [];
+  const version = { method: 'GET', path: '/version' };
+  const lost = async () => (await w.foreignRequest('GET', '/version')).status === 0;
+  if (await behaves(w, { kind: 'reply-lost', ...version, count: 1 } as FaultSpec, lost)) {
+    faults.push(
+      fc.tuple(call, fc.integer({ min: 1, max: 2 })).map(([c, count]) => ({
+        label: `${CALLS[c].method} ${c} is applied, then its answer is lost (connection reset) x${count}`,
+        spec: { kind: 'reply-lost', ...CALLS[c], count } as FaultSpec,
+      })),
+    );
+  } else missing.push('reply-lost');
+  if (await behaves(w, { kind: 'applied-late', ...version, delayMs: 0, count: 1 } as FaultSpec, lost)) {
+    faults.push(
+      fc.tuple(call, fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined })).map(([c, s]) => ({
+        label:
+          s === undefined
+            ? `${CALLS[c].method} ${c} is held unanswered until healed, then applied (the client gave up)`
+            : `${CALLS[c].method} ${c} is applied ${s} s late, then its answer is lost`,
+        spec: {
+          kind: 'applied-late',
+          ...CALLS[c],
+          delayMs: s === undefined ? YEAR_MS : s * 1000,
+          count: 1,
+        } as FaultSpec,
+      })),
+    );
+  } else missing.push('applied-late');
+  const die = { kind: 'task', type: 'qmcreate', action: 'die', at: 'start', count: 1 } as FaultSpec;
+  const leavesPlaceholder = async () => {
+    await w.foreignCreate(990);
+    await w.quiesce();
+    const vm = w.site.state.vms.get(990);
+    return vm?.config.lock === 'create';
+  };
+  let dieArb: fc.Arbitrary<DrawnFault> | undefined;
+  if (await behaves(w, die, leavesPlaceholder)) {
+    dieArb = fc
+      .tuple(fc.constantFrom('qmcreate', 'qmclone'), fc.constantFrom('start' as const, 'end' as const))
+      .map(([type, at]) => ({
+        label: `the ${type} worker dies at its ${at} (PVE's placeholder stays)`,
+        spec: { kind: 'task', type, action: 'die', at } as FaultSpec,
+      }));
+    faults.push(dieArb);
+  } else missing.push('task die');
+  return { faults, missing, ...(dieArb ? { die: dieArb } : {}) };
+}
+
+export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitrary<DrawnFault> {
+  // A dead worker's placeholder can only be removed by root@pam with a ticket (`qm unlock`); with a
+  // token no engine could clean it up, so `die` is drawn only where the invariant is achievable.
+  const extra = auth === 'password' ? extras.faults : extras.faults.filter((f) => f !== extras.die);
+  return fc.oneof(
+    { weight: 3, arbitrary: requestFault },
+    { weight: 1, arbitrary: outage },
+    { weight: 2, arbitrary: latency },
+    { weight: 3, arbitrary: taskFail },
+    { weight: 2, arbitrary: taskStall },
+    ...extra.map((arbitrary) => ({ weight: 3, arbitrary })),
+  );
+}
+
+export function commandsArb(extras: Extras, auth: 'password' | 'token', maxCommands: number, replayPath?: string) {
+  const cmd = fc.oneof(
+    { weight: 4, arbitrary: fc.tuple(name, edit).map(([n, e]) => new Apply(n, e)) },
+    { weight: 10, arbitrary: name.map((n) => new Reconcile(n)) },
+    { weight: 3, arbitrary: name.map((n) => new Converge(n)) },
+    {
+      weight: 5,
+      arbitrary: fc
+        .tuple(
+          name,
+          fc.oneof(
+            { weight: 3, arbitrary: fc.integer({ min: 1, max: 6 }).map((nth) => ({ nth })) },
+            { weight: 1, arbitrary: fc.constantFrom(...STEPS).map((step) => ({ step })) },
+          ),
+          interruption,
+        )
+        .map(([n, where, what]) => new Reconcile(n, { where, what })),
+    },
+    { weight: 2, arbitrary: name.map((n) => new Delete(n)) },
+    { weight: 2, arbitrary: fc.tuple(name, name).map(([a, b]) => new TwoWriters(a, b)) },
+    { weight: 1, arbitrary: fc.constant(new Restart()) },
+    { weight: 5, arbitrary: faultArb(extras, auth).map((f) => new Fault(f.label, f.spec, f.lastsFor)) },
+    { weight: 2, arbitrary: fc.nat(3).map((i) => new Heal(i)) },
+    { weight: 3, arbitrary: fc.tuple(foreignAct, name).map(([what, n]) => new Foreign(what, n)) },
+  );
+  return fc.commands([cmd], { maxCommands, size: 'medium', ...(replayPath ? { replayPath } : {}) });
+}
+
+/** The resources that exist when the schedule starts (created by a user, not yet reconciled). */
+export function initialArb(): fc.Arbitrary<Apply[]> {
+  return fc
+    .uniqueArray(name, { minLength: 1, maxLength: NAMES.length })
+    .chain((names) => fc.tuple(...names.map((n) => edit.map((e) => new Apply(n, e)))));
+}

@@ -1,0 +1,308 @@
+/**
+ * The commands a fault-search schedule is made of, one small class each, so that a failing
+ * schedule prints as a list a person can read and replay by hand: users applying, editing and
+ * deleting resources; the engine reconciling one resource once (optionally interrupted at a
+ * named step by a crash, a user or another Proxmox user); two engine processes at once;
+ * restarts; faults on Proxmox calls and tasks; other users taking VMIDs, making look-alike VMs
+ * and running backups. After each command the simulator's workers are let run (quiesce) and the
+ * invariants that hold at every moment are checked.
+ */
+import type { AsyncCommand } from 'fast-check';
+import { externalName, getCondition } from '../../src/engine/resource.ts';
+import { SimulatedCrash } from '../../src/engine/types.ts';
+import { settled } from '../../src/local/runtime.ts';
+import type { FaultSpec } from '../../src/sim/faults.ts';
+import { markerUid, OWNER_TAG } from '../../src/vm/spec.ts';
+import { checkAlways } from './invariants.ts';
+import { type Edit, type Interrupt, keyOfName, type Name, type World } from './world.ts';
+
+/** What the schedule has done so far that decides which commands make sense. */
+export interface Model {
+  applied: Set<Name>;
+}
+
+abstract class Step implements AsyncCommand<Model, World> {
+  check(_m: Readonly<Model>): boolean {
+    return true;
+  }
+  async run(m: Model, w: World): Promise<void> {
+    w.log(`> ${this.toString()}`);
+    await this.act(m, w);
+    await w.quiesce();
+    checkAlways(w);
+    w.commandDone();
+  }
+  protected abstract act(m: Model, w: World): Promise<void>;
+  abstract toString(): string;
+}
+
+const showEdit = (e: Edit) => `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}`;
+
+/** A user applies the resource's manifest (creates it, or edits its spec). */
+export class Apply extends Step {
+  readonly name: Name;
+  readonly edit: Edit;
+  constructor(name: Name, edit: Edit) {
+    super();
+    this.name = name;
+    this.edit = edit;
+  }
+  protected async act(m: Model, w: World): Promise<void> {
+    m.applied.add(this.name);
+    w.apply(this.name, this.edit);
+  }
+  toString(): string {
+    return `apply ${this.name} ${showEdit(this.edit)}`;
+  }
+}
+
+/** A user deletes the resource (the store sets deletionTimestamp; the finalizer holds it). */
+export class Delete extends Step {
+  readonly name: Name;
+  constructor(name: Name) {
+    super();
+    this.name = name;
+  }
+  override check(m: Readonly<Model>): boolean {
+    return m.applied.has(this.name);
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    w.store.markDeleted(keyOfName(this.name));
+  }
+  toString(): string {
+    return `delete ${this.name}`;
+  }
+}
+
+/** Another Proxmox user, acting through the API with its own token. */
+export type ForeignAct = 'next-id' | 'look-alike' | 'take-persisted-vmid' | 'backup';
+
+export async function foreignAct(w: World, what: ForeignAct, name: Name): Promise<void> {
+  switch (what) {
+    case 'next-id':
+    case 'look-alike': {
+      const next = await w.foreignRequest('GET', '/cluster/nextid');
+      const vmid = Number(next.data);
+      if (next.status !== 200 || !Number.isInteger(vmid)) return w.log(`  foreign: no nextid (HTTP ${next.status})`);
+      // A look-alike: the same name and our tag, but not our marker (someone copied our VM by hand).
+      const extra: Record<string, string> =
+        what === 'look-alike' ? { name, tags: OWNER_TAG, description: `copy of ${name}` } : {};
+      return w.foreignCreate(vmid, extra);
+    }
+    case 'take-persisted-vmid': {
+      const r = w.store.getSync(keyOfName(name));
+      const vmid = Number(r ? externalName(r) : undefined);
+      if (!Number.isInteger(vmid) || w.site.state.vms.has(vmid)) return w.log(`  foreign: ${name} holds no free VMID`);
+      return w.foreignCreate(vmid);
+    }
+    case 'backup': {
+      // vzdump: it sets `lock: backup` in our VM's config and drops it when done (no flock meanwhile).
+      const r = w.store.getSync(keyOfName(name));
+      const vmid = Number(r ? externalName(r) : undefined);
+      const vm = w.site.state.vms.get(vmid);
+      if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.config.lock) {
+        return w.log(`  foreign: ${name} has no unlocked VM to back up`);
+      }
+      w.faultIds.push(w.site.addFault({ kind: 'lock', vmid, lock: 'backup', flock: false }));
+      return w.log(`  foreign: backup of VM ${vmid} running`);
+    }
+  }
+}
+
+export class Foreign extends Step {
+  readonly what: ForeignAct;
+  readonly name: Name;
+  constructor(what: ForeignAct, name: Name) {
+    super();
+    this.what = what;
+    this.name = name;
+  }
+  protected act(_m: Model, w: World): Promise<void> {
+    return foreignAct(w, this.what, this.name);
+  }
+  toString(): string {
+    return this.what === 'next-id' ? 'foreign user creates a VM at nextid' : `foreign ${this.what} of ${this.name}`;
+  }
+}
+
+/** What happens while a reconcile waits at a step. */
+export type Interruption =
+  | { kind: 'crash' }
+  | { kind: 'foreign'; what: ForeignAct }
+  | { kind: 'edit'; edit: Edit }
+  | { kind: 'delete' }
+  /** The other provider process reconciles the same resource meanwhile (an old leader still at work). */
+  | { kind: 'writer' };
+
+function showInterruption(i: Interruption): string {
+  switch (i.kind) {
+    case 'crash':
+      return 'the process crashes';
+    case 'foreign':
+      return `foreign ${i.what}`;
+    case 'edit':
+      return `user edits ${showEdit(i.edit)}`;
+    case 'delete':
+      return 'user deletes it';
+    case 'writer':
+      return 'p1 reconciles it meanwhile';
+  }
+}
+
+const ordinal = (n: number) => `${n}${n === 1 ? 'st' : n === 2 ? 'nd' : n === 3 ? 'rd' : 'th'}`;
+
+export class Reconcile extends Step {
+  readonly name: Name;
+  readonly at?: { where: { step: string } | { nth: number }; what: Interruption };
+  constructor(name: Name, at?: { where: { step: string } | { nth: number }; what: Interruption }) {
+    super();
+    this.name = name;
+    this.at = at;
+  }
+  override check(m: Readonly<Model>): boolean {
+    return m.applied.has(this.name);
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    const at = this.at;
+    const interrupt: Interrupt | undefined = at && {
+      at: at.where,
+      act: async (step) => {
+        w.log(`  at ${step}: ${showInterruption(at.what)}`);
+        // Tasks already started run first (unless a fault holds them), so that a replay takes the
+        // same turn; a task still running at this point is what a stall fault is for.
+        if (at.what.kind !== 'crash') await w.quiesce();
+        switch (at.what.kind) {
+          case 'crash':
+            throw new SimulatedCrash(step);
+          case 'foreign':
+            await foreignAct(w, at.what.what, this.name);
+            return w.quiesce();
+          case 'edit':
+            return w.apply(this.name, at.what.edit);
+          case 'delete':
+            return w.store.markDeleted(keyOfName(this.name));
+          case 'writer':
+            await w.reconcile(this.name, 1);
+            return w.quiesce();
+        }
+      },
+    };
+    await w.reconcile(this.name, 0, interrupt);
+  }
+  toString(): string {
+    if (!this.at) return `reconcile ${this.name}`;
+    // (Which step the nth was is in the journal: fast-check reruns command objects while it
+    // shrinks, so a field set by the last run would not describe the counterexample.)
+    const where = 'step' in this.at.where ? this.at.where.step : `its ${ordinal(this.at.where.nth)} step`;
+    return `reconcile ${this.name} (at ${where}: ${showInterruption(this.at.what)})`;
+  }
+}
+
+/**
+ * Time passes as it would with the work queue: the resource is reconciled again and again (the
+ * simulator's workers run in between) until it is Ready or gone, or the bound is reached (faults
+ * may keep it from getting there; that is not a failure during the schedule).
+ */
+export class Converge extends Step {
+  readonly name: Name;
+  constructor(name: Name) {
+    super();
+    this.name = name;
+  }
+  override check(m: Readonly<Model>): boolean {
+    return m.applied.has(this.name);
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    let same = 0;
+    let last = '';
+    for (let i = 0; i < 30; i++) {
+      const r = w.store.getSync(keyOfName(this.name));
+      if (!r || (!r.metadata.deletionTimestamp && settled(r))) return;
+      const res = await w.reconcile(this.name, 0);
+      await w.quiesce();
+      checkAlways(w);
+      // A fault that keeps failing it the same way (an outage): waiting longer shows nothing new.
+      const after = w.store.getSync(keyOfName(this.name));
+      const now = `${res?.kind}:${after ? getCondition(after, 'Synced')?.reason : 'gone'}`;
+      same = res?.kind === 'rateLimited' && now === last ? same + 1 : 0;
+      last = now;
+      if (same >= 3) return;
+    }
+  }
+  toString(): string {
+    return `converge ${this.name} (reconcile until Ready or gone, or failing alike 4 times; at most 30)`;
+  }
+}
+
+/** Two provider processes over the same store reconcile at once (e.g. an old leader that has not noticed yet). */
+export class TwoWriters extends Step {
+  readonly a: Name;
+  readonly b: Name;
+  constructor(a: Name, b: Name) {
+    super();
+    this.a = a;
+    this.b = b;
+  }
+  override check(m: Readonly<Model>): boolean {
+    return m.applied.has(this.a) && m.applied.has(this.b);
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    await Promise.all([w.reconcile(this.a, 0), w.reconcile(this.b, 1)]);
+  }
+  toString(): string {
+    return `two writers: p0 reconciles ${this.a} while p1 reconciles ${this.b}`;
+  }
+}
+
+/** The provider process is killed between reconciles and started again over the same store. */
+export class Restart extends Step {
+  protected act(_m: Model, w: World): Promise<void> {
+    return w.restart(0);
+  }
+  toString(): string {
+    return 'restart the provider process';
+  }
+}
+
+/** A fault on the Proxmox cluster, active until a Heal command (or the end of the schedule). */
+export class Fault extends Step {
+  readonly label: string;
+  readonly spec: FaultSpec;
+  /** Ends by itself after this many further commands (an outage of bounded length). */
+  readonly lastsFor: number | undefined;
+  constructor(label: string, spec: FaultSpec, lastsFor?: number) {
+    super();
+    this.label = label;
+    this.spec = spec;
+    this.lastsFor = lastsFor;
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    const id = w.site.addFault(this.spec);
+    w.faultIds.push(id);
+    if (this.spec.kind === 'applied-late') w.heldSince.set(id, Date.now());
+    // (+1: this command's own end counts one.)
+    if (this.lastsFor !== undefined) w.expiring.set(id, this.lastsFor + 1);
+  }
+  toString(): string {
+    return `fault: ${this.label}`;
+  }
+}
+
+/** The oldest-but-i-th active fault ends (an outage is over, a stalled task goes on, a backup ends). */
+export class Heal extends Step {
+  readonly i: number;
+  constructor(i: number) {
+    super();
+    this.i = i;
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    if (!w.faultIds.length) return;
+    const [id] = w.faultIds.splice(this.i % w.faultIds.length, 1);
+    const f = w.site.faults.active.get(id!);
+    w.site.removeFault(id!);
+    w.log(`  healed: ${f ? JSON.stringify(f.spec) : `fault ${id} (already gone)`}`);
+  }
+  toString(): string {
+    return `heal fault #${this.i}`;
+  }
+}

@@ -1,0 +1,151 @@
+/**
+ * The distinct failures the fault search found, each as the minimal fixed schedule that showed
+ * it, run through the same runner and invariants as the search. FINDINGS.md has, under the same
+ * name (F1...F5), the invariant that broke, how it was found and the engine code responsible. A
+ * test passes once the engine keeps every invariant on its schedule.
+ */
+import { describe, it } from 'node:test';
+import { Apply, Converge, Delete, Fault, Foreign, Heal, Reconcile } from './commands.ts';
+import { runSchedule } from './runner.ts';
+
+const LOCK_TIMEOUT = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
+const vmA = new Apply('vm-a', { cpu: 1, memory: '1Gi' });
+const vmB = new Apply('vm-b', { cpu: 1, memory: '1Gi' });
+const vmC = new Apply('vm-c', { cpu: 1, memory: '1Gi' });
+
+describe('fault-search regressions', () => {
+  it('F1: a create refused by PVE (five times: the backoff outlasts the 10 s bulk-list cache), then another user takes the persisted VMID -> a new VMID, not a permanent VMIDConflict', async () => {
+    await runSchedule(
+      'token',
+      [vmA],
+      [
+        new Fault(`POST create answers 500 '${LOCK_TIMEOUT}' x5`, {
+          kind: 'request',
+          method: 'POST',
+          path: '/nodes/{node}/qemu',
+          status: 500,
+          message: LOCK_TIMEOUT,
+          count: 5,
+        }),
+        ...[1, 2, 3, 4, 5].map(() => new Reconcile('vm-a')),
+        new Foreign('take-persisted-vmid', 'vm-a'),
+        new Reconcile('vm-a'),
+      ],
+    );
+  });
+
+  it('F1b: a create task that failed (the VM is gone), the VMID taken during the backoff -> a new VMID', async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Fault('task qmcreate fails at start x1', {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'fail',
+          at: 'start',
+          message: LOCK_TIMEOUT,
+          count: 1,
+        }),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+        new Foreign('take-persisted-vmid', 'vm-a'),
+      ],
+    );
+  });
+
+  it('F2: deleted, destroyed, and the VMID reused by another user before the finalizer went -> the resource goes, the VM stays', async () => {
+    await runSchedule(
+      'password',
+      [vmC],
+      [new Reconcile('vm-c'), new Delete('vm-c'), new Reconcile('vm-c'), new Foreign('next-id', 'vm-c')],
+    );
+  });
+
+  it('F2b: as F2, but the status write recording the destroy task is lost to a conflict (the user touched the resource) -> still goes', async () => {
+    const stopped = { cpu: 1, memory: '1Gi', powerState: 'stopped' } as const;
+    await runSchedule(
+      'token',
+      [new Apply('vm-c', stopped)],
+      [
+        new Converge('vm-c'),
+        new Delete('vm-c'),
+        new Reconcile('vm-c', {
+          where: { step: 'delete-destroy-issued' },
+          what: { kind: 'edit', edit: { ...stopped, cpu: 2 } },
+        }),
+        new Foreign('next-id', 'vm-c'),
+        new Reconcile('vm-c'),
+      ],
+    );
+  });
+
+  it("F3: delete while another user's backup holds our VM -> waits; never clears the backup lock", async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [new Converge('vm-a'), new Foreign('backup', 'vm-a'), new Delete('vm-a'), new Reconcile('vm-a')],
+    );
+  });
+
+  // A create held by PVE past the provider's death, applied only after the resource was
+  // recreated, deleted and gone: nobody is left to own the VM it makes.
+  for (const [vm, call] of [
+    [vmA, '/nodes/{node}/qemu'],
+    [vmB, '/nodes/{node}/qemu/{vmid}/clone'],
+  ] as const) {
+    it(`F5: a ${vm.name === 'vm-a' ? 'create' : 'clone'} applied late (within PVE's bound), after the provider died waiting and the resource was deleted -> no orphan VM`, async () => {
+      await runSchedule(
+        'password',
+        [vm],
+        [
+          new Fault('POST is held unanswered until healed, then applied (the client gave up)', {
+            kind: 'applied-late',
+            method: 'POST',
+            path: call,
+            delayMs: 365 * 24 * 3600_000,
+            count: 1,
+          }),
+          new Converge(vm.name),
+          new Delete(vm.name),
+          new Reconcile(vm.name),
+          new Reconcile(vm.name),
+          new Reconcile(vm.name),
+          new Heal(0),
+        ],
+      );
+    });
+  }
+
+  // PVE's placeholder of a dead worker can only be removed by root@pam (password credentials).
+  for (const [type, at, vm] of [
+    ['qmcreate', 'start', vmA],
+    ['qmcreate', 'end', vmA],
+    ['qmclone', 'end', vmB],
+  ] as const) {
+    it(`F4: the ${type} worker dies at its ${at} -> its placeholder is cleaned up and the VM made again`, async () => {
+      await runSchedule(
+        'password',
+        [vm],
+        [
+          new Fault(`the ${type} worker dies at its ${at}`, { kind: 'task', type, action: 'die', at }),
+          new Reconcile(vm.name),
+          new Reconcile(vm.name),
+        ],
+      );
+    });
+  }
+
+  it('F4: a dead qmcreate worker, then the resource is deleted -> the placeholder goes with it', async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Fault('the qmcreate worker dies at its end', { kind: 'task', type: 'qmcreate', action: 'die', at: 'end' }),
+        new Reconcile('vm-a'),
+        new Delete('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+    );
+  });
+});

@@ -1,0 +1,144 @@
+/**
+ * Model-based fault search: fast-check draws schedules of user edits, reconciles, crashes at
+ * named steps, restarts, two writers, Proxmox faults and other Proxmox users; each runs against
+ * the real engine (ManagedReconciler + VmConnector over a MemoryStore) and the in-process
+ * simulator, then all faults end and the invariants of invariants.ts are checked. A failure
+ * prints the seed, the path and the shrunk schedule; replay it with
+ *   FAULT_SEARCH_SEED=<seed> FAULT_SEARCH_PATH=<path> FAULT_SEARCH_REPLAY=<replayPath> \
+ *   npx node --test test/fault-search/search.test.ts
+ * (the report prints that line; `replayPath` is fast-check's record of which commands ran).
+ *
+ * Bounded in `npm test` (FAULT_SEARCH_RUNS runs, default 100, within FAULT_SEARCH_BUDGET_MS, default 60 s).
+ * `npm run test:soak` keeps searching with fresh seeds until its budget is spent, records every
+ * distinct failure in FAULT_SEARCH_LOG (one report each) and fails at the end if it found any.
+ */
+import assert from 'node:assert/strict';
+import { appendFileSync } from 'node:fs';
+import { test } from 'node:test';
+import fc from 'fast-check';
+import { commandsArb, type Extras, initialArb, probeFaultKinds } from './arbitraries.ts';
+import { runSchedule, ScheduleFailure } from './runner.ts';
+import { World } from './world.ts';
+
+const env = process.env;
+const RUNS = Number(env.FAULT_SEARCH_RUNS ?? 100);
+const BUDGET_MS = Number(env.FAULT_SEARCH_BUDGET_MS ?? 60_000);
+const MAX_COMMANDS = Number(env.FAULT_SEARCH_MAX_COMMANDS ?? 24);
+/** A fixed seed by default, so that `npm test` explores the same schedules every time. */
+const SEED =
+  env.FAULT_SEARCH_SEED === 'random' ? (Date.now() ^ (process.pid << 8)) | 0 : Number(env.FAULT_SEARCH_SEED ?? 424242);
+const PATH = env.FAULT_SEARCH_PATH;
+/** The counterexample's `replayPath` (fast-check's record of which commands ran), for a replay. */
+const REPLAY = env.FAULT_SEARCH_REPLAY;
+/** Soak mode: go on after a failure with the next seed, until the runs or the budget are spent. */
+const KEEP_GOING = env.FAULT_SEARCH_KEEP_GOING === '1';
+const LOG = env.FAULT_SEARCH_LOG;
+/** Schedules run so far (soak mode prints a line every hundred). */
+const progress = { runs: 0, since: Date.now() };
+
+/**
+ * The property: a schedule runs and every invariant holds. In soak mode a failure whose
+ * signature was already found counts as seen, not as a new failure, so the search goes on
+ * looking for other ones instead of shrinking the same one again.
+ */
+function property(extras: Extras, known: Map<string, number>) {
+  const schedule = fc
+    .constantFrom('password' as const, 'token' as const)
+    .chain((auth) => fc.tuple(fc.constant(auth), initialArb(), commandsArb(extras, auth, MAX_COMMANDS, REPLAY)));
+  return fc.asyncProperty(schedule, async ([auth, initial, cmds]) => {
+    if (KEEP_GOING && ++progress.runs % 100 === 0) {
+      process.stderr.write(
+        `[fault-search] ${progress.runs} schedules, ${Math.round((Date.now() - progress.since) / 1000)} s\n`,
+      );
+    }
+    const t0 = Date.now();
+    try {
+      await runSchedule(auth, initial, cmds);
+    } catch (e) {
+      const sig = signature(e);
+      if (!KEEP_GOING || !known.has(sig)) throw e;
+      known.set(sig, known.get(sig)! + 1);
+    } finally {
+      // A schedule that takes long is a cost worth knowing about (and a hint of a hang).
+      if (KEEP_GOING && Date.now() - t0 > 10_000) {
+        process.stderr.write(
+          `[fault-search] slow schedule (${Math.round((Date.now() - t0) / 1000)} s): ${auth} ${initial.join(', ')} ${String(cmds)}\n`,
+        );
+      }
+    }
+  });
+}
+
+/**
+ * What makes two failures "the same": the invariant, and for a resource that never got there
+ * whether it was being deleted and its Synced reason; otherwise the first detail line without
+ * numbers and names.
+ */
+function signature(e: unknown): string {
+  if (!(e instanceof ScheduleFailure)) return String(e).split('\n')[0]!.slice(0, 120);
+  const first = e.message.split('\n')[0]!;
+  if (e.invariant === 'did not converge') {
+    const stuck = [...first.matchAll(/(\(deleting\))?: ext=\S+ step=\S+ Ready=\S+ Synced=(\S+)/g)];
+    return `${e.invariant} :: ${[...new Set(stuck.map((m) => `${m[1] ? 'deleting' : 'live'} ${m[2]}`))].sort().join(', ')}`;
+  }
+  return `${e.invariant} :: ${first
+    .replace(/vm-[a-z]/g, 'vm-X')
+    .replace(/[0-9a-f-]{36}|\d+/g, 'N')
+    .slice(0, 160)}`;
+}
+
+/** Progress goes to stderr as well: a soak runs for hours, and node:test prints diagnostics only at the end. */
+function say(t: { diagnostic(m: string): void }, m: string): void {
+  t.diagnostic(m);
+  if (KEEP_GOING) process.stderr.write(`[fault-search] ${m}\n`);
+}
+
+test('fault search: the invariants hold under every drawn schedule of faults, crashes and other actors', async (t) => {
+  const probe = await World.start('password');
+  const extras = await probeFaultKinds(probe);
+  await probe.close();
+  say(t, `fault kinds this simulator lacks (so not drawn): ${extras.missing.join(', ') || 'none'}`);
+  const started = Date.now();
+  const found = new Map<string, string>();
+  /** Signature -> how many more times it was met after it was found (soak mode). */
+  const seen = new Map<string, number>();
+  let seed = SEED;
+  let runs = 0;
+  for (;;) {
+    const left = BUDGET_MS - (Date.now() - started);
+    if (left <= 0 || runs >= RUNS) break;
+    say(t, `seed ${seed}${PATH ? ` path ${PATH}` : ''}: up to ${RUNS - runs} runs, ${Math.round(left / 1000)} s left`);
+    const details = await fc.check(property(extras, seen), {
+      seed,
+      ...(PATH ? { path: PATH } : {}),
+      // A path replays the run it names: fast-check needs at least that many runs to get there.
+      numRuns: PATH ? Number(PATH.split(':')[0]) + 1 : RUNS - runs,
+      plugins: [fc.interruptAfterTimeLimit(left)],
+    });
+    runs += details.numRuns;
+    if (!details.failed) {
+      say(t, `seed ${seed}: ${details.numRuns} runs passed${details.interrupted ? ' (time budget reached)' : ''}`);
+      if (!KEEP_GOING || details.interrupted) break;
+    } else {
+      const e = details.errorInstance;
+      const sig = signature(e);
+      const report = [
+        fc.defaultReportMessage(details) ?? `seed ${seed} failed`,
+        `Replay: FAULT_SEARCH_SEED=${details.seed} FAULT_SEARCH_PATH='${details.counterexamplePath}' FAULT_SEARCH_REPLAY='${/replayPath="([^"]*)"/.exec(fc.stringify(details.counterexample))?.[1] ?? ''}' npx node --test test/fault-search/search.test.ts`,
+        e instanceof Error ? e.message : String(e),
+      ].join('\n');
+      if (!found.has(sig)) {
+        found.set(sig, report);
+        seen.set(sig, 0);
+        if (LOG) appendFileSync(LOG, `=== ${new Date().toISOString()} ${sig}\n${report}\n\n`);
+        if (KEEP_GOING) process.stderr.write(`${report}\n\n`);
+      }
+      say(t, `seed ${seed}: FAILED (${sig})`);
+      if (!KEEP_GOING) break;
+    }
+    seed = (seed * 1103515245 + 12345) | 0;
+  }
+  say(t, `${runs} schedules in ${Math.round((Date.now() - started) / 1000)} s, ${found.size} distinct failure(s)`);
+  for (const [sig, n] of seen) say(t, `  ${sig}: met ${n} more time(s) after it was found`);
+  assert.equal(found.size, 0, [...found.values()].join('\n\n'));
+});

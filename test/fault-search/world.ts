@@ -1,0 +1,384 @@
+/**
+ * The world one fault-search run acts on: an in-process Proxmox VE simulator, one MemoryStore
+ * (it survives every crash, as the state file or etcd does), and one or two provider processes
+ * (process.ts) that can be killed and rebuilt over that store. Reconciles are driven one at a time by the commands, never by a
+ * free-running controller, so a schedule replays the same way. The world also remembers what
+ * the invariants need (which VMs other users made, and how they looked) and keeps a journal.
+ */
+
+import { parseAllDocuments, stringify } from 'yaml';
+import type { LoadedProviderConfig } from '../../src/api/provider-config.ts';
+import { parseProviderConfig } from '../../src/api/provider-config.ts';
+import type { ForProvider, ProxmoxVM } from '../../src/api/proxmoxvm.ts';
+import type { ReconcileResult } from '../../src/engine/reconciler.ts';
+import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';
+import { MemoryStore } from '../../src/local/store.ts';
+import type { SimCluster, Simulator } from '../../src/sim/index.ts';
+import { providerConfigYaml } from '../../src/sim/provider-config.ts';
+import { ROOT_PASSWORD, startTestSim } from '../helpers/sim.ts';
+import { EngineClock, type Interrupt, Process } from './process.ts';
+
+export type { Interrupt } from './process.ts';
+
+export const SITE = 'site-1';
+export const NODE = 'ml110-01';
+export const TEMPLATE_VMID = 9000;
+/** The other user of the cluster: a person or tool with its own API token, not the provider. */
+export const FOREIGN_USER = 'ops@pve';
+const FOREIGN_TOKEN_ID = 'tool';
+const FOREIGN_SECRET = '0a0a0a0a-0000-4000-8000-00000000f00d';
+export const FOREIGN_AUTH = `PVEAPIToken=${FOREIGN_USER}!${FOREIGN_TOKEN_ID}=${FOREIGN_SECRET}`;
+
+/** A fault this long (simulated ms) lasts until healed: a run's clock never gets there. */
+export const YEAR_MS = 365 * 24 * 3600_000;
+/** An `applied-late` delay at least this long holds the request until healed. */
+const HELD_MS = 3600_000;
+/** Real ms a reconcile may still take after some request was held, before it counts as the held one. */
+const HELD_GRACE_MS = 300;
+
+/** The resources a schedule can name, each with its creation path (import an image or clone the template). */
+export const NAMES = ['vm-a', 'vm-b', 'vm-c'] as const;
+export type Name = (typeof NAMES)[number];
+const SOURCE: Record<Name, Partial<ForProvider>> = {
+  'vm-a': { image: 'local:import/ubuntu-22.04-cloud.qcow2' },
+  'vm-b': { template: { vmid: TEMPLATE_VMID, full: true } },
+  'vm-c': { image: 'local:import/ubuntu-22.04-cloud.qcow2' },
+};
+export const keyOfName = (n: Name): string => `default/${n}`;
+
+/** What a user may change in a resource's spec. */
+export interface Edit {
+  cpu: 1 | 2;
+  memory: '1Gi' | '2Gi';
+  powerState?: 'running' | 'stopped';
+}
+
+export function manifest(name: Name, edit: Edit): ProxmoxVM {
+  return {
+    apiVersion: 'proxmox.sankofa.io/v1alpha1',
+    kind: 'ProxmoxVM',
+    metadata: { name, namespace: 'default', uid: '', generation: 1 },
+    spec: {
+      forProvider: {
+        site: SITE,
+        node: NODE,
+        cpu: edit.cpu,
+        memory: edit.memory,
+        disk: '8Gi',
+        storage: 'local-lvm',
+        network: 'vmbr0',
+        ...SOURCE[name],
+        ...(edit.powerState ? { powerState: edit.powerState } : {}),
+      },
+      providerConfigRef: { name: 'default' },
+    },
+  };
+}
+
+/** A VM some other user made: its config digest and power state once its create ended. */
+interface ForeignVm {
+  vmid: number;
+  upid?: string;
+  baseline?: { digest: string; status: string; config: Record<string, string> };
+  /** Its create failed and PVE removed it: nothing to guard. */
+  vanished?: boolean;
+}
+
+/** The ProviderConfig for the simulator: its test token, or root@pam with a password (a ticket: may unlock). */
+function simConfig(sim: Simulator, auth: 'password' | 'token'): LoadedProviderConfig {
+  let text = providerConfigYaml(sim);
+  if (auth === 'password') {
+    const docs = parseAllDocuments(text).map((d) => d.toJS() as Record<string, unknown>);
+    const secret = docs.find((d) => d.kind === 'Secret')!;
+    secret.stringData = { username: 'root@pam', password: ROOT_PASSWORD };
+    text = docs.map((d) => stringify(d)).join('---\n');
+  }
+  return parseProviderConfig(text, 'fault-search.yaml');
+}
+
+/**
+ * How late PVE may apply a request it received (run-clock ms). A held `applied-late` request is
+ * released once it is this old; must stay below the engine's `unknownOutcomeWaitMs` (30 s).
+ */
+export const LATE_APPLY_BOUND_MS = 20_000;
+
+export class World {
+  readonly sim: Simulator;
+  readonly auth: 'password' | 'token';
+  readonly config: LoadedProviderConfig;
+  readonly store = new MemoryStore<ProxmoxVM>();
+  readonly clock = new EngineClock();
+  /** Processes 0 and (for two writers) 1. */
+  readonly procs: Array<Process | undefined> = [undefined, undefined];
+  private generation = 0;
+  readonly foreign = new Map<number, ForeignVm>();
+  readonly journal: string[] = [];
+  /** Faults added by the schedule, in order (ids of the site-1 cluster). */
+  readonly faultIds: number[] = [];
+  /** Faults that end by themselves: id -> commands left. */
+  readonly expiring = new Map<number, number>();
+  /** Held `applied-late` requests: fault id -> when (run clock) the hold began. */
+  readonly heldSince = new Map<number, number>();
+  private readonly seenTasks = new Set<string>();
+  /** What dead processes left running (a reconcile waiting for a held request). */
+  private readonly dangling: Promise<unknown>[] = [];
+
+  private constructor(sim: Simulator, auth: 'password' | 'token') {
+    this.sim = sim;
+    this.auth = auth;
+    this.config = simConfig(sim, auth);
+    this.site.addToken(FOREIGN_USER, FOREIGN_TOKEN_ID, { privsep: false, secret: FOREIGN_SECRET });
+    this.site.setAcl('/', FOREIGN_USER, 'Administrator');
+    // The template is someone else's VM too: cloning from it must not change it.
+    for (const vm of this.site.state.vms.values()) this.foreign.set(vm.vmid, { vmid: vm.vmid });
+    this.observeForeign();
+  }
+
+  static async start(auth: 'password' | 'token'): Promise<World> {
+    const w = new World(await startTestSim(), auth);
+    w.clock.install();
+    return w;
+  }
+
+  get site(): SimCluster {
+    return this.sim.cluster(SITE);
+  }
+
+  /** Journal a line; a run of identical lines (a resource failing the same way) is kept once, with a count. */
+  log(line: string): void {
+    const last = this.journal.length - 1;
+    const m = /^(.*) \(x(\d+)\)$/.exec(this.journal[last] ?? '');
+    if (m && m[1] === line) this.journal[last] = `${line} (x${Number(m[2]) + 1})`;
+    else if (this.journal[last] === line) this.journal[last] = `${line} (x2)`;
+    else this.journal.push(line);
+  }
+
+  /** After each command: faults of bounded length that are due end now. */
+  commandDone(): void {
+    // PVE applies a request within a bounded time of receiving it; the engine's promise (no second
+    // VM, no orphan) is made for late applications within that bound (LATE_APPLY_BOUND_MS, below the
+    // engine's 30 s unknown-outcome wait). A hold older than that is applied now.
+    for (const [id, since] of this.heldSince) {
+      if (Date.now() - since < LATE_APPLY_BOUND_MS) continue;
+      this.heldSince.delete(id);
+      const i = this.faultIds.indexOf(id);
+      if (i >= 0) this.faultIds.splice(i, 1);
+      if (this.site.removeFault(id)) this.log(`  held request of fault ${id} applied (the PVE bound)`);
+    }
+    for (const [id, left] of this.expiring) {
+      if (left > 1) {
+        this.expiring.set(id, left - 1);
+        continue;
+      }
+      this.expiring.delete(id);
+      const i = this.faultIds.indexOf(id);
+      if (i >= 0) this.faultIds.splice(i, 1);
+      if (this.site.removeFault(id)) this.log(`  fault ${id} is over`);
+    }
+  }
+
+  /** Process `i`, started on first use (and again after a crash). */
+  proc(i: 0 | 1): Process {
+    let p = this.procs[i];
+    if (!p || p.dead) {
+      p = new Process(`p${i}.${++this.generation}`, this.store, this.config);
+      this.procs[i] = p;
+    }
+    return p;
+  }
+
+  /** Throw process `i` away (all its memory), as a crash or `kill -9` would. */
+  async restart(i: 0 | 1): Promise<void> {
+    const p = this.procs[i];
+    this.procs[i] = undefined;
+    if (p) await p.kill();
+  }
+
+  /**
+   * One reconcile of `name` by process `i`; the process is replaced if it crashed in it. A
+   * request held by an `applied-late` fault would keep the reconcile waiting for the client's
+   * request timeout (a minute, real time): the process gives up instead, as if it died while
+   * waiting, and its request is applied later (when healed), with nobody left to hear the answer.
+   */
+  async reconcile(
+    name: Name,
+    i: 0 | 1 = 0,
+    interrupt?: Interrupt,
+    quiet = false,
+  ): Promise<ReconcileResult | undefined> {
+    const p = this.proc(i);
+    const key = keyOfName(name);
+    // Time passes as the work queue would let it before this reconcile (at least a second).
+    this.clock.tick(Math.max(1000, p.delayFor(key)));
+    p.interrupt = interrupt && { ...interrupt, seen: 0, fired: false };
+    const held = this.heldCount();
+    const run = p.rec.reconcile(key);
+    const stop = new AbortController();
+    let res: ReconcileResult | undefined;
+    try {
+      res = await Promise.race([run, this.untilHeld(held, stop.signal)]);
+      // The fault cannot say whose request it holds (the other writer's, the other user's): the
+      // reconcile that is still waiting a moment later is the one held.
+      if (!res)
+        res = await Promise.race([run, new Promise<undefined>((r) => setTimeout(() => r(undefined), HELD_GRACE_MS))]);
+    } finally {
+      stop.abort();
+      p.interrupt = undefined;
+    }
+    if (!res) {
+      this.log(`  ${p.name} ${name}: its request is held (applied-late); the process dies waiting`);
+      p.store.dead = true;
+      this.procs[i] = undefined;
+      // Not awaited: closing waits for the held request. Both end when the simulator closes.
+      this.dangling.push(
+        run.catch(() => undefined),
+        p.kill().catch(() => undefined),
+      );
+      return undefined;
+    }
+    p.record(key, res);
+    const r = this.store.getSync(key);
+    const synced = r && getCondition(r, 'Synced');
+    const why = res.kind === 'rateLimited' && res.error ? `: ${res.error.message.slice(0, 160)}` : '';
+    if (!quiet) {
+      this.log(
+        `  ${p.name} ${name}: ${res.kind}${why} [ext=${r ? (externalName(r) ?? '-') : 'gone'} step=${r?.status?.atProvider?.step ?? '-'} synced=${synced?.reason ?? '-'}]`,
+      );
+    }
+    if (p.dead) await this.restart(i);
+    return res;
+  }
+
+  /** Requests held so far by `applied-late` faults that hold until healed. */
+  private heldCount(): number {
+    let n = 0;
+    for (const f of this.site.faults.active.values()) {
+      const s = f.spec as { kind: string; delayMs?: number };
+      if (s.kind === 'applied-late' && (s.delayMs ?? 0) >= HELD_MS) n += f.fired;
+    }
+    return n;
+  }
+
+  /** Resolves (undefined) once another request is held; never, if `signal` aborts first. */
+  private async untilHeld(before: number, signal: AbortSignal): Promise<undefined> {
+    while (!signal.aborted) {
+      if (this.heldCount() > before) return undefined;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    return new Promise<undefined>(() => {});
+  }
+
+  apply(name: Name, edit: Edit): void {
+    const m = manifest(name, edit);
+    const cur = this.store.getSync(keyOf(m));
+    m.metadata.uid = cur?.metadata.uid ?? '';
+    this.store.apply(m);
+  }
+
+  /** A request of the other user, through the API with its own token. */
+  async foreignRequest(
+    method: string,
+    path: string,
+    form?: Record<string, string>,
+  ): Promise<{ status: number; data: unknown }> {
+    // A request held by an `applied-late` fault: the other user's tool gives up at once (it is
+    // applied later, when healed), instead of waiting for fetch's five-minute timeout.
+    const gaveUp = new AbortController();
+    const stop = new AbortController();
+    void this.untilHeld(this.heldCount(), stop.signal).then(() => gaveUp.abort());
+    try {
+      const res = await fetch(`${this.site.url}/api2/json${path}`, {
+        method,
+        headers: {
+          Authorization: FOREIGN_AUTH,
+          ...(form ? { 'Content-Type': 'application/x-www-form-urlencoded' } : {}),
+        },
+        ...(form ? { body: new URLSearchParams(form).toString() } : {}),
+        signal: gaveUp.signal,
+      });
+      const text = await res.text();
+      return { status: res.status, data: text ? (JSON.parse(text) as { data: unknown }).data : null };
+    } catch {
+      // Connection reset (outage, lost answer) or given up: it did not happen, or nobody can tell.
+      return { status: 0, data: null };
+    } finally {
+      stop.abort();
+    }
+  }
+
+  /** The other user creates a VM (`qm create` over the API). Whether it worked is read from PVE itself. */
+  async foreignCreate(vmid: number, extra: Record<string, string> = {}): Promise<void> {
+    const res = await this.foreignRequest('POST', `/nodes/${NODE}/qemu`, {
+      vmid: String(vmid),
+      name: `ops-${vmid}`,
+      cores: '1',
+      memory: '512',
+      net0: 'virtio,bridge=vmbr0',
+      scsi0: 'local-lvm:1',
+      ...extra,
+    });
+    this.log(`  foreign create ${vmid}: HTTP ${res.status}`);
+    this.observeForeign();
+  }
+
+  /** Which VMs the other user made (from PVE's task list), and their state once their create ended. */
+  observeForeign(): void {
+    for (const t of this.site.state.tasks.values()) {
+      if (t.user !== FOREIGN_USER || t.type !== 'qmcreate' || this.seenTasks.has(t.upid)) continue;
+      this.seenTasks.add(t.upid);
+      this.foreign.set(Number(t.id), { vmid: Number(t.id), upid: t.upid });
+    }
+    for (const f of this.foreign.values()) {
+      if (f.baseline || f.vanished) continue;
+      const t = f.upid ? this.site.state.tasks.get(f.upid) : undefined;
+      if (t && t.status === 'running') continue;
+      const vm = this.site.state.vms.get(f.vmid);
+      if (!vm) f.vanished = true;
+      else
+        f.baseline = { digest: this.site.state.digest(vm), status: vm.status, config: { ...vm.config, ...vm.pending } };
+    }
+  }
+
+  /** The other user's VMs whose create has ended, with what they looked like then. */
+  foreignBaselines(): Array<{ vmid: number; digest: string; status: string; config: Record<string, string> }> {
+    return [...this.foreign.values()].flatMap((f) => (f.baseline ? [{ vmid: f.vmid, ...f.baseline }] : []));
+  }
+
+  /** Who created the VM at `vmid` (its last qmcreate task), or undefined when no task says. */
+  creatorOf(vmid: number): string | undefined {
+    let user: string | undefined;
+    for (const t of this.site.state.tasks.values()) if (t.type === 'qmcreate' && t.id === String(vmid)) user = t.user;
+    return user;
+  }
+
+  /**
+   * Let the simulator's workers run until every task has ended, except those held by a stall
+   * fault (bounded: a task that never ends only costs this wait, never decides the outcome).
+   */
+  async quiesce(maxMs = 2000): Promise<void> {
+    const deadline = Date.now() + maxMs;
+    for (;;) {
+      const busy = [...this.site.state.tasks.values()].filter((t) => t.status === 'running' && !this.heldByStall(t));
+      if (!busy.length || Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    this.observeForeign();
+  }
+
+  private heldByStall(t: { type: string; id: string }): boolean {
+    for (const f of this.site.faults.active.values()) {
+      const s = f.spec;
+      if (s.kind !== 'task' || s.action !== 'stall' || f.fired === 0) continue;
+      if ((s.type === undefined || s.type === t.type) && (s.id === undefined || s.id === t.id)) return true;
+    }
+    return false;
+  }
+
+  async close(): Promise<void> {
+    for (const i of [0, 1] as const) await this.restart(i);
+    await this.sim.close();
+    // The simulator dropped the held requests: what waited for them ends now (bounded anyway).
+    await Promise.race([Promise.all(this.dangling), new Promise((r) => setTimeout(r, 5000))]);
+    this.clock.uninstall();
+  }
+}
