@@ -390,6 +390,9 @@ export class ManagedReconciler<R extends Managed = Managed> {
         created = await ext.create(r);
       } catch (e) {
         await this.hook('create-failed', key);
+        // Stopping while the create was sent: record nothing (neither failed nor unknown); the
+        // pending mark stays the newest, which is what the next writer must see.
+        if (e instanceof ReconcileAborted) return { kind: 'done' };
         if (e instanceof ReasonedError && e.outcomeUnknown) {
           // Sent, no answer: neither succeeded nor failed. The pending mark stays the newest, so the
           // next observe keeps looking for it at the same external name before anything is sent again.

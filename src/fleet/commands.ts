@@ -5,6 +5,7 @@ import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { configAmong, DEFAULT_STATE, write as emit, loadConfigArg, UsageError } from '../local/commands.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../local/manifests.ts';
+import { vmidHoldersOf } from '../vm/connector.ts';
 import { collect, formatGc, type GcFinding, scanFleet } from './gc.ts';
 import { RolloutError } from './phases.ts';
 import { formatPlan, type PlanResult, planFleet } from './plan.ts';
@@ -99,17 +100,15 @@ export async function gcCommand(args: {
   }
   const known = new Set(objects.map((o) => o.metadata.uid));
   const sites = config.config.spec.sites;
-  const holdersOf = (site: string) => {
-    const out = new Map<number, string>();
-    for (const o of objects) {
-      const vmid = Number(o.metadata.annotations?.['crossplane.io/external-name']);
-      const s = o.spec.forProvider.site ?? (sites.length === 1 ? sites[0]!.name : undefined);
-      if (s === site && Number.isInteger(vmid))
-        out.set(vmid, `${o.metadata.namespace ? `${o.metadata.namespace}/` : ''}${o.metadata.name}`);
-    }
-    return out;
-  };
-  const found = await scanFleet(config, known, holdersOf);
+  const onlySite = sites.length === 1 ? sites[0]!.name : undefined;
+  const found = await scanFleet(config, known, (site) =>
+    vmidHoldersOf(
+      objects,
+      site,
+      onlySite,
+      (o) => `${o.metadata.namespace ? `${o.metadata.namespace}/` : ''}${o.metadata.name}`,
+    ),
+  );
   let result = found;
   let code = found.length ? 1 : 0;
   if (args.delete) {

@@ -7,7 +7,8 @@
 import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { PveClient } from '../proxmox/client.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { hasOwnerTag, markerUid, parseMarker } from '../vm/spec.ts';
+import { manualCleanup } from '../vm/ownership.ts';
+import { hasOwnerTag, isPlaceholderLock, markerUid, parseMarker } from '../vm/spec.ts';
 
 export type GcKind = 'orphan' | 'stuck-lock' | 'half-created';
 
@@ -47,7 +48,7 @@ export async function scanSite(
   const activeByNode = new Map<string, Set<string>>();
   for (const e of res) {
     if (e.type !== 'qemu' || e.vmid === undefined || !e.node || e.template === 1) continue;
-    if (!hasOwnerTag(e.tags) && e.lock !== 'create' && e.lock !== 'clone') continue;
+    if (!hasOwnerTag(e.tags) && !isPlaceholderLock(e.lock)) continue;
     const cfg = await client.vmConfig(e.node, Number(e.vmid)).catch(() => undefined);
     if (!cfg) continue;
     const uid = markerUid(cfg.values.description);
@@ -60,7 +61,7 @@ export async function scanSite(
     }
     if (!uid) {
       // Not ours by marker: never touched, unless it is the placeholder of one of our creates.
-      if ((lock === 'create' || lock === 'clone') && holder && !active.has(String(e.vmid))) {
+      if (isPlaceholderLock(lock) && holder && !active.has(String(e.vmid))) {
         out.push({
           site,
           node: e.node,
@@ -88,7 +89,7 @@ export async function scanSite(
     };
     if (!known.has(uid)) {
       out.push({ ...base, kind: 'orphan', detail: `marker uid ${uid} matches no resource` });
-    } else if ((lock === 'create' || lock === 'clone') && !active.has(String(e.vmid))) {
+    } else if (isPlaceholderLock(lock) && !active.has(String(e.vmid))) {
       out.push({
         ...base,
         kind: lock === 'create' ? 'half-created' : 'stuck-lock',
@@ -137,7 +138,7 @@ export async function collect(
           // Re-check the marker right before acting: never delete what is not ours.
           const cfg = await client.vmConfig(f.node, f.vmid);
           const lock = cfg.values.lock;
-          const placeholderLock = lock === 'create' || lock === 'clone';
+          const placeholderLock = isPlaceholderLock(lock);
           if (!markerUid(cfg.values.description) && !(f.placeholder && placeholderLock)) {
             done.push({ ...f, action: 'skipped: no ownership marker any more' });
             continue;
@@ -157,7 +158,7 @@ export async function collect(
             if (!caps.rootTicket) {
               done.push({
                 ...f,
-                action: `skipped: locked (${lock}); only root@pam with a password can clear it over the API. Fix: on node ${f.node} run 'qm unlock ${f.vmid} && qm destroy ${f.vmid} --purge'`,
+                action: `skipped: locked (${lock}); only root@pam with a password can clear it over the API. Fix: ${manualCleanup(f.node, f.vmid)}`,
               });
               continue;
             }

@@ -112,17 +112,21 @@ export class VmConnector implements Connector<ProxmoxVM> {
   }
 }
 
-/** VMID -> uid of the resources of `site` that hold an external name (for `vmidHolders`). */
+/**
+ * VMID -> uid (or what `label` makes of the resource) of the resources of `site` that hold an
+ * external name: `vmidHolders` for VMID choice, and gc's owners of placeholders.
+ */
 export function vmidHoldersOf(
   resources: Iterable<ProxmoxVM>,
   site: string,
   onlySite: string | undefined,
+  label: (r: ProxmoxVM) => string = (r) => r.metadata.uid,
 ): Map<number, string> {
   const out = new Map<number, string>();
   for (const r of resources) {
     const s = r.spec.forProvider.site ?? onlySite;
     const ext = Number(externalName(r));
-    if (s === site && Number.isInteger(ext) && ext >= 100) out.set(ext, r.metadata.uid);
+    if (s === site && Number.isInteger(ext) && ext >= 100) out.set(ext, label(r));
   }
   return out;
 }

@@ -7,14 +7,8 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
-import {
-  ANNOTATION_CREATE_PENDING,
-  ANNOTATION_EXTERNAL_NAME,
-  annotation,
-  externalName,
-  setAnnotation,
-  setCondition,
-} from '../engine/resource.ts';
+import { ANNOTATION_CREATE_PENDING, annotation, externalName, setCondition } from '../engine/resource.ts';
+import { ReconcileAborted } from '../engine/types.ts';
 import { AlreadyExistsError, PveError } from '../proxmox/index.ts';
 import { atProvider, explain, outcomeUnknown, reason, setStep } from './conditions.ts';
 import type { StepContext } from './context.ts';
@@ -34,7 +28,7 @@ import {
   printNet,
   vmName,
 } from './spec.ts';
-import { confirmedAt, vmidChosenByUs } from './vmid.ts';
+import { confirmedAt, giveUpVmid, vmidChosenByUs } from './vmid.ts';
 
 /** Send the create (or clone) the plan describes. Returns the UPID, or nothing when it is already there. */
 export async function issueCreate(
@@ -69,6 +63,9 @@ export async function issueCreate(
     return { requeueAfterMs: ctx.taskPollMs };
   } catch (e) {
     ctx.site.invalidate();
+    // Stopping: this process writes nothing more. The next one finds `external-create-pending`
+    // newest with no task recorded and treats the create as of unknown outcome (observe.ts).
+    if (e instanceof ReconcileAborted) throw e;
     if (outcomeUnknown(e)) {
       // It may have been applied (or be applied later): keep the slot and the VMID, look before acting.
       a.createOutcome = 'Unknown';
@@ -91,10 +88,7 @@ export async function issueCreate(
       if (!cfg || owner?.kind === 'ours' || owner?.kind === 'placeholder') return { requeueAfterMs: ctx.taskPollMs };
       if (vmidChosenByUs(r) && !confirmedAt(r, vmid)) {
         // We picked this VMID and someone else took it first (the nextid race): pick another.
-        setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
-        delete a.createOutcome;
-        delete a.unknownCreateSince;
-        if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
+        giveUpVmid(ctx, r, vmid);
         throw reason(
           'VMIDTaken',
           `VMID ${vmid} was taken by another VM before this one was created; a new VMID will be chosen`,

@@ -12,7 +12,8 @@ import { NotFoundError } from '../proxmox/index.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import { hook, type StepContext } from './context.ts';
 import { locate } from './lookup.ts';
-import { cloneSource, isPlaceholderLock, ownershipOf, placeholderFate } from './ownership.ts';
+import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
+import { isPlaceholderLock } from './spec.ts';
 import { lateCreateMayStillApply } from './vmid.ts';
 
 export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
@@ -56,7 +57,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     if (!caps.rootTicket)
       throw reason(
         'CreateInterrupted',
-        `VM ${vmid} on node ${found.node} is left from an interrupted ${lock} of this resource (its worker died); only root@pam can clear its 'lock: ${lock}'. Fix: on node ${found.node} run 'qm unlock ${vmid} && qm destroy ${vmid} --purge', or give the provider root@pam password credentials`,
+        `VM ${vmid} on node ${found.node} is left from an interrupted ${lock} of this resource (its worker died); only root@pam can clear its 'lock: ${lock}'. Fix: ${manualCleanup(found.node, vmid)}, or give the provider root@pam password credentials`,
         true,
       );
     setStep(r, 'Destroying');

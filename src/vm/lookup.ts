@@ -7,7 +7,7 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
-import { hasOwnerTag, markerUid } from './spec.ts';
+import { hasOwnerTag, isPlaceholderLock, markerUid } from './spec.ts';
 
 export interface ObservedVm {
   vmid: number;
@@ -31,10 +31,21 @@ export async function findByMarker(ctx: StepContext, r: ProxmoxVM): Promise<Obse
   const list = await ctx.site.clusterResources(true, ctx.signal);
   for (const e of list) {
     if (e.type !== 'qemu' || !e.node || e.vmid === undefined) continue;
-    if (!hasOwnerTag(e.tags) && e.lock !== 'create' && e.lock !== 'clone') continue;
+    if (!hasOwnerTag(e.tags) && !isPlaceholderLock(e.lock)) continue;
     const cfg = await ctx.client.vmConfig(e.node, Number(e.vmid)).catch(() => undefined);
     if (cfg && markerUid(cfg.values.description) === r.metadata.uid)
       return { vmid: Number(e.vmid), node: e.node, entry: e, config: cfg };
   }
   return undefined;
+}
+
+/** The template VM a `spec.forProvider.template` names (by VMID, else by name) in a bulk list. */
+export function findTemplate(
+  list: ClusterResource[],
+  t: { vmid?: number; name?: string },
+): ClusterResource | undefined {
+  return list.find(
+    (e) =>
+      e.type === 'qemu' && e.template === 1 && (t.vmid !== undefined ? Number(e.vmid) === t.vmid : e.name === t.name),
+  );
 }

@@ -20,7 +20,7 @@ import { atProvider, isReady, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
 import { findByMarker, locate, type ObservedVm } from './lookup.ts';
-import { cloneSource, type Ownership, ownershipOf, placeholderFate } from './ownership.ts';
+import { cloneSource, manualCleanup, type Ownership, ownershipOf, placeholderFate } from './ownership.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
@@ -95,7 +95,7 @@ async function settlePlaceholder(
     return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
   }
   if (fate.kind === 'foreign' && own.kind !== 'ours') return notOurs(ctx, r, found, { kind: 'foreign', lock });
-  const manual = `on node ${found.node} run 'qm unlock ${vmid} && qm destroy ${vmid} --purge' (the provider then creates the VM again), or give the provider root@pam password credentials, which may clear a lock it set`;
+  const manual = `${manualCleanup(found.node, vmid)} (the provider then creates the VM again), or give the provider root@pam password credentials, which may clear a lock it set`;
   if (fate.kind === 'unknown' && own.kind !== 'ours') {
     a.step = 'CreateInterrupted';
     throw reason(
@@ -185,7 +185,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       found = byMarker;
     }
   }
-  if (!observeOnly && !a.task && createIncomplete(r) && a.createOutcome === undefined) {
+  if (!observeOnly && !task && createIncomplete(r) && a.createOutcome === undefined) {
     // `external-create-pending` is the newest record and no task is known: a process stopped
     // between marking the create and recording its answer (a crash, SIGKILL, a lost status
     // write). The create may have been sent: its outcome is unknown.
@@ -206,7 +206,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     if (vmidChosenByUs(r)) ctx.site.reserved.set(vmid, r.metadata.uid);
     return { obs: { exists: false, upToDate: false } };
   }
-  if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
+  ctx.site.unreserve(r.metadata.uid, vmid);
   a.node = found.node;
 
   const full = needsFullObserve(ctx, r, found);

@@ -24,7 +24,8 @@ import {
 } from '../engine/resource.ts';
 import type { VmConfig } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
-import { markerUid } from './spec.ts';
+import { findTemplate } from './lookup.ts';
+import { isPlaceholderLock, markerUid } from './spec.ts';
 import { type MakerTask, makerTasks } from './tasks.ts';
 
 export type Ownership =
@@ -51,8 +52,9 @@ export function mayHaveCreated(r: ProxmoxVM): boolean {
   return !(failed >= pending && failed > succeeded);
 }
 
-export function isPlaceholderLock(lock: string | undefined): lock is 'create' | 'clone' {
-  return lock === 'create' || lock === 'clone';
+/** What an operator runs on the node to remove a placeholder only root@pam may clear. */
+export function manualCleanup(node: string, vmid: number): string {
+  return `on node ${node} run 'qm unlock ${vmid} && qm destroy ${vmid} --purge'`;
 }
 
 /** Whose is this config (read at our VMID)? */
@@ -108,9 +110,6 @@ export async function placeholderFate(
 export async function cloneSource(ctx: StepContext, r: ProxmoxVM): Promise<{ vmid: number; node: string } | undefined> {
   const t = r.spec.forProvider.template;
   if (!t) return undefined;
-  const e = (await ctx.site.clusterResources(false, ctx.signal)).find(
-    (x) =>
-      x.type === 'qemu' && x.template === 1 && (t.vmid !== undefined ? Number(x.vmid) === t.vmid : x.name === t.name),
-  );
+  const e = findTemplate(await ctx.site.clusterResources(false, ctx.signal), t);
   return e?.node ? { vmid: Number(e.vmid), node: e.node } : undefined;
 }

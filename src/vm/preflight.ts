@@ -10,6 +10,7 @@ import { PveError } from '../proxmox/index.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { atProvider, explain, reason, setStep } from './conditions.ts';
 import type { StepContext } from './context.ts';
+import { findTemplate } from './lookup.ts';
 import { desiredNets, diskBytes, memoryBytes } from './spec.ts';
 
 export type CreateSource =
@@ -189,13 +190,7 @@ export async function resolveSource(
 ): Promise<CreateSource> {
   const fp = r.spec.forProvider;
   if (fp.template) {
-    const list = await ctx.site.clusterResources(false, ctx.signal);
-    const t = list.find(
-      (e) =>
-        e.type === 'qemu' &&
-        e.template === 1 &&
-        (fp.template!.vmid !== undefined ? Number(e.vmid) === fp.template!.vmid : e.name === fp.template!.name),
-    );
+    const t = findTemplate(await ctx.site.clusterResources(false, ctx.signal), fp.template);
     const what = fp.template.vmid !== undefined ? `VMID ${fp.template.vmid}` : `'${fp.template.name}'`;
     if (!t)
       throw reason(

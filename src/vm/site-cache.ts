@@ -146,9 +146,10 @@ export class SiteContext {
     this.releaseCapacity(uid);
   }
 
-  /** Drop the VMIDs this resource reserved in this process, except `keep`. */
-  unreserve(uid: string, keep?: number): void {
-    for (const [vmid, holder] of this.reserved) if (holder === uid && vmid !== keep) this.reserved.delete(vmid);
+  /** Drop this resource's in-process reservation of `vmid` (visible in Proxmox now, or given up), or of all. */
+  unreserve(uid: string, vmid?: number): void {
+    for (const [id, holder] of this.reserved)
+      if (holder === uid && (vmid === undefined || id === vmid)) this.reserved.delete(id);
   }
 
   /** The resource left the engine (deleted, orphaned, renamed): release everything it held here. */

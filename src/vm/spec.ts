@@ -140,6 +140,11 @@ export function desiredDescription(r: ProxmoxVM): string {
   return d ? `${d}\n\n${ownershipMarker(r)}` : ownershipMarker(r);
 }
 
+/** The locks a create or clone holds until its worker has written the final config. */
+export function isPlaceholderLock(lock: string | undefined): lock is 'create' | 'clone' {
+  return lock === 'create' || lock === 'clone';
+}
+
 /** Whether a `/cluster/resources` tags value (`a;b`, PVE also accepts `,` and spaces) holds OWNER_TAG. */
 export function hasOwnerTag(tags: string | undefined): boolean {
   return (tags ?? '').split(/[;,\s]/).includes(OWNER_TAG);

@@ -79,6 +79,6 @@ export function giveUpVmid(ctx: StepContext, r: ProxmoxVM, vmid: number): Extern
   delete a.vmId;
   delete a.createOutcome;
   delete a.unknownCreateSince;
-  if (ctx.site.reserved.get(vmid) === r.metadata.uid) ctx.site.reserved.delete(vmid);
+  ctx.site.unreserve(r.metadata.uid, vmid);
   return { exists: false, upToDate: false };
 }

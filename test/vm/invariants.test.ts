@@ -135,6 +135,39 @@ describe('zero duplicates and zero orphans: engine regressions', () => {
     }
   });
 
+  it('stop() while a create is on the wire records nothing; the next process finds the create and makes no second VM', async () => {
+    const c = sim.cluster(SITE1);
+    const held = c.addFault({
+      kind: 'applied-late',
+      method: 'POST',
+      path: '/nodes/{node}/qemu',
+      delayMs: 20_000_000,
+      count: 1,
+    });
+    const first = await new Engine(sim, {}).start();
+    const key = first.apply(vm('stopped-mid-create'));
+    await waitUntil(
+      () => (first.get(key).metadata.annotations?.['crossplane.io/external-create-pending'] ? true : undefined),
+      'the create marked pending',
+    );
+    await waitUntil(() => (count(c, 'POST /nodes/{node}/qemu') > 0 ? true : undefined), 'the create sent');
+    await first.stop();
+    const left = first.get(key);
+    assert.equal(
+      left.metadata.annotations?.['crossplane.io/external-create-failed'],
+      undefined,
+      'not recorded as failed',
+    );
+    c.removeFault(held); // PVE applies it now
+    const next = await new Engine(sim, { store: first.store }).start();
+    try {
+      const r = await next.waitReady(key);
+      assert.equal(ownedBy(c, r.metadata.uid).length, 1, 'one VM');
+    } finally {
+      await next.stop();
+    }
+  });
+
   it('stop() aborts a reconcile waiting on Proxmox: it returns at once and nothing is sent after it', async () => {
     const c = sim.cluster(SITE1);
     const slow = new Engine(sim, {});
