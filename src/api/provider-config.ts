@@ -41,6 +41,8 @@ export const API_GROUP = 'proxmox.sankofa.io';
 export const API_VERSION = `${API_GROUP}/v1alpha1`;
 
 const NAME_RE = '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$';
+/** An installation id: lowercase letters, digits, '-' and '.', as the ownership marker's grammar reads it. */
+export const INSTALLATION_RE = '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$';
 const NODE_RE = '^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$';
 
 export const SecretReference = Type.Object(
@@ -155,6 +157,14 @@ export const ProviderConfigSpec = Type.Object(
     /** Defaults for every site. */
     concurrency: Type.Optional(ConcurrencyConfig),
     vmidRange: Type.Optional(VmidRange),
+    installation: Type.Optional(
+      Type.String({
+        pattern: INSTALLATION_RE,
+        maxLength: 63,
+        description:
+          "Which installation of the provider the VMs made through this config belong to: written into every VM's ownership marker, so that two installations (two clusters, a cluster and a CLI user, two teams) on one Proxmox never take each other's VMs for their own or for orphans. Default: the controller uses `k8s-<uid of the cluster's kube-system namespace>`, the CLI `cli-<this config's metadata.name>`. Set the same value on a controller's and a CLI's config to hand a fleet from one to the other.",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -181,6 +191,27 @@ export type Concurrency = Static<typeof ConcurrencyConfig>;
 export type VmidRangeT = Static<typeof VmidRange>;
 export type Site = Static<typeof SiteConfig>;
 export type ProviderConfig = Static<typeof ProviderConfigSchema>;
+
+/**
+ * The installation a config's VMs belong to: `spec.installation`, else `fallback(config)` (the
+ * runtime's default: see ProviderConfigSpec.installation).
+ */
+export function installationOf(cfg: ProviderConfig, fallback: (cfg: ProviderConfig) => string): string {
+  return cfg.spec.installation ?? fallback(cfg);
+}
+
+/**
+ * The CLI's default installation: `cli-<metadata.name>`. It depends on nothing but the config, so
+ * a lost state file, another directory or another `--state` is still the same installation.
+ */
+export function cliInstallation(cfg: ProviderConfig): string {
+  const id = `cli-${cfg.metadata.name}`
+    .toLowerCase()
+    .replace(/[^-a-z0-9.]/g, '-')
+    .slice(0, 63)
+    .replace(/[-.]+$/, '');
+  return id;
+}
 
 export const DEFAULT_CONCURRENCY: Required<Concurrency> = { perNode: 2, perStorage: 2, requests: 16 };
 export const DEFAULT_VMID_RANGE: VmidRangeT = { min: 100, max: 999_999 };

@@ -5,7 +5,7 @@
  * written atomically (write + fsync + rename) under an exclusive lock file.
  */
 import { randomUUID } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Managed, rfc3339 } from '../engine/resource.ts';
@@ -23,6 +23,12 @@ export interface StoredEvent {
 export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R> {
   protected objects = new Map<string, R>();
   private rv = 0;
+  /**
+   * The uids of resources that left this store (deleted). A VM whose marker names one of them is an
+   * orphan of this store for sure; a uid neither here nor among the objects may be another state
+   * file's (gc refuses to delete such VMs while they run).
+   */
+  readonly retired: string[] = [];
   private readonly watchers = new Set<(key: string, event: WatchEvent, obj: R | undefined) => void>();
   readonly events: StoredEvent[] = [];
   /** Called after every stored change (persistence). */
@@ -100,6 +106,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     if (!cur) return;
     if (!cur.metadata.finalizers?.length) {
       this.objects.delete(key);
+      this.retire(cur.metadata.uid);
       this.changed();
       this.notify(key, 'DELETED', undefined);
       return;
@@ -128,6 +135,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     }
     if (next.metadata.deletionTimestamp && next.metadata.finalizers.length === 0) {
       this.objects.delete(key);
+      this.retire(cur.metadata.uid);
       this.changed();
       this.notify(key, 'DELETED', undefined);
       return next;
@@ -168,18 +176,25 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     // follows every condition change), not with a full rewrite of their own.
   }
 
+  private retire(uid: string): void {
+    if (!uid) return;
+    this.retired.push(uid);
+    if (this.retired.length > MAX_RETIRED) this.retired.splice(0, this.retired.length - MAX_RETIRED);
+  }
+
   protected changed(): void {
     this.onChange?.();
   }
 
-  protected snapshot(): { rv: number; objects: R[]; events: StoredEvent[] } {
-    return { rv: this.rv, objects: [...this.objects.values()], events: this.events };
+  protected snapshot(): { rv: number; objects: R[]; events: StoredEvent[]; retired: string[] } {
+    return { rv: this.rv, objects: [...this.objects.values()], events: this.events, retired: this.retired };
   }
 
-  protected restore(s: { rv: number; objects: R[]; events?: StoredEvent[] }): void {
+  protected restore(s: { rv: number; objects: R[]; events?: StoredEvent[]; retired?: string[] }): void {
     this.rv = s.rv;
     this.objects = new Map(s.objects.map((o) => [keyOf(o), o]));
     this.events.splice(0, this.events.length, ...(s.events ?? []));
+    this.retired.splice(0, this.retired.length, ...(s.retired ?? []));
   }
 }
 
@@ -190,7 +205,70 @@ function engineAnnotations(r: Managed): Record<string, string> {
   );
 }
 
+const MAX_RETIRED = 10_000;
+
 export class StateLockedError extends Error {}
+
+/** The state file format this version writes; it reads every version up to it. */
+export const STATE_VERSION = 2;
+
+/** What a state file holds. `installation`: the installation whose resources it caches (version 2). */
+export interface StateFile<R extends Managed = Managed> {
+  version: number;
+  installation?: string;
+  rv: number;
+  objects: R[];
+  events: StoredEvent[];
+  retired: string[];
+}
+
+/** A state file that cannot be used: every command stops with it, naming the file. */
+export class StateFileError extends Error {}
+
+const STATE_FIX =
+  "the state file is only a cache of what Proxmox holds: move it away and run apply again, which finds this installation's VMs by their ownership markers, or pass --state with the right file";
+
+/**
+ * Read and check a state file; undefined when there is none. Anything else that is not a state
+ * file of a known version (empty, not JSON, `{}`, `[]`, a newer version) is a StateFileError: no
+ * command may take it for an empty fleet.
+ */
+export function readStateFile<R extends Managed = Managed>(file: string): StateFile<R> | undefined {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new StateFileError(`${file}: cannot read the state file (${(e as Error).message})`);
+  }
+  const bad = (why: string) =>
+    new StateFileError(`${file}: not a usable provider-proxmox state file: ${why}; ${STATE_FIX}`);
+  if (!text.trim()) throw bad('it is empty');
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch (e) {
+    throw bad(`it is not JSON (${(e as Error).message})`);
+  }
+  if (typeof data !== 'object' || data === null || Array.isArray(data))
+    throw bad(`it holds ${Array.isArray(data) ? 'a list' : JSON.stringify(data)}, not a state object`);
+  const d = data as Partial<StateFile<R>>;
+  if (typeof d.version !== 'number') throw bad('it has no version');
+  if (!Number.isInteger(d.version) || d.version < 1 || d.version > STATE_VERSION)
+    throw new StateFileError(
+      `${file}: state file version ${d.version}, but this provider-proxmox reads versions 1 to ${STATE_VERSION}; use the provider-proxmox that wrote it, or ${STATE_FIX}`,
+    );
+  if (!Array.isArray(d.objects) || typeof d.rv !== 'number') throw bad('it has no objects or rv');
+  if (d.installation !== undefined && typeof d.installation !== 'string') throw bad('its installation is not a string');
+  return {
+    version: d.version,
+    ...(d.installation !== undefined ? { installation: d.installation } : {}),
+    rv: d.rv,
+    objects: d.objects,
+    events: Array.isArray(d.events) ? d.events : [],
+    retired: Array.isArray(d.retired) ? d.retired.filter((u): u is string => typeof u === 'string') : [],
+  };
+}
 
 /**
  * State files locked by this process. The lock file's pid cannot tell a second FileStore in this
@@ -211,25 +289,30 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
     this.file = file;
   }
 
-  open(): void {
+  /** The installation whose resources this file caches (written with every save). */
+  installation: string | undefined;
+
+  /**
+   * Lock and load. `installation`: the one this run belongs to; a file written for another is
+   * refused (its resources are another installation's), a file without one takes it.
+   */
+  open(installation?: string): void {
     this.lock();
-    if (existsSync(this.file)) {
-      try {
-        const data = JSON.parse(readFileSync(this.file, 'utf8')) as {
-          version: number;
-          rv: number;
-          objects: R[];
-          events?: StoredEvent[];
-        } | null;
-        if (typeof data !== 'object' || data === null || !Array.isArray(data.objects) || typeof data.rv !== 'number') {
-          throw new Error('not a provider-proxmox state file');
-        }
+    try {
+      const data = readStateFile<R>(this.file);
+      if (data) {
+        if (installation && data.installation && data.installation !== installation)
+          throw new StateFileError(
+            `${this.file}: this state file belongs to installation '${data.installation}', but the ProviderConfig says '${installation}'; pass the state file of '${installation}' with --state, or set spec.installation: ${data.installation} in the ProviderConfig`,
+          );
         this.restore(data);
-      } catch (e) {
-        this.close();
-        throw new Error(`${this.file}: unreadable state file (${(e as Error).message}); move it away to start afresh`);
+        this.installation = data.installation;
       }
+    } catch (e) {
+      this.close();
+      throw e;
     }
+    this.installation ??= installation;
     this.onChange = () => this.save();
   }
 
@@ -271,7 +354,14 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
     const tmp = `${this.file}.tmp`;
     const fd = openSync(tmp, 'w', 0o600);
     try {
-      writeSync(fd, JSON.stringify({ version: 1, ...this.snapshot() }));
+      writeSync(
+        fd,
+        JSON.stringify({
+          version: STATE_VERSION,
+          ...(this.installation ? { installation: this.installation } : {}),
+          ...this.snapshot(),
+        }),
+      );
       fsyncSync(fd);
     } finally {
       closeSync(fd);

@@ -3,7 +3,15 @@
  * a ProviderConfigSource), the site, its credentials, and keeps one client + caches per site and
  * one VmExternal per resource (so drift bookkeeping survives between reconciles).
  */
-import { findSite, type LoadedProviderConfig, siteConcurrency, siteVmidRange } from '../api/provider-config.ts';
+import {
+  cliInstallation,
+  findSite,
+  installationOf,
+  type LoadedProviderConfig,
+  type ProviderConfig,
+  siteConcurrency,
+  siteVmidRange,
+} from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
@@ -22,6 +30,11 @@ export interface ConnectorOptions extends VmClientOptions {
   clientHooks?: ClientHooks;
   /** Cache TTL of the per-site bulk observation (default 1 s). */
   siteTtlMs?: number;
+  /**
+   * The installation of a config without `spec.installation` (the runtime's default: the
+   * controller's cluster, the CLI's config name). Default: cliInstallation.
+   */
+  installation?: (cfg: ProviderConfig) => string;
 }
 
 export class VmConnector implements Connector<ProxmoxVM> {
@@ -88,6 +101,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
           client,
           limiter: new SlotLimiter({ perNode: conc.perNode, perStorage: conc.perStorage }),
           vmidRange: siteVmidRange(config.config, s),
+          installation: installationOf(config.config, this.opts.installation ?? cliInstallation),
           ...(this.opts.siteTtlMs !== undefined ? { ttlMs: this.opts.siteTtlMs } : {}),
         }),
       };

@@ -46,7 +46,7 @@ export async function issueCreate(
       setStep(r, 'Cloning');
       upid = await ctx.client.cloneVm(source.node, source.vmid, vmid, {
         name: vmName(r),
-        description: desiredDescription(r),
+        description: desiredDescription(r, { installation: ctx.site.installation, vmid }),
         full: fp.template?.full ?? true,
         ...(fp.template?.full === false ? {} : { storage }),
         ...(source.node !== node ? { target: node } : {}),
@@ -54,7 +54,7 @@ export async function issueCreate(
       });
     } else {
       setStep(r, source.kind === 'import' ? 'Importing' : 'Creating');
-      const config = createConfig(ctx, r, storage, ciStorage, source);
+      const config = createConfig(ctx, r, vmid, storage, ciStorage, source);
       upid = await ctx.client.createVm(node, vmid, config, { ...(fp.pool ? { pool: fp.pool } : {}) });
     }
     a.task = upid;
@@ -83,7 +83,7 @@ export async function issueCreate(
       // Never retried blindly: whose is the VM at this VMID?
       const found = await locate(ctx, vmid, true);
       const cfg = found ? await ctx.client.vmConfig(found.node, vmid).catch(() => undefined) : undefined;
-      const owner = cfg ? ownershipOf(r, cfg.values) : undefined;
+      const owner = cfg ? ownershipOf(r, cfg.values, { installation: ctx.site.installation, vmid }) : undefined;
       // Ours (a create of unknown outcome that did apply), or its placeholder: observe takes it from here.
       if (!cfg || owner?.kind === 'ours' || owner?.kind === 'placeholder') return { requeueAfterMs: ctx.taskPollMs };
       if (vmidChosenByUs(r) && !confirmedAt(r, vmid)) {
@@ -107,6 +107,7 @@ export async function issueCreate(
 export function createConfig(
   ctx: StepContext,
   r: ProxmoxVM,
+  vmid: number,
   storage: string,
   ciStorage: string,
   source: { kind: 'blank' } | { kind: 'import'; from: string },
@@ -124,7 +125,7 @@ export function createConfig(
     boot: 'order=scsi0',
     serial0: 'socket',
     tags: desiredTags(r),
-    description: desiredDescription(r),
+    description: desiredDescription(r, { installation: ctx.site.installation, vmid }),
   };
   const disk = diskBytes(fp);
   if (source.kind === 'import') cfg.scsi0 = `${storage}:0,import-from=${source.from},iothread=1`;

@@ -32,7 +32,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     if (lateCreateMayStillApply(ctx, r)) return { requeueAfterMs: ctx.taskPollMs };
     return {};
   }
-  const own = ownershipOf(r, cfg.values);
+  const own = ownershipOf(r, cfg.values, { installation: ctx.site.installation, vmid });
   // Not ours (our create never happened there, or ours is gone and the VMID reused): nothing of
   // ours to delete, and the stranger is never touched.
   if (own.kind === 'other' || own.kind === 'foreign') return {};

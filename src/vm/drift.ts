@@ -72,7 +72,10 @@ export function diff(
     .sort()
     .join(';');
   if (have !== tags) set.tags = tags;
-  want('description', desiredDescription(r));
+  want(
+    'description',
+    desiredDescription(r, { installation: ctx.site.installation, vmid: found.vmid }, cfg.description),
+  );
   if (fp.onBoot !== undefined) want('onboot', fp.onBoot ? 1 : 0);
   if (fp.startup !== undefined) want('startup', fp.startup);
   const agent = fp.agent === false ? '0' : '1';

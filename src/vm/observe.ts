@@ -60,7 +60,7 @@ function notOurs(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, own: Ownersh
   if (own.kind === 'other')
     throw reason(
       'VMIDConflict',
-      `VM ${found.vmid} on node ${found.node} belongs to another resource (uid ${own.uid}); it will never be modified or deleted by this one. Fix: give this resource its own VMID`,
+      `VM ${found.vmid} on node ${found.node} is not this resource's: ${own.why}; it will never be modified or deleted by this one. Fix: give this resource its own VMID`,
     );
   throw reason(
     'VMIDConflict',
@@ -219,7 +219,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (observeOnly) a.vmId = vmid;
   // Ownership (invariants 1-2): see ownership.ts.
   if (!observeOnly && cfg) {
-    const own = ownershipOf(r, cfg);
+    const own = ownershipOf(r, cfg, { installation: ctx.site.installation, vmid });
     if (own.kind === 'other' || own.kind === 'foreign') return notOurs(ctx, r, found, own);
     if (own.kind === 'placeholder') return settlePlaceholder(ctx, r, found, own.lock, own);
     a.vmId = vmid;

@@ -25,16 +25,23 @@ import {
 import type { VmConfig } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
 import { findTemplate } from './lookup.ts';
-import { isPlaceholderLock, markerUid } from './spec.ts';
+import { isPlaceholderLock, type Marker, type MarkerPlace, markerNames, ownerKey, parseMarker } from './spec.ts';
 import { type MakerTask, makerTasks } from './tasks.ts';
 
 export type Ownership =
-  /** Our marker (uid) is on it. `lock` is a create/clone lock still held (in progress or interrupted). */
+  /**
+   * Our marker is on it: this installation, this namespace/name, this VMID (any uid: another state
+   * file's or an earlier incarnation's), or the first format's marker with our uid. `lock` is a
+   * create/clone lock still held (in progress or interrupted).
+   */
   | { kind: 'ours'; lock?: 'create' | 'clone' }
   /** A create/clone placeholder without a marker yet, made (or presumed made) by us. */
   | { kind: 'placeholder'; lock: 'create' | 'clone' }
-  /** Another resource's marker. */
-  | { kind: 'other'; uid: string }
+  /**
+   * Another resource's marker: another installation's, another resource's of ours, or a copy of a
+   * VM of ours (an operator's clone copies the description; its marker names another VMID).
+   */
+  | { kind: 'other'; uid: string; why: string }
   /** No marker, and not a placeholder of ours: somebody else's VM. */
   | { kind: 'foreign'; lock?: string };
 
@@ -52,17 +59,27 @@ export function mayHaveCreated(r: ProxmoxVM): boolean {
   return !(failed >= pending && failed > succeeded);
 }
 
+/** Why a marker that is not ours is not: in words for conditions and gc. */
+export function whoseMarker(m: Marker, at: MarkerPlace): string {
+  if (m.vmid !== undefined && m.vmid !== at.vmid)
+    return `a copy of VM ${m.vmid} of ${ownerKey(m)} (its marker was written for VMID ${m.vmid})`;
+  if (m.installation !== undefined && m.installation !== at.installation)
+    return `managed elsewhere: installation '${m.installation}' (${ownerKey(m)})`;
+  return `it belongs to ${ownerKey(m)} (uid ${m.uid})`;
+}
+
 /** What an operator runs on the node to remove a placeholder only root@pam may clear. */
 export function manualCleanup(node: string, vmid: number): string {
   return `on node ${node} run 'qm unlock ${vmid} && qm destroy ${vmid} --purge'`;
 }
 
-/** Whose is this config (read at our VMID)? */
-export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values']): Ownership {
-  const owner = markerUid(cfg.description);
+/** Whose is this config, read at VMID `at.vmid` by a resource of installation `at.installation`? */
+export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values'], at: MarkerPlace): Ownership {
+  const m = parseMarker(cfg.description);
   const lock = cfg.lock;
-  if (owner === r.metadata.uid) return isPlaceholderLock(lock) ? { kind: 'ours', lock } : { kind: 'ours' };
-  if (owner) return { kind: 'other', uid: owner };
+  const mine = m && (m.installation === undefined ? m.uid === r.metadata.uid : markerNames(m, r, at));
+  if (mine) return isPlaceholderLock(lock) ? { kind: 'ours', lock } : { kind: 'ours' };
+  if (m) return { kind: 'other', uid: m.uid, why: whoseMarker(m, at) };
   if (isPlaceholderLock(lock) && mayHaveCreated(r)) return { kind: 'placeholder', lock };
   return lock ? { kind: 'foreign', lock } : { kind: 'foreign' };
 }

@@ -47,6 +47,8 @@ export class SiteContext {
   readonly client: PveClient;
   readonly limiter: SlotLimiter;
   readonly vmidRange: { min: number; max: number };
+  /** The installation this runtime's VMs on the site belong to (written into every marker). */
+  readonly installation: string;
   private resources: { at: number; data: Promise<ClusterResource[]> } | undefined;
   private active = new Map<string, { at: number; data: Promise<Set<string>> }>();
   /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
@@ -65,10 +67,12 @@ export class SiteContext {
     client: PveClient;
     limiter: SlotLimiter;
     vmidRange: { min: number; max: number };
+    installation: string;
     ttlMs?: number;
     now?: () => number;
   }) {
     this.name = opts.name;
+    this.installation = opts.installation;
     this.client = opts.client;
     this.limiter = opts.limiter;
     this.vmidRange = opts.vmidRange;

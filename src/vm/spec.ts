@@ -93,34 +93,80 @@ export function validateSpec(r: ProxmoxVM): Problem[] {
   return out;
 }
 
-/** The description line that marks a VM as ours. */
-export function ownershipMarker(r: ProxmoxVM): string {
-  const ns = r.metadata.namespace ? `${r.metadata.namespace}/` : '';
-  return `${MARKER_PREFIX} ${ns}${r.metadata.name} uid=${r.metadata.uid}`;
+/**
+ * Where a marker is written: the installation the VM belongs to and the VMID it is written for.
+ * A VM whose marker names another VMID is a copy (an operator's clone of one of ours copies the
+ * description), never the resource's own VM.
+ */
+export interface MarkerPlace {
+  installation: string;
+  vmid: number;
+}
+
+/** An ownership marker as read back. `vmid` and `installation` are absent in the first format. */
+export interface Marker {
+  namespace?: string;
+  name: string;
+  uid: string;
+  vmid?: number;
+  installation?: string;
 }
 
 /**
- * The marker is the *last* line of the description and must match its grammar exactly
- * (`provider-proxmox.owner: [namespace/]name uid=<uid>`, names as Kubernetes allows them): a line
- * that a user wrote into the description above it can never be taken for it.
+ * The description line that marks a VM as ours:
+ * `provider-proxmox.owner: <namespace>/<name> uid=<uid> vmid=<vmid> installation=<id>`.
+ */
+export function ownershipMarker(r: ProxmoxVM, at: MarkerPlace): string {
+  const ns = r.metadata.namespace ? `${r.metadata.namespace}/` : '';
+  return `${MARKER_PREFIX} ${ns}${r.metadata.name} uid=${r.metadata.uid} vmid=${at.vmid} installation=${at.installation}`;
+}
+
+/**
+ * The marker is the *last* line of the description and must match its grammar exactly (names as
+ * Kubernetes allows them): a line that a user wrote into the description above it can never be
+ * taken for it. The first format (`… uid=<uid>`, before installations) is still read.
  */
 const MARKER_RE =
-  /^provider-proxmox\.owner: (?:([a-z0-9]([-a-z0-9]*[a-z0-9])?)\/)?([a-z0-9]([-a-z0-9.]*[a-z0-9])?) uid=([0-9a-zA-Z-]+)$/;
+  /^provider-proxmox\.owner: (?:([a-z0-9]([-a-z0-9]*[a-z0-9])?)\/)?([a-z0-9]([-a-z0-9.]*[a-z0-9])?) uid=([0-9a-zA-Z-]+)(?: vmid=([1-9][0-9]{2,8}) installation=([a-z0-9](?:[-a-z0-9.]*[a-z0-9])?))?$/;
 
 /** The owner a description's marker names, or undefined. */
-export function parseMarker(
-  description: string | undefined,
-): { namespace?: string; name: string; uid: string } | undefined {
+export function parseMarker(description: string | undefined): Marker | undefined {
   if (!description) return undefined;
   const lines = description.replace(/\s+$/, '').split('\n');
   const m = MARKER_RE.exec(lines[lines.length - 1]!.trim());
   if (!m) return undefined;
-  return { ...(m[1] ? { namespace: m[1] } : {}), name: m[3]!, uid: m[5]! };
+  return {
+    ...(m[1] ? { namespace: m[1] } : {}),
+    name: m[3]!,
+    uid: m[5]!,
+    ...(m[6] ? { vmid: Number(m[6]), installation: m[7]! } : {}),
+  };
+}
+
+/** `namespace/name` of a marker (or of a resource's metadata), as status and gc print it. */
+export function ownerKey(o: { namespace?: string | undefined; name: string }): string {
+  return `${o.namespace ? `${o.namespace}/` : ''}${o.name}`;
+}
+
+/** Whether a marker names this resource (namespace/name) in this installation at this VMID (any uid). */
+export function markerNames(m: Marker | undefined, r: ProxmoxVM, at: MarkerPlace): boolean {
+  return (
+    m !== undefined &&
+    m.installation === at.installation &&
+    m.vmid === at.vmid &&
+    m.name === r.metadata.name &&
+    (m.namespace ?? '') === (r.metadata.namespace ?? '')
+  );
 }
 
 /** Whether the marker written for `r` reads back as exactly its namespace, name and uid. */
 function markerRoundTrips(r: ProxmoxVM): boolean {
-  const m = parseMarker(ownershipMarker({ ...r, metadata: { ...r.metadata, uid: r.metadata.uid || '0' } }));
+  const m = parseMarker(
+    ownershipMarker(
+      { ...r, metadata: { ...r.metadata, uid: r.metadata.uid || '0' } },
+      { vmid: 100, installation: 'x' },
+    ),
+  );
   return (
     m !== undefined &&
     m.name === r.metadata.name &&
@@ -135,9 +181,19 @@ export function markerUid(description: string | undefined): string | undefined {
   return parseMarker(description)?.uid;
 }
 
-export function desiredDescription(r: ProxmoxVM): string {
+/**
+ * The description PVE should hold: the user's text, then the marker. A marker that already names
+ * this resource at this place is kept as it is (its uid may be another incarnation's: a second
+ * state file, a re-created Kubernetes object), so that two runtimes of one installation never
+ * rewrite it in turn; any other marker (the first format, another place) is replaced by ours.
+ */
+export function desiredDescription(r: ProxmoxVM, at: MarkerPlace, current?: string): string {
+  const have = parseMarker(current);
+  const marker = markerNames(have, r, at)
+    ? current!.replace(/\s+$/, '').split('\n').at(-1)!.trim()
+    : ownershipMarker(r, at);
   const d = r.spec.forProvider.description?.trimEnd();
-  return d ? `${d}\n\n${ownershipMarker(r)}` : ownershipMarker(r);
+  return d ? `${d}\n\n${marker}` : marker;
 }
 
 /** The locks a create or clone holds until its worker has written the final config. */

@@ -11,7 +11,7 @@ import {
   FINALIZER,
 } from '../../src/engine/resource.ts';
 import { ConflictError, type WatchEvent } from '../../src/engine/types.ts';
-import { FileStore, MemoryStore, StateLockedError } from '../../src/local/store.ts';
+import { FileStore, MemoryStore, STATE_VERSION, StateFileError, StateLockedError } from '../../src/local/store.ts';
 import { type TestVM, testVM } from '../helpers/scripted-external.ts';
 
 const KEY = 'default/vm1';
@@ -252,7 +252,7 @@ describe('FileStore', () => {
     a.event(s, 'Normal', 'Available', 'Ready is True');
     a.apply(testVM('vm2'));
     const onDisk = JSON.parse(readFileSync(file, 'utf8')) as { version: number; objects: unknown[] };
-    assert.equal(onDisk.version, 1);
+    assert.equal(onDisk.version, STATE_VERSION);
     assert.equal(onDisk.objects.length, 2);
     assert.deepEqual(readdirSync(dir).sort(), ['state.json', 'state.json.lock'], 'no temp file left behind');
     a.close();
@@ -310,13 +310,17 @@ describe('FileStore', () => {
     ['not JSON', '{"version": 1, "objects": ['],
     ['JSON of the wrong shape', 'null'],
     ['objects missing', '{"version": 1}'],
+    ['empty', ''],
+    ['an empty object', '{}'],
+    ['a list', '[]'],
+    ['a newer version', '{"version": 99, "rv": 1, "objects": []}'],
   ] as const) {
     it(`an unreadable state file (${label}) is an error naming the file, and the lock is released`, () => {
       const file = join(tmp(), 'state.json');
       writeFileSync(file, content);
       assert.throws(
         () => new FileStore<TestVM>(file).open(),
-        (e: Error) => e.message.includes(file) && e.message.includes('unreadable state file'),
+        (e: Error) => e instanceof StateFileError && e.message.startsWith(`${file}: `) && /state file/.test(e.message),
       );
       assert.equal(existsSync(`${file}.lock`), false);
       assert.equal(readFileSync(file, 'utf8'), content, 'the file is left for the user to inspect');

@@ -76,6 +76,7 @@ describe('ProviderConfig: schema', () => {
     assert.deepEqual(Object.keys(js.properties.spec.properties).sort(), [
       'concurrency',
       'credentials',
+      'installation',
       'sites',
       'vmidRange',
     ]);

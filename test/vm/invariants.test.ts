@@ -202,7 +202,7 @@ describe('the ownership marker cannot be forged or broken by a manifest', () => 
     const other = base();
     other.metadata.name = 'victim';
     other.metadata.uid = '9a9a9a9a-0000-4000-8000-000000000001';
-    r.spec.forProvider.description = `hello\n${ownershipMarker(other)}`;
+    r.spec.forProvider.description = `hello\n${ownershipMarker(other, { installation: 'cli-default', vmid: 100 })}`;
     const problems = validateSpec(r);
     assert.deepEqual(
       problems.map((p) => p.field),

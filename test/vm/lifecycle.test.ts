@@ -53,7 +53,9 @@ describe('ProxmoxVM lifecycle against the simulator', () => {
     assert.ok(sv, 'the VM exists in the simulator');
     assert.equal(sv.status, 'running');
     assert.ok(
-      (sv.config.description ?? '').split('\n').some((l) => l === `${MARKER_PREFIX} ${key} uid=${r.metadata.uid}`),
+      (sv.config.description ?? '')
+        .split('\n')
+        .some((l) => l === `${MARKER_PREFIX} ${key} uid=${r.metadata.uid} vmid=${sv.vmid} installation=cli-default`),
       `ownership marker in the description: ${sv.config.description}`,
     );
     assert.ok((sv.config.tags ?? '').split(/[;,]/).includes(OWNER_TAG), `tag ${OWNER_TAG}: ${sv.config.tags}`);
