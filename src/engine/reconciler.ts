@@ -249,12 +249,20 @@ export class ManagedReconciler<R extends Managed = Managed> {
 
     // 8. Observe.
     let obs: Awaited<ReturnType<ExternalClient<R>['observe']>>;
+    const nameBefore = externalName(r);
     try {
       obs = await ext.observe(r);
     } catch (e) {
       return this.fail(r, before, e, 'observe failed');
     }
     await this.hook('observed', key);
+    // Observe found the external resource under another name (adopted by its marker): record it
+    // before anything else, as crossplane-runtime does when Observe changes the external name.
+    const nameAfter = externalName(r);
+    if (nameAfter !== undefined && nameAfter !== nameBefore) {
+      await this.writeAnnotationRetry(r, key, ANNOTATION_EXTERNAL_NAME, nameAfter);
+      this.store.event(r, 'Normal', 'AdoptedExternalResource', `external name is now ${nameAfter}`);
+    }
 
     // Without prepareCreate: a create whose result was lost, but the resource exists (found by its
     // marker): the result is known now. Record it, so the create guard below cannot wedge this resource

@@ -25,7 +25,8 @@ import {
 } from './spec.ts';
 
 export interface Change {
-  kind: 'config' | 'resize' | 'start' | 'stop' | 'destroy-placeholder';
+  /** `retire-duplicate`: this VM duplicates the one kept (see lookup.ts duplicateKept): stop it, then destroy it. */
+  kind: 'config' | 'resize' | 'start' | 'stop' | 'destroy-placeholder' | 'retire-duplicate';
   why: string;
   set?: Record<string, string | number>;
   del?: string[];
@@ -33,6 +34,10 @@ export interface Change {
   size?: string;
   /** The node of the VM (for destroy-placeholder, which comes before status.atProvider.node is trusted). */
   node?: string;
+  /** retire-duplicate: the duplicate's VMID (this resource's own, or a stray twin's). */
+  vmid?: number;
+  /** retire-duplicate: whether the duplicate still runs (it is stopped first). */
+  running?: boolean;
 }
 
 /** SSH keys as PVE returns them (percent-encoded). */

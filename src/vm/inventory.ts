@@ -51,24 +51,54 @@ export function metaCtime(meta: string | undefined): number | undefined {
   return m ? Number(m[1]) : undefined;
 }
 
-/** Whether a bulk-list entry may carry our marker (a qemu VM, tagged by us or a placeholder). */
-export function mayBeMarked(e: ClusterResource): boolean {
+/**
+ * Whether a bulk-list entry may carry our marker: a qemu VM tagged by us, a create/clone
+ * placeholder, or one named `name`. A clone gets its marker in the clone call but its tag only
+ * with the first config update after it (PVE's clone takes no tags), so a clone whose resource
+ * lost its state before that is known by its name alone.
+ */
+export function mayBeMarked(e: ClusterResource, name?: string): boolean {
   return (
     (e.type === 'qemu' || Boolean(e.id?.startsWith('qemu/'))) &&
     e.vmid !== undefined &&
     Boolean(e.node) &&
-    (hasOwnerTag(e.tags) || isPlaceholderLock(e.lock))
+    (hasOwnerTag(e.tags) || isPlaceholderLock(e.lock) || (name !== undefined && e.name === name))
   );
+}
+
+/**
+ * One candidate's config, as a MarkedVm; undefined when the VM vanished between the list and the
+ * read. Any other failure is thrown: an inventory with holes must not pass for a complete one.
+ */
+export async function readMarkedVm(client: PveClient, e: ClusterResource): Promise<MarkedVm | undefined> {
+  const vmid = Number(e.vmid);
+  let cfg: Awaited<ReturnType<PveClient['vmConfig']>>;
+  try {
+    cfg = await client.vmConfig(e.node!, vmid);
+  } catch (err) {
+    if (err instanceof NotFoundError) return undefined;
+    throw err;
+  }
+  const v = cfg.values;
+  const marker = parseMarker(v.description);
+  const ctime = metaCtime(v.meta);
+  return {
+    vmid,
+    node: e.node!,
+    name: v.name ?? e.name ?? `VM ${vmid}`,
+    status: e.status ?? 'unknown',
+    ...(v.lock ? { lock: v.lock } : {}),
+    template: e.template === 1 || v.template === '1',
+    ...(marker ? { marker } : {}),
+    ...(ctime !== undefined ? { ctime } : {}),
+    digest: cfg.digest,
+  };
 }
 
 /** Configs read at once while taking an inventory (the client caps requests per site as well). */
 const PARALLEL_READS = 4;
 
-/**
- * Every VM of the site that may carry a marker, with its config read. A VM that vanished between
- * the list and its config read is left out; any other failure is thrown (an inventory with holes
- * must not be taken for a complete one).
- */
+/** Every VM of the site that may carry a marker, with its config read (see readMarkedVm). */
 export async function inventory(
   client: PveClient,
   opts: { list?: ClusterResource[]; filter?: (e: ClusterResource) => boolean } = {},
@@ -79,29 +109,8 @@ export async function inventory(
   let next = 0;
   const worker = async () => {
     while (next < candidates.length) {
-      const e = candidates[next++]!;
-      const vmid = Number(e.vmid);
-      let cfg: Awaited<ReturnType<PveClient['vmConfig']>>;
-      try {
-        cfg = await client.vmConfig(e.node!, vmid);
-      } catch (err) {
-        if (err instanceof NotFoundError) continue;
-        throw err;
-      }
-      const v = cfg.values;
-      const marker = parseMarker(v.description);
-      const ctime = metaCtime(v.meta);
-      out.push({
-        vmid,
-        node: e.node!,
-        name: v.name ?? e.name ?? `VM ${vmid}`,
-        status: e.status ?? 'unknown',
-        ...(v.lock ? { lock: v.lock } : {}),
-        template: e.template === 1 || v.template === '1',
-        ...(marker ? { marker } : {}),
-        ...(ctime !== undefined ? { ctime } : {}),
-        digest: cfg.digest,
-      });
+      const vm = await readMarkedVm(client, candidates[next++]!);
+      if (vm) out.push(vm);
     }
   };
   await Promise.all(Array.from({ length: Math.min(PARALLEL_READS, candidates.length) }, worker));

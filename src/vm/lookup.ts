@@ -1,13 +1,14 @@
 /**
  * Finding a VM in a site: by VMID in the bulk `/cluster/resources` list (cached per site, served
- * to every resource), and by ownership marker (candidates tagged `provider-proxmox` or under a
- * create/clone lock, then their configs) for a create whose result was never recorded.
+ * to every resource), and by ownership marker (see inventory.ts) for a resource whose VMID was
+ * never recorded or lost: Proxmox, not the state, says which VM is the resource's.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
-import { hasOwnerTag, isPlaceholderLock, markerUid } from './spec.ts';
+import { type MarkedVm, mayBeMarked } from './inventory.ts';
+import { isPlaceholderLock, markerNames, parseMarker, vmName } from './spec.ts';
 
 export interface ObservedVm {
   vmid: number;
@@ -26,17 +27,82 @@ export async function locate(ctx: StepContext, vmid: number, fresh: boolean): Pr
   return undefined;
 }
 
-/** Our VM by ownership marker: candidates tagged `provider-proxmox`, then their descriptions. */
-export async function findByMarker(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
+/**
+ * Whether a marked VM is this resource's own: this installation's marker naming its namespace/name
+ * and written for the VM's own VMID (any uid: another state file's incarnation is still the same
+ * resource), or the first format's marker with its uid.
+ */
+export function isOwnVm(vm: MarkedVm, r: ProxmoxVM, installation: string): boolean {
+  if (!vm.marker) return false;
+  if (vm.marker.installation === undefined) return vm.marker.uid === r.metadata.uid;
+  return markerNames(vm.marker, r, { installation, vmid: vm.vmid });
+}
+
+/**
+ * This resource's VM, found by its marker alone: what makes the state file (or a Kubernetes object
+ * re-created from a manifest) a cache of what Proxmox holds. A resource with no recorded VMID (a
+ * new, lost or other state file), or whose VM is not at its recorded VMID, looks here before it
+ * creates anything. Candidates are the marked VMs that no other resource of this runtime holds;
+ * with several (duplicates from two runtimes racing), the lowest VMID, the one every runtime
+ * keeps (see duplicateKept). The pick is confirmed by a fresh read of its config.
+ */
+export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
   const list = await ctx.site.clusterResources(true, ctx.signal);
-  for (const e of list) {
-    if (e.type !== 'qemu' || !e.node || e.vmid === undefined) continue;
-    if (!hasOwnerTag(e.tags) && !isPlaceholderLock(e.lock)) continue;
-    const cfg = await ctx.client.vmConfig(e.node, Number(e.vmid)).catch(() => undefined);
-    if (cfg && markerUid(cfg.values.description) === r.metadata.uid)
-      return { vmid: Number(e.vmid), node: e.node, entry: e, config: cfg };
+  const held = ctx.options.vmidHolders?.(ctx.site.name);
+  const candidates = list.filter((e) => {
+    if (!mayBeMarked(e, vmName(r)) || e.template === 1) return false;
+    const holder = held?.get(Number(e.vmid));
+    return holder === undefined || holder === r.metadata.uid;
+  });
+  const installation = ctx.site.installation;
+  const own = (await ctx.site.markedVms(candidates, ctx.signal)).filter((v) => isOwnVm(v, r, installation));
+  for (const v of own.sort((a, b) => a.vmid - b.vmid)) {
+    const config = await ctx.client.vmConfig(v.node, v.vmid).catch(() => undefined);
+    if (!config) continue;
+    ctx.site.forgetMarked(v.vmid);
+    const fresh = parseMarker(config.values.description);
+    if (!isOwnVm({ ...v, ...(fresh ? { marker: fresh } : {}) }, r, installation) || !fresh) continue;
+    const entry = list.find((e) => Number(e.vmid) === v.vmid)!;
+    return { vmid: v.vmid, node: v.node, entry, config };
   }
   return undefined;
+}
+
+/**
+ * The VMs that two runtimes of one installation both made for this resource (two state files
+ * applied at once, or a state lost while a create was in flight): every runtime keeps the lowest
+ * VMID and retires the others. Which one is kept must follow from what Proxmox shows alone, with
+ * no coordination: only a create racing another one makes a duplicate (a resource looks for its
+ * VM by marker before it creates one), so all of them are new and the choice loses nothing.
+ *
+ * `kept`: a twin at a lower VMID (this resource's VM `found` is the duplicate: retire it, then
+ * adopt `kept`). `strays`: unlocked twins at higher VMIDs that no resource of this runtime holds
+ * (another runtime, or none, made them; retire them). Costs nothing unless the bulk list shows
+ * another tagged VM with the same name.
+ */
+export async function duplicatesOf(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  found: ObservedVm,
+): Promise<{ kept?: MarkedVm; strays: MarkedVm[] }> {
+  const list = await ctx.site.clusterResources(false, ctx.signal);
+  const held = ctx.options.vmidHolders?.(ctx.site.name);
+  const twins = list.filter(
+    (e) =>
+      mayBeMarked(e, found.entry.name) &&
+      e.template !== 1 &&
+      !isPlaceholderLock(e.lock) &&
+      Number(e.vmid) !== found.vmid &&
+      e.name === found.entry.name &&
+      (held?.get(Number(e.vmid)) ?? r.metadata.uid) === r.metadata.uid,
+  );
+  if (!twins.length) return { strays: [] };
+  const installation = ctx.site.installation;
+  const own = (await ctx.site.markedVms(twins, ctx.signal))
+    .filter((v) => v.marker?.installation !== undefined && isOwnVm(v, r, installation) && !v.lock)
+    .sort((a, b) => a.vmid - b.vmid);
+  const kept = own.find((v) => v.vmid < found.vmid);
+  return kept ? { kept, strays: [] } : { strays: own.filter((v) => v.vmid > found.vmid) };
 }
 
 /** The template VM a `spec.forProvider.template` names (by VMID, else by name) in a bulk list. */

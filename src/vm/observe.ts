@@ -16,10 +16,11 @@ import {
   setAnnotation,
 } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
+import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, isReady, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
-import { findByMarker, locate, type ObservedVm } from './lookup.ts';
+import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import { cloneSource, manualCleanup, type Ownership, ownershipOf, placeholderFate } from './ownership.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { validateSpec } from './spec.ts';
@@ -143,8 +144,15 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   await loadSecrets(ctx, r);
   const observeOnly =
     !policyAllows(r.spec.managementPolicies, 'Create') && !policyAllows(r.spec.managementPolicies, 'Update');
-  if (!vmidText) return { obs: { exists: false, upToDate: false } };
-  let vmid = Number(vmidText);
+  let adopted: ObservedVm | undefined;
+  if (!vmidText) {
+    // No VMID recorded (a new resource, or a lost or other state file): Proxmox may already hold
+    // this resource's VM, made by this installation. Adopt it rather than make a second one.
+    adopted = observeOnly ? undefined : await findOwnVm(ctx, r);
+    if (!adopted) return { obs: { exists: false, upToDate: false } };
+    adopt(ctx, r, adopted);
+  }
+  let vmid = adopted?.vmid ?? Number(vmidText);
   if (!Number.isInteger(vmid) || vmid < 100)
     throw reason(
       'InvalidExternalName',
@@ -160,7 +168,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     ctx.site.releaseCreate(r.metadata.uid);
     ctx.site.invalidate();
     // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
-    if (!done.error && /:qmdestroy:/.test(task)) delete a.vmId;
+    if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) delete a.vmId;
     if (done.error) {
       // Back off before looking again (invariant 4); the next observe finds whatever the
       // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
@@ -175,16 +183,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   }
 
   // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
-  let found = await locate(ctx, vmid, false);
-  if (!found && createIncomplete(r) && !observeOnly) {
-    // A create may have happened whose result was never recorded: find our VM by its marker.
-    const byMarker = await findByMarker(ctx, r);
-    if (byMarker) {
-      setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(byMarker.vmid));
-      vmid = byMarker.vmid;
-      found = byMarker;
-    }
-  }
+  let found = adopted ?? (await locate(ctx, vmid, false));
   if (!observeOnly && !task && createIncomplete(r) && a.createOutcome === undefined) {
     // `external-create-pending` is the newest record and no task is known: a process stopped
     // between marking the create and recording its answer (a crash, SIGKILL, a lost status
@@ -199,6 +198,16 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     a.step = 'CreateOutcomeUnknown';
     ready(r, 'False', 'Creating', `the create of VM ${vmid} got no answer; waiting to see whether Proxmox applied it`);
     return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+  }
+  if (!found && !observeOnly) {
+    // Not at its VMID (destroyed by hand, retired as a duplicate, a create that never happened):
+    // before it is made again, the VM this installation made for the resource elsewhere, if any.
+    const own = await findOwnVm(ctx, r);
+    if (own) {
+      adopt(ctx, r, own);
+      vmid = own.vmid;
+      found = own;
+    }
   }
   if (!found) {
     delete a.vmId;
@@ -263,6 +272,28 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
   }
 
+  // Two runtimes of this installation made a VM each for this resource (two state files applied
+  // at once): the lowest VMID is kept, the others go, and their resources adopt the one kept.
+  const dup = await duplicatesOf(ctx, r, found);
+  const stray = dup.strays[0];
+  if (dup.kept || stray) {
+    const gone = dup.kept
+      ? { vmid, node: found.node, running: state === 'running' }
+      : {
+          vmid: stray!.vmid,
+          node: stray!.node,
+          running: stray!.status === 'running',
+        };
+    const keep = dup.kept?.vmid ?? vmid;
+    a.step = 'RetiringDuplicate';
+    const why = `VM ${gone.vmid} duplicates VM ${keep} of ${r.metadata.namespace ?? ''}/${r.metadata.name} (made by another runtime of installation ${ctx.site.installation} at the same time): VM ${keep} is kept, VM ${gone.vmid} is ${gone.running ? 'stopped, then ' : ''}destroyed`;
+    ready(r, 'False', dup.kept ? 'Creating' : isReady(r) ? 'Available' : 'Creating', why);
+    return {
+      obs: { exists: true, upToDate: false },
+      change: { kind: 'retire-duplicate', why, node: gone.node, vmid: gone.vmid, running: gone.running },
+    };
+  }
+
   // Drift (only with a fresh config).
   if (cfg) {
     const change = diff(ctx, r, found, cfg, state);
@@ -296,6 +327,13 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   a.step = 'Ready';
   ready(r, 'True', 'Available');
   return { obs: { exists: true, upToDate: true, ...connection(ctx, r, found) } };
+}
+
+/** Take `found` as this resource's VM: record its VMID (the marker says whose it is). */
+function adopt(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): void {
+  setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(found.vmid));
+  ctx.site.unreserve(r.metadata.uid);
+  ready(r, 'False', 'Creating', `adopted VM ${found.vmid} on ${found.node}: its ownership marker names this resource`);
 }
 
 function connection(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): { connectionDetails: Record<string, string> } {

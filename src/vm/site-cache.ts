@@ -8,7 +8,11 @@
  */
 import type { PveClient } from '../proxmox/index.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
+import { type MarkedVm, readMarkedVm } from './inventory.ts';
 import type { SlotLimiter } from './limits.ts';
+
+/** How long a VM's marker, once read, serves adoption and duplicate checks. */
+const MARKER_TTL_MS = 30_000;
 
 /** What a resource remembers between reconciles (one entry per resource uid). */
 export interface ResourceMemory {
@@ -51,6 +55,8 @@ export class SiteContext {
   readonly installation: string;
   private resources: { at: number; data: Promise<ClusterResource[]> } | undefined;
   private active = new Map<string, { at: number; data: Promise<Set<string>> }>();
+  /** Marked VMs by VMID (their config read), shared by adoption and duplicate checks; see markedVms. */
+  private marked = new Map<number, { at: number; data: Promise<MarkedVm | undefined> }>();
   /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
   readonly reserved = new Map<number, string>();
   /** Memory/CPU promised to creates in flight, per node, for placement. */
@@ -99,6 +105,34 @@ export class SiteContext {
   invalidate(): void {
     this.resources = undefined;
     this.active.clear();
+  }
+
+  /**
+   * The marked VMs among `entries` (bulk-list rows), each config read at most once per
+   * MARKER_TTL_MS and shared by every resource of the site. Markers change only when a VM is made,
+   * adopted or destroyed, and whoever acts on an entry reads that VM's config again first.
+   */
+  async markedVms(entries: ClusterResource[], signal?: AbortSignal): Promise<MarkedVm[]> {
+    const t = this.now();
+    const reads = entries.map((e) => {
+      const vmid = Number(e.vmid);
+      let c = this.marked.get(vmid);
+      if (!c || t - c.at > MARKER_TTL_MS) {
+        const data = readMarkedVm(this.client, e);
+        c = { at: t, data };
+        this.marked.set(vmid, c);
+        data.catch(() => {
+          if (this.marked.get(vmid)?.data === data) this.marked.delete(vmid);
+        });
+      }
+      return abortable(c.data, signal);
+    });
+    return (await Promise.all(reads)).filter((v): v is MarkedVm => v !== undefined);
+  }
+
+  /** Forget what markedVms knows of `vmid` (we made, adopted or destroyed the VM there). */
+  forgetMarked(vmid: number): void {
+    this.marked.delete(vmid);
   }
 
   /** Active task UPIDs on a node, shared by every VM polling a task there. */

@@ -52,6 +52,17 @@ export async function applyChange(
         skiplock: true,
       });
       break;
+    case 'retire-duplicate':
+      // Stopped hard, then destroyed with its disks: it is a few minutes old (duplicateKept).
+      setStep(r, 'RetiringDuplicate');
+      upid = change.running
+        ? await ctx.client.stopVm(change.node ?? node, change.vmid ?? vmid)
+        : await ctx.client.deleteVm(change.node ?? node, change.vmid ?? vmid, {
+            purge: true,
+            destroyUnreferencedDisks: true,
+          });
+      ctx.site.forgetMarked(change.vmid ?? vmid);
+      break;
     case 'stop':
       upid = await ctx.client.shutdownVm(node, vmid, { timeout: 60, forceStop: true });
       break;

@@ -264,6 +264,24 @@ export class Restart extends Step {
   }
 }
 
+/**
+ * The state file is lost (or another one is used) and the user applies the same manifests again:
+ * Proxmox alone says which VMs are the resources'. A resource still being deleted keeps the
+ * schedule from losing the state (its manifest would be gone with it, and its VM left to gc).
+ */
+export class LoseState extends Step {
+  protected async act(m: Model, w: World): Promise<void> {
+    if (w.store.listSync().some((r) => r.metadata.deletionTimestamp))
+      return w.log('  (a resource is being deleted: the state is kept)');
+    const names = await w.loseState();
+    for (const n of [...m.applied]) if (!names.includes(n)) m.applied.delete(n);
+    w.log(`  state lost; re-applied ${names.join(', ') || 'nothing'} with new uids`);
+  }
+  toString(): string {
+    return 'lose the state file and apply the manifests again';
+  }
+}
+
 /** A fault on the Proxmox cluster, active until a Heal command (or the end of the schedule). */
 export class Fault extends Step {
   readonly label: string;

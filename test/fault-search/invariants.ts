@@ -9,7 +9,7 @@ import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
 import { settled } from '../../src/local/runtime.ts';
 import type { VmState } from '../../src/sim/state.ts';
-import { markerUid } from '../../src/vm/spec.ts';
+import { markerUid, ownerKey, parseMarker } from '../../src/vm/spec.ts';
 import { FOREIGN_USER, type Name, type World } from './world.ts';
 
 export class InvariantViolation extends Error {
@@ -28,6 +28,23 @@ function violated(invariant: string, details: string): never {
 function describeVm(vm: VmState): string {
   const c = vm.config;
   return `VM ${vm.vmid} (name=${c.name ?? '-'} lock=${c.lock ?? '-'} owner=${markerUid(c.description) ?? 'none'} status=${vm.status})`;
+}
+
+/**
+ * `namespace/name` -> the VMs whose marker names that resource and was written for their own VMID
+ * (a resource's identity: its uid changes when the state is lost, its VM stays the same).
+ */
+function vmsByIdentity(w: World): Map<string, VmState[]> {
+  const out = new Map<string, VmState[]>();
+  for (const c of w.sim.clusters) {
+    for (const vm of c.state.vms.values()) {
+      const m = parseMarker(vm.config.description);
+      if (!m || (m.vmid !== undefined && m.vmid !== vm.vmid)) continue;
+      const id = ownerKey(m);
+      out.set(id, [...(out.get(id) ?? []), vm]);
+    }
+  }
+  return out;
 }
 
 /** Resource uid -> the VMs whose description carries its ownership marker. */
@@ -130,14 +147,30 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
   return { converged: unsettled.length === 0, rounds, unsettled };
 }
 
-/** Once settled: one VM per live resource at its external name, no orphan, no placeholder, no lock. */
+/**
+ * Once settled: one VM per live resource at its external name, no orphan, no placeholder, no lock.
+ * Resources are told apart by namespace/name: after a lost state they have new uids, and the VM
+ * they adopted keeps the marker (and uid) it was made with.
+ */
 export function checkFinal(w: World, s: SettleResult): void {
   checkAlways(w);
-  const live = new Map(w.store.listSync().map((r) => [r.metadata.uid, r]));
-  const marked = markedVms(w);
-  for (const [uid, vms] of marked) {
-    if (!live.has(uid))
-      violated('orphan VM', `${vms.map(describeVm).join(', ')} carries the marker of a resource that is gone`);
+  const live = new Map(w.store.listSync().map((r) => [ownerKey(r.metadata), r]));
+  const marked = vmsByIdentity(w);
+  for (const [id, vms] of marked) {
+    if (live.has(id)) continue;
+    // One case is beyond any runtime: the state was lost while a create was in flight (its
+    // placeholder names nobody yet), and the resource was deleted before the create wrote its
+    // marker. That VM must be left where gc finds it: this installation's marker, and a uid only the
+    // lost state knew.
+    const leftToGc = vms.every((vm) => {
+      const m = parseMarker(vm.config.description);
+      return m !== undefined && w.lostUids.has(m.uid) && m.installation === w.installation && !vm.config.lock;
+    });
+    if (leftToGc) {
+      w.log(`  ${vms.map(describeVm).join(', ')}: made by a create in flight when the state was lost; left to gc`);
+      continue;
+    }
+    violated('orphan VM', `${vms.map(describeVm).join(', ')} carries the marker of ${id}, which is gone`);
   }
   for (const vm of w.site.state.vms.values()) {
     const lock = vm.config.lock;
@@ -162,8 +195,8 @@ export function checkFinal(w: World, s: SettleResult): void {
   if (!s.converged) {
     violated('did not converge', `after ${s.rounds} settle rounds: ${s.unsettled.join(' | ')}`);
   }
-  for (const r of live.values()) {
-    const vms = marked.get(r.metadata.uid) ?? [];
+  for (const [id, r] of live) {
+    const vms = marked.get(id) ?? [];
     const ext = externalName(r);
     if (vms.length !== 1)
       violated('exactly one VM per resource', `${r.metadata.name} has ${vms.length} VMs (ext=${ext ?? '-'})`);

@@ -5,7 +5,7 @@
  * test passes once the engine keeps every invariant on its schedule.
  */
 import { describe, it } from 'node:test';
-import { Apply, Converge, Delete, Fault, Foreign, Heal, Reconcile } from './commands.ts';
+import { Apply, Converge, Delete, Fault, Foreign, Heal, LoseState, Reconcile } from './commands.ts';
 import { runSchedule } from './runner.ts';
 
 const LOCK_TIMEOUT = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
@@ -145,6 +145,33 @@ describe('fault-search regressions', () => {
         new Reconcile('vm-a'),
         new Delete('vm-a'),
         new Reconcile('vm-a'),
+      ],
+    );
+  });
+
+  it('F6: the state is lost while a clone is in flight; the clone ends without our tag (PVE clone takes none) -> the new resource finds it by name and marker, one VM', async () => {
+    await runSchedule('password', [vmA, vmB], [new Reconcile('vm-b'), new LoseState(), new Reconcile('vm-a')]);
+  });
+
+  it('F7: the state is lost while a create is in flight, and the resource is deleted before it was reconciled -> the VM is left where gc finds it (our installation, a lost uid)', async () => {
+    await runSchedule(
+      'password',
+      [vmC, vmA],
+      [new Reconcile('vm-c'), new LoseState(), new Delete('vm-c'), new Reconcile('vm-a')],
+    );
+  });
+
+  it('lost state with everything Ready: every VM adopted, none created', async () => {
+    await runSchedule(
+      'token',
+      [vmA, vmB, vmC],
+      [
+        new Converge('vm-a'),
+        new Converge('vm-b'),
+        new Converge('vm-c'),
+        new LoseState(),
+        new Converge('vm-a'),
+        new Converge('vm-b'),
       ],
     );
   });

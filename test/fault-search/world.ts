@@ -8,7 +8,7 @@
 
 import { parseAllDocuments, stringify } from 'yaml';
 import type { LoadedProviderConfig } from '../../src/api/provider-config.ts';
-import { parseProviderConfig } from '../../src/api/provider-config.ts';
+import { cliInstallation, parseProviderConfig } from '../../src/api/provider-config.ts';
 import type { ForProvider, ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { ReconcileResult } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';
@@ -106,7 +106,12 @@ export class World {
   readonly sim: Simulator;
   readonly auth: 'password' | 'token';
   readonly config: LoadedProviderConfig;
-  readonly store = new MemoryStore<ProxmoxVM>();
+  /** The state (a state file, etcd); replaced by an empty one when it is lost (loseState). */
+  store = new MemoryStore<ProxmoxVM>();
+  /** The uids of the resources of every state lost so far. */
+  readonly lostUids = new Set<string>();
+  /** The last manifest each resource was applied with (what the user re-applies after losing the state). */
+  readonly lastEdit = new Map<Name, Edit>();
   readonly clock = new EngineClock();
   /** Processes 0 and (for two writers) 1. */
   readonly procs: Array<Process | undefined> = [undefined, undefined];
@@ -138,6 +143,11 @@ export class World {
     const w = new World(await startTestSim(), auth);
     w.clock.install();
     return w;
+  }
+
+  /** The installation the processes write into markers (the CLI's default for the config). */
+  get installation(): string {
+    return cliInstallation(this.config.config);
   }
 
   get site(): SimCluster {
@@ -269,10 +279,30 @@ export class World {
   }
 
   apply(name: Name, edit: Edit): void {
+    this.lastEdit.set(name, edit);
     const m = manifest(name, edit);
     const cur = this.store.getSync(keyOf(m));
     m.metadata.uid = cur?.metadata.uid ?? '';
     this.store.apply(m);
+  }
+
+  /**
+   * The state is lost (the state file deleted, another `--state`, another directory): both
+   * processes die, the store is empty, and the user applies the same manifests again (new uids).
+   * Resources being deleted are not re-applied: their manifests are gone too. Returns the names
+   * re-applied.
+   */
+  async loseState(): Promise<Name[]> {
+    await this.restart(0);
+    await this.restart(1);
+    const keep = this.store
+      .listSync()
+      .filter((r) => !r.metadata.deletionTimestamp)
+      .map((r) => r.metadata.name as Name);
+    for (const r of this.store.listSync()) this.lostUids.add(r.metadata.uid);
+    this.store = new MemoryStore<ProxmoxVM>();
+    for (const n of keep) this.apply(n, this.lastEdit.get(n)!);
+    return keep;
   }
 
   /** A request of the other user, through the API with its own token. */

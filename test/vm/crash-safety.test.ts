@@ -114,6 +114,9 @@ function boot(env: Env, crash?: { hooks: EngineHooks; crashed: () => boolean }):
   const connector = new VmConnector(new FileConfigSource(env.config), {
     ...(hooks ? { hooks } : {}),
     taskPollMs: 10,
+    // A create the crash left of unknown outcome is waited for this long before it is sent again
+    // (production: 30 s, which these tests would spend in real time).
+    unknownOutcomeWaitMs: 300,
   });
   const rec = new ManagedReconciler<ProxmoxVM>(store, connector, {
     ...(hooks ? { hooks } : {}),

@@ -15,7 +15,7 @@ import { MemoryStore } from '../../src/local/store.ts';
 import type { SimCluster, Simulator, SimulatorOptions } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import type { VmState } from '../../src/sim/state.ts';
-import { VmConnector } from '../../src/vm/connector.ts';
+import { VmConnector, vmidHoldersOf } from '../../src/vm/connector.ts';
 import { MARKER_PREFIX } from '../../src/vm/spec.ts';
 import { ROOT_PASSWORD, raw, startTestSim, waitTask } from '../helpers/sim.ts';
 
@@ -57,6 +57,8 @@ export interface EngineOptions {
   unknownOutcomeWaitMs?: number;
   /** The bulk-list cache TTL (default 5 ms here; production: up to 10 s). */
   siteTtlMs?: number;
+  /** The installation of this process (default: the CLI's, `cli-<config name>`). */
+  installation?: string;
 }
 
 export interface Attempt {
@@ -88,6 +90,11 @@ export class Engine {
       driftIntervalMs: opts.driftIntervalMs ?? 60_000,
       siteTtlMs: opts.siteTtlMs ?? 5,
       unknownOutcomeWaitMs: opts.unknownOutcomeWaitMs ?? 300,
+      vmidHolders: (site) => {
+        const sites = this.config.config.spec.sites;
+        return vmidHoldersOf(this.store.listSync(), site, sites.length === 1 ? sites[0]!.name : undefined);
+      },
+      ...(opts.installation ? { installation: () => opts.installation! } : {}),
       ...(opts.secret ? { secret: opts.secret } : {}),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
     });
