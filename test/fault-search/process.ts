@@ -54,7 +54,7 @@ export interface Interrupt {
  * that the reconciler's error path (which writes status) cannot act for a process that is gone.
  */
 /** `src/local/runtime.ts` and `src/kube/controller.ts`: min(10 s, max(100 ms, poll interval / 2)). */
-const SITE_TTL_MS = 10_000;
+export const SITE_TTL_MS = 10_000;
 
 export class ProcessStore implements ResourceStore<ProxmoxVM> {
   dead = false;

@@ -5,7 +5,7 @@
  * test passes once the engine keeps every invariant on its schedule.
  */
 import { describe, it } from 'node:test';
-import { Apply, Converge, Delete, Fault, Foreign, Heal, LoseState, Reconcile } from './commands.ts';
+import { Apply, Converge, Delete, Fault, Foreign, Heal, LoseState, Reconcile, TwoWriters } from './commands.ts';
 import { runSchedule } from './runner.ts';
 
 const LOCK_TIMEOUT = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
@@ -172,6 +172,36 @@ describe('fault-search regressions', () => {
         new LoseState(),
         new Converge('vm-a'),
         new Converge('vm-b'),
+      ],
+    );
+  });
+
+  it('F8: the state is lost while a clone hangs; the new resource clones again, then the first clone ends -> the later VM is retired at the next look, one VM', async () => {
+    await runSchedule(
+      'token',
+      [vmB],
+      [
+        new Fault('task qmclone hangs until healed', { kind: 'task', type: 'qmclone', action: 'stall' }),
+        new Reconcile('vm-b'),
+        new LoseState(),
+        new Reconcile('vm-b'),
+      ],
+    );
+  });
+
+  it('F9: a qmcreate worker died leaving its placeholder, then the state is lost -> the placeholder is left to the operator, the VM made once', async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Fault("the qmcreate worker dies at its start (PVE's placeholder stays)", {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'die',
+          at: 'start',
+        }),
+        new TwoWriters('vm-a', 'vm-a'),
+        new LoseState(),
       ],
     );
   });

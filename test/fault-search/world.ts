@@ -108,8 +108,9 @@ export class World {
   readonly config: LoadedProviderConfig;
   /** The state (a state file, etcd); replaced by an empty one when it is lost (loseState). */
   store = new MemoryStore<ProxmoxVM>();
-  /** The uids of the resources of every state lost so far. */
+  /** The uids of the resources of every state lost so far, and the VMIDs they held. */
   readonly lostUids = new Set<string>();
+  readonly lostVmids = new Set<number>();
   /** The last manifest each resource was applied with (what the user re-applies after losing the state). */
   readonly lastEdit = new Map<Name, Edit>();
   readonly clock = new EngineClock();
@@ -299,7 +300,11 @@ export class World {
       .listSync()
       .filter((r) => !r.metadata.deletionTimestamp)
       .map((r) => r.metadata.name as Name);
-    for (const r of this.store.listSync()) this.lostUids.add(r.metadata.uid);
+    for (const r of this.store.listSync()) {
+      this.lostUids.add(r.metadata.uid);
+      const ext = Number(externalName(r));
+      if (Number.isInteger(ext)) this.lostVmids.add(ext);
+    }
     this.store = new MemoryStore<ProxmoxVM>();
     for (const n of keep) this.apply(n, this.lastEdit.get(n)!);
     return keep;
