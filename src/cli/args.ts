@@ -1,7 +1,16 @@
 /** Argument parsers and the run-and-exit wrapper shared by the commands. */
 import { InvalidArgumentError, Option } from 'commander';
+import { LEGACY_STATE_FILE, STATE_DIR_ENV } from '../local/store.ts';
 
-export const DEFAULT_STATE = '.provider-proxmox/state.json';
+/**
+ * The state file's old default place, relative to the current directory: still `gc --state`'s
+ * default (src/cli/fleet.ts). apply, delete and status find theirs with stateFileFor
+ * (src/local/commands.ts), from one definition in src/local/store.ts.
+ */
+export const DEFAULT_STATE = LEGACY_STATE_FILE;
+
+/** `--state`'s help: where the state file is when the option is not given. */
+export const STATE_HELP = `state file, a cache of what Proxmox holds (default: \${XDG_STATE_HOME:-~/.local/state}/provider-proxmox/<installation>/state.json, the root overridden by $${STATE_DIR_ENV}; ./${LEGACY_STATE_FILE} if it exists here)`;
 
 export function positive(v: string): number {
   const n = Number(v);

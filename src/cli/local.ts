@@ -1,6 +1,6 @@
 /** `apply`, `delete`, `status`, `demo`: commander wiring for src/local/commands.ts. */
 import { type Command, Option } from 'commander';
-import { DEFAULT_STATE, duration, durationOption, outputOption, positive, runCommand } from './args.ts';
+import { duration, durationOption, outputOption, positive, runCommand, STATE_HELP } from './args.ts';
 
 /** Loaded on use, so that every command starts fast. */
 const local = () => import('../local/commands.ts');
@@ -30,7 +30,7 @@ export function registerLocal(program: Command): void {
       'manifest files or directories (YAML, several documents per file allowed)',
     )
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
-    .option('--state <file>', 'state file (resource annotations and status, written atomically)', DEFAULT_STATE)
+    .option('--state <file>', STATE_HELP)
     .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
     .option('--workers <n>', 'concurrent reconciles', positive, 8)
     .option(
@@ -50,8 +50,14 @@ Phases come from the annotation proxmox.sankofa.io/phase (numbers run in order, 
 --fleet; proxmox.sankofa.io/depends-on: a,b makes a VM wait for others. A phase starts when every
 earlier phase is Ready, so a failing VM in phase 1 holds phase 2.
 
+Every run reconciles every VM: apply is done when each was observed Ready in this run (or failed
+for good), so a VM stopped, resized or destroyed by hand since the last run is repaired.
+
 Killing apply at any moment is safe: run it again and it continues from the state file, with exactly
-one VM per manifest. Exit codes: 0 all ready, 1 some failed or timed out, 2 usage errors.
+one VM per manifest. The state file is one per installation (the ProviderConfig's spec.installation,
+default cli-<its metadata.name>), the same from every directory; it is only a cache of what Proxmox
+holds (status --live shows Proxmox's side). Exit codes: 0 all ready, 1 some failed or timed out or
+an unusable state file, 2 usage errors.
 
 Example:
   provider-proxmox sim --print-config sim.yaml &
@@ -61,7 +67,7 @@ Example:
       (o: {
         filename: string[];
         config?: string;
-        state: string;
+        state?: string;
         timeout: number;
         workers: number;
         output: 'table';
@@ -80,7 +86,7 @@ Example:
             ...(o.maxParallel ? { maxParallel: o.maxParallel } : {}),
             dryRun: Boolean(o.dryRun),
             ...(o.config ? { config: o.config } : {}),
-            state: o.state,
+            ...(o.state ? { state: o.state } : {}),
             timeoutMs: o.timeout,
             workers: o.workers,
             output: o.output,
@@ -95,7 +101,7 @@ Example:
     .description('Delete the VMs the manifests own (stop, destroy with purge, confirm gone).')
     .requiredOption('-f, --filename <path...>', 'manifest files or directories')
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
-    .option('--state <file>', 'state file', DEFAULT_STATE)
+    .option('--state <file>', STATE_HELP)
     .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
     .option('-q, --quiet', 'no live progress')
     .addOption(taskPoll())
@@ -103,7 +109,7 @@ Example:
       (o: {
         filename: string[];
         config?: string;
-        state: string;
+        state?: string;
         timeout: number;
         quiet?: boolean;
         taskPoll?: number;
@@ -112,7 +118,7 @@ Example:
           (await local()).deleteCommand({
             files: o.filename,
             ...(o.config ? { config: o.config } : {}),
-            state: o.state,
+            ...(o.state ? { state: o.state } : {}),
             timeoutMs: o.timeout,
             quiet: Boolean(o.quiet),
             ...pollArgs(o.taskPoll),
@@ -123,9 +129,17 @@ Example:
   program
     .command('status')
     .description(
-      'Show the VMs of a state file (or of a cluster): name, phase, site, node, VMID, state, IP, ready, synced, age, message.',
+      'Show the VMs of a state file (or of a cluster, or with --live of Proxmox itself): name, phase, site, node, VMID, state, IP, ready, synced, age, message.',
     )
-    .option('--state <file>', 'state file', DEFAULT_STATE)
+    .option('--state <file>', STATE_HELP)
+    .option(
+      '--config <file>',
+      "ProviderConfig (+ Secret) YAML: its installation's state file; with --live, the sites to read",
+    )
+    .option(
+      '--live',
+      "list this installation's VMs as Proxmox holds them (by ownership marker, every site of --config), with whether the state file knows each; works without a state file",
+    )
     .option('--kubeconfig <file>', 'list the ProxmoxVMs of a cluster (the controller runtime) instead of a state file')
     .option('-n, --namespace <ns>', 'with --kubeconfig: one namespace (default: all)')
     .addOption(output())
@@ -138,9 +152,22 @@ Example:
         .argParser(duration)
         .default(2000, '2s'),
     )
+    .addHelpText(
+      'after',
+      `
+Without --state and --config, status reads the state file of the one installation that has one
+under the state root; with several, pass --config or --state. An unusable state file (empty, not
+JSON, not a state file, a newer version) exits 1 naming it.
+
+Examples:
+  provider-proxmox status --watch
+  provider-proxmox status --live --config sim.yaml      # from Proxmox, even without a state file`,
+    )
     .action(
       (o: {
-        state: string;
+        state?: string;
+        config?: string;
+        live?: boolean;
         output: 'table';
         watch?: boolean;
         interval: number;
@@ -149,7 +176,9 @@ Example:
       }) =>
         run(async () =>
           (await local()).statusCommand({
-            state: o.state,
+            ...(o.state ? { state: o.state } : {}),
+            ...(o.config ? { config: o.config } : {}),
+            ...(o.live ? { live: true } : {}),
             ...(o.kubeconfig ? { kubeconfig: o.kubeconfig } : {}),
             ...(o.namespace ? { namespace: o.namespace } : {}),
             output: o.output,

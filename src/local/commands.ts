@@ -1,14 +1,22 @@
-/** `apply`, `delete`, `status`, `demo`: the cluster-less commands (the CLI only wires options to these). */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+/**
+ * `apply`, `delete`, `status`, `demo`: the cluster-less commands (the CLI only wires options to
+ * these), and where their state file is: one per installation under the state root, so the same
+ * manifests applied from any directory share it.
+ */
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import {
   ConfigError,
+  cliInstallation,
+  installationOf,
   type LoadedProviderConfig,
   loadProviderConfig,
   parseProviderConfig,
 } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import type { ReconcileResult } from '../engine/reconciler.ts';
+import { externalName, keyOf } from '../engine/resource.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -19,15 +27,94 @@ import {
   RolloutError,
   type RolloutPlan,
 } from '../fleet/phases.ts';
+import { clientForSite } from '../proxmox/site.ts';
 import { startSimulator } from '../sim/index.ts';
 import { providerConfigYaml } from '../sim/provider-config.ts';
+import { classify, inventory } from '../vm/inventory.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from './manifests.ts';
-import { formatRows, Progress, STATUS_COLUMNS, table } from './render.ts';
+import { formatLive, formatRows, type LiveView, Progress, STATUS_COLUMNS, table } from './render.ts';
 import { LocalRuntime, type Row, rowOf, sortRows } from './runtime.ts';
+import {
+  defaultStateFile,
+  installationsWithState,
+  LEGACY_STATE_FILE,
+  readStateFile,
+  StateFileError,
+  stateRoot,
+} from './store.ts';
 
-export const DEFAULT_STATE = '.provider-proxmox/state.json';
+/**
+ * The state file's old default place (relative to the current directory). Only `gc` still
+ * defaults to it (src/fleet, src/cli/fleet.ts); the other commands use stateFileFor.
+ */
+export const DEFAULT_STATE = LEGACY_STATE_FILE;
 
 export class UsageError extends Error {}
+
+/** Which state file a command uses, and the note to print about it (the legacy place). */
+export interface StateChoice {
+  file: string;
+  note?: string;
+}
+
+/** The installation of a ProviderConfig as the CLI runs it (spec.installation, else cli-<name>). */
+export function cliInstallationOf(config: LoadedProviderConfig): string {
+  return installationOf(config.config, cliInstallation);
+}
+
+/**
+ * The state file of a command: `--state`; else `./.provider-proxmox/state.json` when it exists in
+ * `cwd` (the old default, with a note naming the new place); else the installation's file under the
+ * state root. Without an installation (a command that loads no ProviderConfig), the one
+ * installation that has a state file there; several are a usage error; none: `{ none: why }`.
+ */
+export function stateFileFor(opts: {
+  state?: string | undefined;
+  installation?: string | undefined;
+  cwd?: string | undefined;
+}): StateChoice | { none: string } {
+  if (opts.state) return { file: opts.state };
+  const legacy = join(opts.cwd ?? process.cwd(), LEGACY_STATE_FILE);
+  if (existsSync(legacy)) {
+    const inst = opts.installation ?? peekInstallation(legacy);
+    const target = inst ? defaultStateFile(inst) : join(stateRoot(), '<installation>', 'state.json');
+    return {
+      file: legacy,
+      note: `note: using ${legacy}, the state file's old default place; the default is now ${target}, the same from every directory: move it there${inst ? ` (mkdir -p ${dirname(target)} && mv ${legacy} ${target})` : ''} while no apply runs, or pass --state`,
+    };
+  }
+  if (opts.installation) return { file: defaultStateFile(opts.installation) };
+  const root = stateRoot();
+  const found = installationsWithState(root);
+  if (found.length === 1) return { file: join(root, found[0]!, 'state.json') };
+  if (found.length > 1)
+    throw new UsageError(
+      `${root} holds the state files of ${found.length} installations (${found.join(', ')}): pass --config FILE to pick its installation's, or --state FILE`,
+    );
+  return {
+    none: `nothing has been applied: no state file under ${root} (apply writes one per installation there; pass --state FILE for one elsewhere)`,
+  };
+}
+
+/** The installation a (legacy) state file records, for the note; nothing when it cannot say. */
+function peekInstallation(file: string): string | undefined {
+  try {
+    return readStateFile(file)?.installation;
+  } catch {
+    return undefined; // the command reading it next reports what is wrong with it
+  }
+}
+
+/** The state file of a command that has its ProviderConfig; the legacy note goes to `err`. */
+function chooseState(
+  args: { state?: string | undefined; cwd?: string | undefined; err?: NodeJS.WriteStream | undefined },
+  config: LoadedProviderConfig,
+): string {
+  const c = stateFileFor({ state: args.state, installation: cliInstallationOf(config), cwd: args.cwd });
+  if ('none' in c) throw new Error(c.none); // not reached: with an installation there always is a file
+  if (c.note) write(args.err ?? process.stderr, c.note);
+  return c.file;
+}
 
 export interface ApplyArgs {
   files: string[];
@@ -54,6 +141,14 @@ export interface ApplyArgs {
   signal?: AbortSignal;
   /** Called after every admission round with where each resource stands (progress observers, tests). */
   onTick?: (states: Map<string, ResourceState>) => void;
+  /** Called after every reconcile (tests count what a run reconciled). */
+  onResult?: (key: string, result: ReconcileResult, failures: number) => void;
+  /** The engine's creation grace period (default 30 s; tests shorten it). */
+  creationGraceMs?: number;
+  /** Notes (the legacy state file place) go here; default stderr. */
+  err?: NodeJS.WriteStream;
+  /** Where the legacy `./.provider-proxmox/state.json` is looked for; default the current directory. */
+  cwd?: string;
 }
 
 /** Write `s` as one or more whole lines. */
@@ -126,10 +221,17 @@ function openRuntime(
     ...(args.workers ? { workers: args.workers } : {}),
     ...(args.taskPollMs !== undefined ? { taskPollMs: args.taskPollMs } : {}),
     ...(args.agentPollMs !== undefined ? { agentPollMs: args.agentPollMs } : {}),
+    ...(args.creationGraceMs !== undefined ? { creationGraceMs: args.creationGraceMs } : {}),
+    ...(args.onResult ? { onResult: args.onResult } : {}),
   });
 }
 
-/** Reconcile the manifests phase by phase until every VM is Ready (exit 0) or failed clearly (exit 1). */
+/**
+ * Reconcile the manifests phase by phase until every VM is Ready (exit 0) or failed clearly
+ * (exit 1), as reconciles of this run observed them: every resource is reconciled on every run, so
+ * what changed in Proxmox since the state file was written (a VM stopped, resized or destroyed by
+ * hand) is repaired, not taken for Ready.
+ */
 export async function applyCommand(args: ApplyArgs): Promise<number> {
   const { vms, others } = loadVms(args.files);
   if (!vms.length) throw new UsageError(`no ProxmoxVM in ${args.files.join(', ')}`);
@@ -152,9 +254,9 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
         const vm = byKey.get(k)!;
         vm.metadata.annotations = { ...vm.metadata.annotations, [PHASE_ANNOTATION]: p.name };
       }
-  if (args.dryRun) return dryRun(args, plan, byKey);
+  if (args.dryRun) return dryRun(args, plan, byKey, others);
   const config = await resolveConfig(args, others);
-  const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args, others);
+  const rt = openRuntime(config, chooseState(args, config), args, others);
   const progress = new Progress(args.out);
   const abort = new AbortController();
   const onSignal = () => abort.abort();
@@ -180,7 +282,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
         args.onTick?.(new Map(keys.map((k) => [k, rt.stateOf(k)])));
         if (!args.quiet) {
           const rows = rt.rows().filter((r) => byKey.has(r.key));
-          const ready = rows.filter((r) => r.ready === 'True' && r.step === 'Ready').length;
+          const ready = keys.filter((k) => rt.stateOf(k) === 'ready').length;
           const phases = plan.phases
             .map((p) => `${p.name}:${p.members.filter((m) => rt.stateOf(m) === 'ready').length}/${p.members.length}`)
             .join(' ');
@@ -206,7 +308,9 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     const notStarted = keys.filter((k) => !rt.store.getSync(k));
     const failed = rows.filter((r) => !(r.ready === 'True' && r.synced === 'True'));
     if (abort.signal.aborted) write(args.out, '\ninterrupted: run apply again to continue where it stopped');
-    else if (res.timedOut) write(args.out, `\ntimed out with ${failed.length + notStarted.length} VM(s) not ready`);
+    // Not ready: as this run saw them (a row may still show an earlier run's Ready).
+    else if (res.timedOut)
+      write(args.out, `\ntimed out with ${keys.filter((k) => rt.stateOf(k) !== 'ready').length} VM(s) not ready`);
     else if (failed.length || notStarted.length) {
       write(args.out, `\n${failed.length} VM(s) failed; the MESSAGE column says why and how to fix it`);
       if (notStarted.length) {
@@ -232,14 +336,23 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   }
 }
 
-function dryRun(args: ApplyArgs, plan: RolloutPlan, byKey: Map<string, ProxmoxVM>): number {
-  let existing: Set<string> = new Set();
-  try {
-    const data = JSON.parse(readFileSync(args.state ?? DEFAULT_STATE, 'utf8')) as { objects?: ProxmoxVM[] };
-    existing = new Set((data.objects ?? []).map(manifestKey));
-  } catch {
-    // no state yet: everything is a create
-  }
+async function dryRun(
+  args: ApplyArgs,
+  plan: RolloutPlan,
+  byKey: Map<string, ProxmoxVM>,
+  others: ManifestDoc[],
+): Promise<number> {
+  // The state file says create or update; it is found as apply finds it (the config, when there is
+  // one, names the installation: loading it contacts nothing).
+  const config = args.loadedConfig ?? (args.config ? await loadConfigArg(args.config) : configAmong(others));
+  const where = stateFileFor({
+    state: args.state,
+    installation: config ? cliInstallationOf(config) : undefined,
+    cwd: args.cwd,
+  });
+  if ('file' in where && where.note) write(args.err ?? process.stderr, where.note);
+  const data = 'file' in where ? readStateFile<ProxmoxVM>(where.file) : undefined;
+  const existing = new Set((data?.objects ?? []).map(manifestKey));
   const lines: string[] = ['Dry run: nothing is contacted or changed.', ''];
   for (const p of plan.phases) {
     lines.push(
@@ -261,7 +374,7 @@ function dryRun(args: ApplyArgs, plan: RolloutPlan, byKey: Map<string, ProxmoxVM
 export async function deleteCommand(args: ApplyArgs): Promise<number> {
   const { vms, others } = loadVms(args.files);
   const config = await resolveConfig(args, others);
-  const rt = openRuntime(config, args.state ?? DEFAULT_STATE, args, others);
+  const rt = openRuntime(config, chooseState(args, config), args, others);
   const progress = new Progress(args.out);
   try {
     const keys = vms.map(manifestKey).filter((k) => rt.store.getSync(k));
@@ -293,9 +406,19 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
 }
 
 export interface StatusArgs {
+  /** The state file; default: as apply finds it (see stateFileFor). */
   state?: string;
+  /** A ProviderConfig: its installation's state file; with `live`, the sites to read. */
+  config?: string;
+  loadedConfig?: LoadedProviderConfig;
+  /** Rebuild the view from Proxmox (the ownership markers of every site), not from the state file. */
+  live?: boolean;
   output?: 'table' | 'json' | 'yaml';
   out?: NodeJS.WriteStream;
+  /** Notes (the legacy state file place) go here; default stderr. */
+  err?: NodeJS.WriteStream;
+  /** Where the legacy `./.provider-proxmox/state.json` is looked for; default the current directory. */
+  cwd?: string;
   /** Redraw every `intervalMs` until SIGINT/SIGTERM (or `signal`). */
   watch?: boolean;
   intervalMs?: number;
@@ -322,26 +445,49 @@ async function readKubeStatus(kubeconfig: string, namespace?: string): Promise<{
   }
 }
 
-/** The rows of a state file, or why there are none (missing, unreadable). */
-function readStatus(file: string): { rows: Row[] } | { missing: string } {
-  let data: { objects?: ProxmoxVM[] };
-  try {
-    data = JSON.parse(readFileSync(file, 'utf8'));
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT')
-      return { missing: `no state file at ${file}: nothing has been applied from here (use --state FILE)` };
-    throw new Error(`${file}: unreadable state file (${(e as Error).message})`);
-  }
-  const now = Date.now();
-  return { rows: sortRows((data.objects ?? []).map((o) => rowOf(o, now))) };
+/** Where `status` reads: the file (with what to say when it does not exist yet), or why there is none. */
+type StatusSource = { file: string; missing: string; note?: string } | { none: string };
+
+/** `status`'s ProviderConfig, when given: it names the installation, so the state file. */
+async function statusConfig(args: StatusArgs): Promise<LoadedProviderConfig | undefined> {
+  return args.loadedConfig ?? (args.config ? await loadConfigArg(args.config) : undefined);
 }
 
-/** The table, from the state file (read-only; works while apply runs). With `watch`: until a signal. */
+function statusSource(args: StatusArgs, config: LoadedProviderConfig | undefined): StatusSource {
+  const installation = config ? cliInstallationOf(config) : undefined;
+  const c = stateFileFor({ state: args.state, installation, cwd: args.cwd });
+  if ('none' in c) return c;
+  const missing = args.state
+    ? `no state file at ${c.file}: nothing has been applied from here (use --state FILE)`
+    : `no state file at ${c.file}: nothing has been applied${installation ? ` for installation ${installation}` : ''} (status --live --config FILE lists its VMs in Proxmox)`;
+  return { file: c.file, missing, ...(c.note ? { note: c.note } : {}) };
+}
+
+/**
+ * The rows of a state file, or what to say when it does not exist. A file that exists and is not a
+ * usable state file throws StateFileError (exit 1, the file named): it is never an empty fleet.
+ */
+function readStatus(file: string, missing: string): { rows: Row[] } | { missing: string } {
+  const data = readStateFile<ProxmoxVM>(file);
+  if (!data) return { missing };
+  const now = Date.now();
+  return { rows: sortRows(data.objects.map((o) => rowOf(o, now))) };
+}
+
+/**
+ * The table, from the state file (read-only; works while apply runs), or with `live` from Proxmox.
+ * With `watch`: until a signal.
+ */
 export async function statusCommand(args: StatusArgs): Promise<number> {
+  if (args.live) return liveStatus(args);
   if (args.watch) return watchStatus(args);
-  const r = args.kubeconfig
-    ? await readKubeStatus(args.kubeconfig, args.namespace)
-    : readStatus(args.state ?? DEFAULT_STATE);
+  let r: { rows: Row[] } | { missing: string };
+  if (args.kubeconfig) r = await readKubeStatus(args.kubeconfig, args.namespace);
+  else {
+    const src = statusSource(args, await statusConfig(args));
+    if ('file' in src && src.note) write(args.err ?? process.stderr, src.note);
+    r = 'none' in src ? { missing: src.none } : readStatus(src.file, src.missing);
+  }
   write(args.out, 'missing' in r ? r.missing : formatRows(r.rows, args.output ?? 'table'));
   return 0;
 }
@@ -349,11 +495,12 @@ export async function statusCommand(args: StatusArgs): Promise<number> {
 /**
  * `status --watch`: the table every `intervalMs` (2 s) until SIGINT/SIGTERM. On a terminal it is
  * redrawn in place (like watch(1)); otherwise it is printed again only when something other than
- * the AGE column changed (JSON: one line per change; YAML: one document per change).
+ * the AGE column changed (JSON: one line per change; YAML: one document per change). A state file
+ * that does not exist yet is waited for; one that is not a usable state file stops it (exit 1).
  */
 async function watchStatus(args: StatusArgs): Promise<number> {
+  const config = args.kubeconfig ? undefined : await statusConfig(args);
   const out = args.out ?? process.stdout;
-  const file = args.state ?? DEFAULT_STATE;
   const output = args.output ?? 'table';
   const interval = args.intervalMs ?? 2000;
   const tty = Boolean(out.isTTY) && process.env.TERM !== 'dumb' && output === 'table';
@@ -364,13 +511,24 @@ async function watchStatus(args: StatusArgs): Promise<number> {
   if (args.signal?.aborted) stop.abort();
   args.signal?.addEventListener('abort', onSignal, { once: true });
   let last: string | undefined;
+  let noted = false;
   try {
     while (!stop.signal.aborted) {
-      let r: ReturnType<typeof readStatus>;
-      try {
-        r = args.kubeconfig ? await readKubeStatus(args.kubeconfig, args.namespace) : readStatus(file);
-      } catch (e) {
-        r = { missing: (e as Error).message };
+      let r: { rows: Row[] } | { missing: string };
+      let where = args.kubeconfig ?? '';
+      if (args.kubeconfig) {
+        try {
+          r = await readKubeStatus(args.kubeconfig, args.namespace);
+        } catch (e) {
+          r = { missing: (e as Error).message };
+        }
+      } else {
+        // Looked up again each time: without --state the file's installation may appear meanwhile.
+        const src = statusSource(args, config);
+        if ('file' in src && src.note && !noted) write(args.err ?? process.stderr, src.note);
+        noted = true;
+        where = 'file' in src ? src.file : stateRoot();
+        r = 'none' in src ? { missing: src.none } : readStatus(src.file, src.missing);
       }
       // What counts as a change: everything but the age, which changes every second.
       const key = 'missing' in r ? r.missing : JSON.stringify(r.rows.map(({ age: _age, ...rest }) => rest));
@@ -381,7 +539,7 @@ async function watchStatus(args: StatusArgs): Promise<number> {
             : r.rows.length
               ? table(r.rows, STATUS_COLUMNS, out.columns ?? 160)
               : 'No resources.';
-        const head = `Every ${interval / 1000}s: ${file}  ${new Date().toISOString().replace(/\.\d+Z$/, 'Z')}  (Ctrl-C to stop)`;
+        const head = `Every ${interval / 1000}s: ${where}  ${new Date().toISOString().replace(/\.\d+Z$/, 'Z')}  (Ctrl-C to stop)`;
         out.write(`\x1b[H\x1b[2J${head}\n\n${body}\n`);
       } else if (key !== last) {
         if ('missing' in r) out.write(`${r.missing}\n`);
@@ -408,6 +566,109 @@ async function watchStatus(args: StatusArgs): Promise<number> {
     args.signal?.removeEventListener('abort', onSignal);
   }
   return 0;
+}
+
+/**
+ * `status --live`: what Proxmox holds for this installation, read from the ownership markers of
+ * every site (the inventory), with whether the state file knows each VM. Works without a state
+ * file: that is what it is for (the state file is only a cache). Exit 1 when a site cannot be read
+ * (the list would be incomplete).
+ */
+async function liveStatus(args: StatusArgs): Promise<number> {
+  if (args.watch) throw new UsageError('--live reads Proxmox once; it cannot be combined with --watch');
+  if (args.kubeconfig)
+    throw new UsageError('--live reads Proxmox through a ProviderConfig: pass --config, not --kubeconfig');
+  const config = await statusConfig(args);
+  if (!config)
+    throw new UsageError('status --live reads Proxmox: pass --config FILE (the ProviderConfig with its Secret)');
+  const installation = cliInstallationOf(config);
+  const file = chooseState(args, config);
+  const data = readStateFile<ProxmoxVM>(file);
+  const view = await liveView(config, installation, data ? { file, objects: data.objects } : undefined);
+  write(args.out, formatLive(view, args.output ?? 'table'));
+  return view.errors.length ? 1 : 0;
+}
+
+/**
+ * The live view of `installation`: per site, its VMs by marker (`ours`, and the first marker
+ * format as `legacy`), the VMs of other installations counted, and copied markers (an operator's
+ * clone of one of our VMs: the marker names another VMID). `state`: the state file, to say whether
+ * it knows each VM (by uid, or by resource and VMID on the same site).
+ */
+export async function liveView(
+  config: LoadedProviderConfig,
+  installation: string,
+  state?: { file: string; objects: ProxmoxVM[] },
+): Promise<LiveView> {
+  const sites = config.config.spec.sites;
+  const only = sites.length === 1 ? sites[0]!.name : undefined;
+  const objects = state?.objects ?? [];
+  const uids = new Set(objects.map((o) => o.metadata.uid));
+  const known = (site: string, key: string, vmid: number, uid: string) =>
+    uids.has(uid) ||
+    objects.some(
+      (o) =>
+        keyOf(o) === key &&
+        externalName(o) === String(vmid) &&
+        (o.status?.atProvider?.site ?? o.spec.forProvider.site ?? only) === site,
+    );
+  const view: LiveView = {
+    installation,
+    ...(state ? { stateFile: state.file } : {}),
+    vms: [],
+    elsewhere: [],
+    copies: [],
+    errors: [],
+  };
+  const perSite = await Promise.all(
+    sites.map(async (s) => {
+      const client = clientForSite(config, s.name);
+      try {
+        return { site: s.name, vms: await inventory(client) };
+      } catch (e) {
+        return { site: s.name, error: e instanceof Error ? e.message : String(e) };
+      } finally {
+        await client.close();
+      }
+    }),
+  );
+  const elsewhere = new Map<string, number>();
+  for (const r of perSite) {
+    if ('error' in r) {
+      view.errors.push({ site: r.site, message: r.error ?? 'unknown error' });
+      continue;
+    }
+    for (const vm of r.vms) {
+      const m = vm.marker;
+      if (!m) continue;
+      const key = `${m.namespace ?? 'default'}/${m.name}`;
+      const cls = classify(vm, installation);
+      if (cls === 'ours' || cls === 'legacy')
+        view.vms.push({
+          name: key,
+          site: r.site,
+          node: vm.node,
+          vmid: vm.vmid,
+          state: vm.template ? 'template' : vm.status,
+          lock: vm.lock ?? '',
+          inState: state ? (known(r.site, key, vm.vmid, m.uid) ? 'yes' : 'no') : '—',
+          marker: cls === 'ours' ? 'current' : 'legacy',
+          uid: m.uid,
+        });
+      else if (cls === 'elsewhere') {
+        const k = `${m.installation}\u0000${r.site}`;
+        elsewhere.set(k, (elsewhere.get(k) ?? 0) + 1);
+      } else if (cls === 'copy')
+        view.copies.push({ site: r.site, node: vm.node, vmid: vm.vmid, name: key, writtenFor: m.vmid ?? 0 });
+    }
+  }
+  for (const [k, n] of elsewhere) {
+    const [inst, site] = k.split('\u0000') as [string, string];
+    view.elsewhere.push({ installation: inst, site, vms: n });
+  }
+  view.vms.sort((a, b) => a.name.localeCompare(b.name) || a.site.localeCompare(b.site) || a.vmid - b.vmid);
+  view.elsewhere.sort((a, b) => a.installation.localeCompare(b.installation) || a.site.localeCompare(b.site));
+  return view;
 }
 
 /** `demo`: the simulator with the seed topology, the seed fleet applied, progress and the final table. */
@@ -448,6 +709,6 @@ export async function demoCommand(args: {
 
 export function describeError(e: unknown): string {
   if (e instanceof ManifestError) return e.problems.map(formatProblem).join('\n');
-  if (e instanceof ConfigError) return e.message;
+  if (e instanceof ConfigError || e instanceof StateFileError) return e.message;
   return e instanceof Error ? e.message : String(e);
 }

@@ -1,9 +1,10 @@
 /**
  * The cluster-less runtime: the engine over a FileStore (state file + lock), the ProxmoxVM
  * connector over a ProviderConfig file, and a loop that runs until every resource is Ready or
- * has failed for a reason that retrying will not fix.
+ * has failed for a reason that retrying will not fix — as observed by a reconcile of this run:
+ * the state file only remembers what Proxmox held when it was written.
  */
-import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
@@ -63,6 +64,8 @@ export interface RuntimeOptions {
   hooks?: EngineHooks;
   backoff?: { baseMs?: number; capMs?: number };
   createFailureScheduleMs?: number[];
+  /** After a create succeeded, "not found" within this window is Proxmox's listing lagging (default 30 s). */
+  creationGraceMs?: number;
   /** Secrets for cloud-init references (\`namespace/name\` -> data), e.g. from the manifests. */
   secrets?: Map<string, Record<string, string>>;
   taskPollMs?: number;
@@ -148,12 +151,21 @@ export class LocalRuntime {
   readonly store: MemoryStore<ProxmoxVM>;
   readonly connector: VmConnector;
   readonly controller: Controller<ProxmoxVM>;
+  /** The installation the VMs of this runtime belong to (the ProviderConfig's; see installationOf). */
+  readonly installation: string;
   private readonly failures = new Map<string, number>();
+  /**
+   * The last reconcile result of each resource in this runtime. What the store says about a
+   * resource nobody reconciled yet is the state file's memory of an earlier run, not what Proxmox
+   * holds now (a VM may have been stopped, changed or destroyed by hand since).
+   */
+  private readonly lastResult = new Map<string, ReconcileResult>();
 
   constructor(opts: RuntimeOptions) {
+    this.installation = installationOf(opts.config.config, cliInstallation);
     if (opts.stateFile) {
       const fs = new FileStore<ProxmoxVM>(opts.stateFile);
-      fs.open();
+      fs.open(this.installation);
       this.store = fs;
     } else this.store = new MemoryStore<ProxmoxVM>();
     this.connector = new VmConnector(new FileConfigSource(opts.config), {
@@ -180,6 +192,7 @@ export class LocalRuntime {
       ...(opts.taskPollMs !== undefined ? { shortWaitMs: opts.taskPollMs } : {}),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.createFailureScheduleMs ? { createFailureScheduleMs: opts.createFailureScheduleMs } : {}),
+      ...(opts.creationGraceMs !== undefined ? { creationGraceMs: opts.creationGraceMs } : {}),
     });
     // A resource that left the store takes its per-resource client (drift bookkeeping) with it.
     const uids = new Map<string, string>();
@@ -196,6 +209,7 @@ export class LocalRuntime {
       ...(opts.backoff ? { backoff: opts.backoff } : {}),
       onResult: (key, result, failures) => {
         this.failures.set(key, failures);
+        this.lastResult.set(key, result);
         opts.onResult?.(key, result, failures);
       },
     });
@@ -221,11 +235,26 @@ export class LocalRuntime {
     return sortRows(this.store.listSync().map((r) => rowOf(r, now)));
   }
 
-  /** Where a resource stands, for rollout gates. */
+  /**
+   * Whether a reconcile of `key` finished in this runtime and found nothing left to do: it observed
+   * the VM as the spec wants it (the engine's quiet requeue after "up to date"). A reconcile that
+   * issued a change, waits for a task or for Proxmox's listing to show a VM is progress, not this.
+   */
+  observedSettled(key: string): boolean {
+    const r = this.lastResult.get(key);
+    return r?.kind === 'requeueAfter' && !r.progress;
+  }
+
+  /**
+   * Where a resource stands, for rollout gates and for apply's end: only what a reconcile of this
+   * runtime saw counts (ready: settled in the store and observed so; failed: failed for good and
+   * retried at least once here).
+   */
   stateOf(key: string): 'absent' | 'progressing' | 'ready' | 'failed' {
     const o = this.store.getSync(key);
     if (!o) return 'absent';
-    if (settled(o)) return 'ready';
+    if (!this.lastResult.has(key)) return 'progressing';
+    if (settled(o) && this.observedSettled(key)) return 'ready';
     if (failedPermanently(o) && (this.failures.get(key) ?? 0) >= 1) return 'failed';
     return 'progressing';
   }

@@ -2,11 +2,23 @@
  * The cluster-less ResourceStore: resources in memory with Kubernetes' write semantics
  * (resourceVersion conflicts, generation bumps on spec changes, finalizers holding deletion,
  * status written separately and not waking the watch), optionally persisted to a state file
- * written atomically (write + fsync + rename) under an exclusive lock file.
+ * written atomically (write + fsync + rename) under an exclusive lock file; how a state file is
+ * read and checked, and where state files live (one per installation under the state root).
  */
 import { randomUUID } from 'node:crypto';
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
-import { resolve } from 'node:path';
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
+import { homedir } from 'node:os';
+import { isAbsolute, join, resolve } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Managed, rfc3339 } from '../engine/resource.ts';
 import { ConflictError, type ResourceStore, type WatchEvent } from '../engine/types.ts';
@@ -220,6 +232,55 @@ export interface StateFile<R extends Managed = Managed> {
   objects: R[];
   events: StoredEvent[];
   retired: string[];
+}
+
+// --- where state files live -----------------------------------------------------------------------
+
+/**
+ * The state file's place before it moved under the state root: relative to the directory apply
+ * ran in, so the same manifests applied from elsewhere started from an empty state. Still used when
+ * it exists in the current directory (with a note), so nobody's fleet is forgotten by an upgrade.
+ */
+export const LEGACY_STATE_FILE = '.provider-proxmox/state.json';
+
+/** Overrides the state root (tests, and users who keep state elsewhere). */
+export const STATE_DIR_ENV = 'PROVIDER_PROXMOX_STATE_DIR';
+
+/**
+ * The directory holding one `<installation>/state.json` per installation:
+ * `$PROVIDER_PROXMOX_STATE_DIR`, else `$XDG_STATE_HOME/provider-proxmox`, else
+ * `~/.local/state/provider-proxmox`. A relative XDG_STATE_HOME is ignored, as the XDG base
+ * directory specification says (it would again depend on the current directory).
+ */
+export function stateRoot(env: NodeJS.ProcessEnv = process.env): string {
+  const own = env[STATE_DIR_ENV];
+  if (own) return resolve(own);
+  const xdg = env.XDG_STATE_HOME;
+  const base = xdg && isAbsolute(xdg) ? xdg : join(env.HOME || homedir(), '.local', 'state');
+  return join(base, 'provider-proxmox');
+}
+
+/**
+ * The state file of an installation when --state is not given. It depends only on the
+ * installation (so on the ProviderConfig), never on the current directory.
+ */
+export function defaultStateFile(installation: string, env: NodeJS.ProcessEnv = process.env): string {
+  return join(stateRoot(env), installation, 'state.json');
+}
+
+/** The installations that have a state file under `root`, sorted. */
+export function installationsWithState(root: string = stateRoot()): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(root, { withFileTypes: true })
+      .filter((d) => d.isDirectory())
+      .map((d) => d.name);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw e;
+  }
+  // A directory without state.json is one whose apply stopped before it wrote anything.
+  return names.filter((n) => existsSync(join(root, n, 'state.json'))).sort();
 }
 
 /** A state file that cannot be used: every command stops with it, naming the file. */
