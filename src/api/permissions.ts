@@ -84,6 +84,13 @@ export const CONTROLLER_PERMISSIONS: readonly Permission[] = [
     why: 'write connection Secrets (writeConnectionSecretToRef)',
   },
   {
+    apiGroup: '',
+    resources: ['namespaces'],
+    verbs: ['get'],
+    scope: 'cluster',
+    why: "the uid of kube-system (resourceNames: kube-system only) names the cluster's installation, k8s-<uid>; read once at start, not needed with --installation",
+  },
+  {
     apiGroup: 'coordination.k8s.io',
     resources: ['leases'],
     verbs: ['get', 'create', 'update'],

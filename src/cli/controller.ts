@@ -1,6 +1,16 @@
 /** `provider-proxmox controller`: commander wiring for src/kube/controller.ts. */
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
+import { INSTALLATION_RE } from '../api/provider-config.ts';
 import { durationOption, wholeNumber as int } from './args.ts';
+
+/** An installation id as markers carry it (checked before anything connects). */
+function installationId(v: string): string {
+  if (!new RegExp(INSTALLATION_RE).test(v))
+    throw new InvalidArgumentError(
+      "expected lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+    );
+  return v;
+}
 
 export function registerController(program: Command): void {
   program
@@ -23,7 +33,15 @@ export function registerController(program: Command): void {
     .option('--health-port <port>', 'port of /healthz and /readyz', int, 8081)
     .option('--metrics-port <port>', 'port of /metrics (Prometheus)', int, 8080)
     .addOption(durationOption('--orphan-scan <d>', 'orphan scan period (0 disables)', '1h'))
-    .option('--delete-orphans', 'delete VMs with our marker and no resource (default: report only)')
+    .option(
+      '--delete-orphans',
+      "delete this installation's VMs whose ProxmoxVM is gone (default: report only); other installations' VMs, copies and old markers of unknown resources are never deleted",
+    )
+    .option(
+      '--installation <id>',
+      "installation of ProviderConfigs without spec.installation, written into every VM's ownership marker (default: k8s-<uid of the kube-system namespace>)",
+      installationId,
+    )
     .addOption(durationOption('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', '2s'))
     .action(
       async (o: {
@@ -39,6 +57,7 @@ export function registerController(program: Command): void {
         metricsPort: number;
         orphanScan: number;
         deleteOrphans?: boolean;
+        installation?: string;
         taskPoll: number;
       }) => {
         // Loaded on use: the other commands start faster without the Kubernetes runtime.
@@ -60,6 +79,7 @@ export function registerController(program: Command): void {
           metricsPort: o.metricsPort,
           orphanScanMs: o.orphanScan,
           deleteOrphans: Boolean(o.deleteOrphans),
+          ...(o.installation ? { installation: o.installation } : {}),
           taskPollMs: o.taskPoll,
           log: (level, msg, fields) => log[level](fields ?? {}, msg),
           onLostLeadership: () => {
@@ -67,7 +87,14 @@ export function registerController(program: Command): void {
             process.exit(1);
           },
         });
-        await ctl.start();
+        try {
+          await ctl.start();
+        } catch (e) {
+          // Nothing may keep the process alive after a failed start (the API client's sockets).
+          await ctl.stop().catch(() => {});
+          api.close();
+          throw e;
+        }
         log.info({ server: api.server.origin, namespace: o.namespace, healthPort: o.healthPort }, 'controller started');
         await new Promise<void>((resolve) => {
           process.once('SIGTERM', resolve);

@@ -1,6 +1,6 @@
 /** `validate`, `plan`, `gc`: commander wiring for src/fleet/commands.ts. */
 import type { Command } from 'commander';
-import { DEFAULT_STATE, outputOption, runCommand } from './args.ts';
+import { outputOption, runCommand } from './args.ts';
 
 const fleet = () => import('../fleet/commands.ts');
 const run = runCommand;
@@ -42,30 +42,42 @@ export function registerFleet(program: Command): void {
   program
     .command('gc')
     .description(
-      'Find VMs with our ownership marker and no resource (orphans), VMs stuck in a lock we set, half-created VMs. Report first; delete with --delete --yes.',
+      "Find this installation's VMs whose resource is gone (orphans), VMs stuck in a lock we set, half-created VMs; other installations' VMs and copies are listed, never deleted. Report first (exit 1 when there is something to collect); delete with --delete --yes.",
     )
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML')
-    .option('--state <file>', 'state file listing the resources that exist', DEFAULT_STATE)
-    .option('--delete', 'delete the orphans (stop, unlock when the credentials may, destroy with purge)')
+    .option(
+      '--state <file>',
+      "state file listing the resources that exist (default: the one apply writes for the config's installation)",
+    )
+    .option(
+      '--delete',
+      'delete the orphans whose uid this state file held (stop, unlock when the credentials may, destroy with purge); each is checked again right before',
+    )
     .option('--yes', 'confirm --delete')
     .option('--include-half-created', 'with --delete, also delete half-created and stuck VMs of existing resources')
+    .option(
+      '--include-unknown',
+      "with --delete, also delete stopped VMs of this installation whose uid this state file never held (another state file's, or lost); running ones never",
+    )
     .addOption(output())
     .action(
       (o: {
         config?: string;
-        state: string;
+        state?: string;
         delete?: boolean;
         yes?: boolean;
         includeHalfCreated?: boolean;
+        includeUnknown?: boolean;
         output: 'table';
       }) =>
         run(async () =>
           (await fleet()).gcCommand({
             ...(o.config ? { config: o.config } : {}),
-            state: o.state,
+            ...(o.state ? { state: o.state } : {}),
             delete: Boolean(o.delete),
             yes: Boolean(o.yes),
             includeHalfCreated: Boolean(o.includeHalfCreated),
+            includeUnknown: Boolean(o.includeUnknown),
             output: o.output,
           }),
         ),

@@ -1,12 +1,11 @@
 /** `validate`, `plan`, `gc`: the fleet commands (the CLI only wires options to these). */
-import { readFileSync } from 'node:fs';
 import { stringify } from 'yaml';
-import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { configAmong, DEFAULT_STATE, write as emit, loadConfigArg, UsageError } from '../local/commands.ts';
+import { chooseState, configAmong, write as emit, loadConfigArg, UsageError } from '../local/commands.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../local/manifests.ts';
-import { vmidHoldersOf } from '../vm/connector.ts';
-import { collect, formatGc, type GcFinding, scanFleet } from './gc.ts';
+import { readStateFile, type StateFile, StateFileError } from '../local/store.ts';
+import { collect, formatGc, type GcFinding, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } from './gc.ts';
 import { RolloutError } from './phases.ts';
 import { formatPlan, type PlanResult, planFleet } from './plan.ts';
 import { validateManifests } from './validate.ts';
@@ -74,7 +73,13 @@ export async function planCommand(args: {
   return p.findings.some((f) => f.severity === 'violation') ? 1 : 0;
 }
 
-/** Report orphans (exit 0 when none, 1 when some); delete them with `--delete --yes`. */
+/**
+ * Report orphans (exit 0 when there is nothing to collect, 1 when there is); delete them with
+ * `--delete --yes`. Scoped to the config's installation: other installations' VMs and copies are
+ * listed, never deleted. The state file must be a good one (missing or unusable: a usage error,
+ * exit 2, since exit 1 means "found something"): an unreadable file must never read as an empty
+ * fleet, which would make every VM an orphan.
+ */
 export async function gcCommand(args: {
   config?: string;
   state?: string;
@@ -82,47 +87,85 @@ export async function gcCommand(args: {
   delete?: boolean;
   yes?: boolean;
   includeHalfCreated?: boolean;
+  /** Also delete stopped VMs of this installation whose uid the state file never held. */
+  includeUnknown?: boolean;
   output?: Output;
   out?: NodeJS.WriteStream;
+  /** This process's clock (ms), which the scan start is taken from (tests: the simulator's). */
+  now?: () => number;
 }): Promise<number> {
   // Before anything is read or contacted: deleting needs the confirmation.
   if (args.delete && !args.yes) throw new UsageError('--delete removes VMs: add --yes to confirm');
   const config = await configFrom(args.config, () => loadManifests(args.files ?? []).others);
   if (!config) throw new UsageError('gc needs --config FILE (a ProviderConfig with its Secret)');
-  const stateFile = args.state ?? DEFAULT_STATE;
-  let objects: ProxmoxVM[];
-  try {
-    objects = (JSON.parse(readFileSync(stateFile, 'utf8')) as { objects?: ProxmoxVM[] }).objects ?? [];
-  } catch (e) {
-    throw new UsageError(
-      `gc must know which resources exist and reads them from the state file: ${stateFile}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message} (use --state FILE)`,
-    );
-  }
-  const known = new Set(objects.map((o) => o.metadata.uid));
+  // The state file apply writes for this installation (or --state, or the old ./.provider-proxmox one).
+  const stateFile = chooseState({ state: args.state }, config);
+  const installation = installationOf(config.config, cliInstallation);
   const sites = config.config.spec.sites;
   const onlySite = sites.length === 1 ? sites[0]!.name : undefined;
-  const found = await scanFleet(config, known, (site) =>
-    vmidHoldersOf(
-      objects,
-      site,
-      onlySite,
-      (o) => `${o.metadata.namespace ? `${o.metadata.namespace}/` : ''}${o.metadata.name}`,
-    ),
-  );
+  // Read at the scan and again right before each deletion (another process may apply meanwhile).
+  const readKnown = () => {
+    const state = readState(stateFile, installation);
+    return knownResources(state.objects, state.retired, onlySite);
+  };
+  const policy = {
+    installation,
+    known: readKnown(),
+    includeUnknown: Boolean(args.includeUnknown),
+    storeName: 'this state file',
+  };
+  const found = await scanFleet(config, policy, args.now ? { now: args.now } : {});
   let result = found;
-  let code = found.length ? 1 : 0;
+  const toCollect = (f: GcFinding) => !INFORMATIONAL.has(f.kind);
+  let code = found.some(toCollect) ? 1 : 0;
   if (args.delete) {
-    const done = await collect(config, found, { includeHalfCreated: Boolean(args.includeHalfCreated) });
+    const done = await collect(config, found, {
+      includeHalfCreated: Boolean(args.includeHalfCreated),
+      known: readKnown,
+    });
     const same = (a: GcFinding, b: GcFinding) => a.site === b.site && a.vmid === b.vmid;
     // Everything found is listed: what was acted on with its outcome, the rest with why it was kept.
-    result = found.map(
-      (f) => done.find((d) => same(d, f)) ?? { ...f, action: 'kept: its resource exists (--include-half-created)' },
-    );
-    code = done.some((f) => f.action !== 'deleted') ? 1 : 0;
+    result = found.map((f) => {
+      const kept = keptBecause(f);
+      return done.find((d) => same(d, f)) ?? (kept ? { ...f, action: kept } : f);
+    });
+    code = done.some((f) => f.action !== 'deleted') || found.some((f) => refused(f)) ? 1 : 0;
   }
+  const note = wrongStoreNote(found);
   emit(
     args.out,
-    render(result, args.output ?? 'table', () => formatGc(result)),
+    render(result, args.output ?? 'table', () => formatGc(result, note ? { note } : {})),
   );
   return code;
+}
+
+/** A candidate gc would not delete (another fleet's, a stopped unknown without --include-unknown). */
+function refused(f: GcFinding): boolean {
+  return (f.kind === 'orphan' || f.kind === 'legacy-unknown') && !f.deletable;
+}
+
+function keptBecause(f: GcFinding): string | undefined {
+  if (f.kind === 'half-created' || f.kind === 'stuck-lock') return 'kept: its resource exists (--include-half-created)';
+  if (f.kind === 'managed-elsewhere') return undefined;
+  return `kept: ${f.detail}`;
+}
+
+/** The state file of this installation, or a usage error naming the file (never an empty fleet). */
+function readState(file: string, installation: string): StateFile<ProxmoxVM> {
+  let state: StateFile<ProxmoxVM> | undefined;
+  try {
+    state = readStateFile<ProxmoxVM>(file);
+  } catch (e) {
+    if (e instanceof StateFileError) throw new UsageError(e.message);
+    throw e;
+  }
+  if (!state)
+    throw new UsageError(
+      `gc must know which resources exist and reads them from the state file: ${file}: no such file (use --state FILE)`,
+    );
+  if (state.installation !== undefined && state.installation !== installation)
+    throw new UsageError(
+      `${file}: this state file belongs to installation '${state.installation}', but the ProviderConfig says '${installation}': gc would take the other installation's VMs for its own. Pass the state file of '${installation}' with --state, or the ProviderConfig of '${state.installation}'`,
+    );
+  return state;
 }

@@ -1,16 +1,37 @@
 /**
- * `gc`: VMs that carry our ownership marker but whose resource is gone (orphans), VMs of ours
- * stuck in a lock we set (create/clone with no task running), half-created VMs. A report first;
- * deletion only when asked, and only of VMs whose marker says they are ours. Foreign VMs (no
- * marker) are never touched.
+ * `gc` and the controller's orphan scan: what the site's ownership markers say about VMs whose
+ * resource is gone (orphans), VMs of ours stuck in a lock we set, half-created VMs, and what is not
+ * ours to touch (other installations' VMs, copies an operator cloned from one of ours). A report
+ * first; deletion only when asked, only of this installation's VMs, and only after each one is
+ * checked again right before it is deleted (same config, created before the scan, still without a
+ * resource). VMs without a marker are never touched, except the create/clone placeholder of one of
+ * our own creates.
+ *
+ * Why the care: several runtimes share one Proxmox (two clusters, a cluster and a CLI user, two
+ * state files of one CLI user). A VM whose resource this runtime does not know may well be
+ * another runtime's, so "unknown" alone never means "orphan": only a uid this store once held (or
+ * a store that is the installation's only one, the controller's cluster) does.
  */
 import type { LoadedProviderConfig } from '../api/provider-config.ts';
-import type { PveClient } from '../proxmox/client.ts';
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { NotFoundError } from '../proxmox/errors.ts';
+import type { PveClient } from '../proxmox/index.ts';
 import { clientForSite } from '../proxmox/site.ts';
+import { vmidHoldersOf } from '../vm/connector.ts';
+import { classify, inventory, type MarkedVm, metaCtime } from '../vm/inventory.ts';
 import { manualCleanup } from '../vm/ownership.ts';
-import { hasOwnerTag, isPlaceholderLock, markerUid, parseMarker } from '../vm/spec.ts';
+import { isPlaceholderLock, type Marker, ownerKey, parseMarker } from '../vm/spec.ts';
 
-export type GcKind = 'orphan' | 'stuck-lock' | 'half-created';
+export type GcKind = 'orphan' | 'legacy-unknown' | 'stuck-lock' | 'half-created' | 'copy' | 'managed-elsewhere';
+
+/** Kinds that are never deleted, and that do not make gc's exit code 1 (nothing to collect). */
+export const INFORMATIONAL: ReadonlySet<GcKind> = new Set(['copy', 'managed-elsewhere']);
+
+/**
+ * Clock skew allowed between this process and the Proxmox nodes: a VM whose config says it was
+ * created less than this before the scan started (or after) is never deleted by that scan.
+ */
+export const CLOCK_SKEW_MS = 5 * 60_000;
 
 export interface GcFinding {
   site: string;
@@ -18,84 +39,236 @@ export interface GcFinding {
   vmid: number;
   name: string;
   kind: GcKind;
+  /** namespace/name of the marker (or, for a placeholder, of the resource holding the VMID). */
   owner?: string;
+  uid?: string;
+  /** The marker's installation (absent: the first marker format, or none). */
+  installation?: string;
   lock?: string;
   status: string;
   detail: string;
   action?: string;
   /** A create/clone placeholder without a marker yet, at a VMID one of our resources holds. */
   placeholder?: boolean;
-}
-
-function ownerName(description: string | undefined): string | undefined {
-  const m = parseMarker(description);
-  return m ? `${m.namespace ? `${m.namespace}/` : ''}${m.name}` : undefined;
+  /** Whether `--delete` (or `--delete-orphans`) deletes it; half-created/stuck VMs need --include-half-created. */
+  deletable?: boolean;
+  /** Deletable only while it is stopped (this store never held its uid): checked again before deleting. */
+  onlyStopped?: boolean;
+  /** Whether this store held the marker's uid (a resource it has, or one deleted from it). */
+  uidKnown?: boolean;
+  /** What the scan read, for the re-check right before acting. */
+  marker?: Marker;
+  digest?: string;
+  /** When PVE created the VM (the config's `meta` ctime), seconds since the epoch. */
+  ctime?: number;
+  /** When the scan that found it started (this process's clock), ms since the epoch. */
+  scanStartedAt: number;
 }
 
 /**
- * Scan one site; `known` holds the uids of the resources that exist, `holders` the VMIDs they hold
- * as external names (VMID -> namespace/name), so that a create/clone placeholder whose worker
- * died before it wrote the marker is listed too (it has no marker, only `lock: create|clone`).
+ * The resources a runtime has (a state file's objects, a cluster's ProxmoxVMs) and the uids of
+ * those it deleted (a state file's `retired`), as gc compares them with the markers.
  */
+export interface KnownResources {
+  /** Whether a resource `namespace/name` exists on `site`. */
+  has(site: string, key: string): boolean;
+  /** uids of the resources that exist. */
+  uids: ReadonlySet<string>;
+  /** uids of resources deleted from this store. */
+  retired: ReadonlySet<string>;
+  /** VMID -> namespace/name of the resources of `site` that hold an external name. */
+  holders(site: string): Map<number, string>;
+}
+
+/**
+ * KnownResources of `resources`. A resource's site is `forProvider.site`, else `onlySite`; a
+ * resource without either (a config with several sites, the controller that does not resolve
+ * configs here) counts on every site: when unsure, a VM is taken as known, never as an orphan.
+ */
+export function knownResources(
+  resources: Iterable<ProxmoxVM>,
+  retired: Iterable<string> = [],
+  onlySite?: string,
+): KnownResources {
+  const list = [...resources];
+  const bySite = new Map<string, Set<string>>();
+  const anySite = new Set<string>();
+  for (const r of list) {
+    const site = r.spec.forProvider.site ?? onlySite;
+    const key = ownerKey(r.metadata);
+    if (site === undefined) anySite.add(key);
+    else bySite.set(site, (bySite.get(site) ?? new Set()).add(key));
+  }
+  return {
+    has: (site, key) => anySite.has(key) || Boolean(bySite.get(site)?.has(key)),
+    uids: new Set(list.map((r) => r.metadata.uid).filter(Boolean)),
+    retired: new Set(retired),
+    holders: (site) => vmidHoldersOf(list, site, onlySite, (r) => ownerKey(r.metadata)),
+  };
+}
+
+/** Who is asking, and what it may delete. */
+export interface GcPolicy {
+  /** This runtime's installation: only VMs whose marker names it are ever ours. */
+  installation: string;
+  known: KnownResources;
+  /** `--include-unknown`: also delete stopped VMs of this installation whose uid this store never held. */
+  includeUnknown?: boolean;
+  /**
+   * The store is the installation's only one (the controller: a cluster is its installation), so a
+   * VM of this installation without a resource is an orphan whatever its uid.
+   */
+  soleStore?: boolean;
+  /** What the table calls the store ("this state file", "this cluster"). */
+  storeName?: string;
+}
+
+const ANOTHER_FLEET =
+  "looks like another state file's fleet (same installation, a uid this state file never held, running): not deleted. If it is yours, apply its manifest with the state file that manages it; if it is really abandoned, stop it and run gc with --include-unknown; to keep two fleets apart, give each its own spec.installation";
+
+/** One VM of the inventory, as gc sees it; undefined when there is nothing to say. */
+function judge(
+  vm: MarkedVm,
+  site: string,
+  policy: GcPolicy,
+  scanStartedAt: number,
+  placeholderIdle: (vm: MarkedVm) => Promise<boolean>,
+): Promise<GcFinding | undefined> | GcFinding | undefined {
+  if (vm.template) return undefined;
+  const m = vm.marker;
+  const store = policy.storeName ?? 'this state file';
+  const base = {
+    site,
+    node: vm.node,
+    vmid: vm.vmid,
+    name: vm.name,
+    ...(m ? { owner: ownerKey(m), uid: m.uid, marker: m } : {}),
+    ...(m?.installation ? { installation: m.installation } : {}),
+    ...(vm.lock ? { lock: vm.lock } : {}),
+    status: vm.status,
+    digest: vm.digest,
+    ...(vm.ctime !== undefined ? { ctime: vm.ctime } : {}),
+    scanStartedAt,
+  };
+  const lockCheck = async (): Promise<GcFinding | undefined> => {
+    if (!isPlaceholderLock(vm.lock) || !(await placeholderIdle(vm))) return undefined;
+    return {
+      ...base,
+      kind: vm.lock === 'create' ? 'half-created' : 'stuck-lock',
+      detail: `locked '${vm.lock}' with no task running`,
+    };
+  };
+  const stopped = vm.status === 'stopped';
+  switch (classify(vm, policy.installation)) {
+    case 'unmarked': {
+      // Not ours by marker: never touched, unless it is the placeholder of one of our creates.
+      const holder = policy.known.holders(site).get(vm.vmid);
+      if (!isPlaceholderLock(vm.lock) || !holder) return undefined;
+      return placeholderIdle(vm).then((idle) =>
+        idle
+          ? {
+              ...base,
+              owner: holder,
+              kind: 'half-created' as const,
+              placeholder: true,
+              detail: `'${vm.lock}' placeholder with no task running at the VMID ${holder} holds (its worker died)`,
+            }
+          : undefined,
+      );
+    }
+    case 'elsewhere':
+      return {
+        ...base,
+        kind: 'managed-elsewhere',
+        detail: `installation '${m!.installation}' manages it: never deleted from here`,
+      };
+    case 'copy':
+      if (m!.installation !== policy.installation)
+        return {
+          ...base,
+          kind: 'managed-elsewhere',
+          detail: `a copy of VM ${m!.vmid} of installation '${m!.installation}': never deleted from here`,
+        };
+      return {
+        ...base,
+        kind: 'copy',
+        detail: `not ours: a copy of VM ${m!.vmid} (a clone copies the description, marker included); never deleted`,
+      };
+    case 'legacy': {
+      // The first marker format names no installation: ours only by a uid this store knows.
+      if (policy.known.uids.has(m!.uid)) return lockCheck();
+      if (policy.known.retired.has(m!.uid))
+        return {
+          ...base,
+          kind: 'orphan',
+          deletable: true,
+          uidKnown: true,
+          detail: `its resource was deleted from ${store} (old marker, uid ${m!.uid})`,
+        };
+      const may = Boolean(policy.includeUnknown) && stopped;
+      return {
+        ...base,
+        kind: 'legacy-unknown',
+        deletable: may,
+        onlyStopped: true,
+        uidKnown: false,
+        detail: `old marker (no installation) with uid ${m!.uid}, which ${store} never held: any installation may own it; ${
+          may
+            ? 'stopped, and --include-unknown deletes it'
+            : 'never deleted unless stopped and --include-unknown is given'
+        }`,
+      };
+    }
+    case 'ours': {
+      if (policy.known.has(site, ownerKey(m!))) return lockCheck();
+      const uidKnown = policy.known.uids.has(m!.uid) || policy.known.retired.has(m!.uid);
+      if (uidKnown || policy.soleStore)
+        return {
+          ...base,
+          kind: 'orphan',
+          deletable: true,
+          uidKnown,
+          detail: `no resource ${ownerKey(m!)} in ${store}${uidKnown ? ` (uid ${m!.uid} was ${store}'s)` : ''}`,
+        };
+      if (stopped)
+        return {
+          ...base,
+          kind: 'orphan',
+          deletable: Boolean(policy.includeUnknown),
+          onlyStopped: true,
+          uidKnown: false,
+          detail: `no resource ${ownerKey(m!)} in ${store}, whose uid ${m!.uid} it never held: it may be another state file's; stopped, ${
+            policy.includeUnknown ? 'and --include-unknown deletes it' : '--include-unknown deletes it'
+          }`,
+        };
+      return { ...base, kind: 'orphan', deletable: false, uidKnown: false, detail: ANOTHER_FLEET };
+    }
+  }
+}
+
+/** Scan one site with the inventory: every VM that carries a marker or is a placeholder of ours. */
 export async function scanSite(
   client: PveClient,
   site: string,
-  known: Set<string>,
-  holders: Map<number, string> = new Map(),
+  policy: GcPolicy,
+  opts: { now?: () => number } = {},
 ): Promise<GcFinding[]> {
-  const out: GcFinding[] = [];
-  const res = await client.clusterResources('vm');
-  const activeByNode = new Map<string, Set<string>>();
-  for (const e of res) {
-    if (e.type !== 'qemu' || e.vmid === undefined || !e.node || e.template === 1) continue;
-    if (!hasOwnerTag(e.tags) && !isPlaceholderLock(e.lock)) continue;
-    const cfg = await client.vmConfig(e.node, Number(e.vmid)).catch(() => undefined);
-    if (!cfg) continue;
-    const uid = markerUid(cfg.values.description);
-    const lock = cfg.values.lock;
-    const holder = holders.get(Number(e.vmid));
-    let active = activeByNode.get(e.node);
+  // Taken before the list: whatever PVE creates from now on is not this scan's to delete.
+  const scanStartedAt = (opts.now ?? Date.now)();
+  const vms = await inventory(client);
+  const activeByNode = new Map<string, Promise<Set<string>>>();
+  const placeholderIdle = async (vm: MarkedVm) => {
+    let active = activeByNode.get(vm.node);
     if (!active) {
-      active = new Set((await client.activeTasks(e.node)).map((t) => t.id));
-      activeByNode.set(e.node, active);
+      active = client.activeTasks(vm.node).then((ts) => new Set(ts.map((t) => t.id)));
+      activeByNode.set(vm.node, active);
     }
-    if (!uid) {
-      // Not ours by marker: never touched, unless it is the placeholder of one of our creates.
-      if (isPlaceholderLock(lock) && holder && !active.has(String(e.vmid))) {
-        out.push({
-          site,
-          node: e.node,
-          vmid: Number(e.vmid),
-          name: cfg.values.name ?? `VM ${e.vmid}`,
-          owner: holder,
-          lock,
-          status: e.status ?? 'unknown',
-          kind: 'half-created',
-          placeholder: true,
-          detail: `'${lock}' placeholder with no task running at the VMID ${holder} holds (its worker died)`,
-        });
-      }
-      continue;
-    }
-    const owner = ownerName(cfg.values.description);
-    const base = {
-      site,
-      node: e.node,
-      vmid: Number(e.vmid),
-      name: cfg.values.name ?? `VM ${e.vmid}`,
-      ...(owner ? { owner } : {}),
-      ...(lock ? { lock } : {}),
-      status: e.status ?? 'unknown',
-    };
-    if (!known.has(uid)) {
-      out.push({ ...base, kind: 'orphan', detail: `marker uid ${uid} matches no resource` });
-    } else if (isPlaceholderLock(lock) && !active.has(String(e.vmid))) {
-      out.push({
-        ...base,
-        kind: lock === 'create' ? 'half-created' : 'stuck-lock',
-        detail: `locked '${lock}' with no task running`,
-      });
-    }
+    return !(await active).has(String(vm.vmid));
+  };
+  const out: GcFinding[] = [];
+  for (const vm of vms) {
+    const f = await judge(vm, site, policy, scanStartedAt, placeholderIdle);
+    if (f) out.push(f);
   }
   return out;
 }
@@ -103,14 +276,14 @@ export async function scanSite(
 /** Scan every site of the config. */
 export async function scanFleet(
   config: LoadedProviderConfig,
-  known: Set<string>,
-  holdersOf: (site: string) => Map<number, string> = () => new Map(),
+  policy: GcPolicy,
+  opts: { now?: () => number } = {},
 ): Promise<GcFinding[]> {
   const out: GcFinding[] = [];
   for (const site of config.config.spec.sites) {
     const client = clientForSite(config, site.name);
     try {
-      out.push(...(await scanSite(client, site.name, known, holdersOf(site.name))));
+      out.push(...(await scanSite(client, site.name, policy, opts)));
     } finally {
       await client.close();
     }
@@ -118,53 +291,130 @@ export async function scanFleet(
   return out;
 }
 
-/** Delete orphans (stop, unlock when allowed, destroy with purge). Returns what happened per VM. */
+function sameMarker(a: Marker | undefined, b: Marker | undefined): boolean {
+  return (
+    a?.uid === b?.uid &&
+    a?.name === b?.name &&
+    a?.namespace === b?.namespace &&
+    a?.vmid === b?.vmid &&
+    a?.installation === b?.installation
+  );
+}
+
+/** Why a finding may not be acted on any more, seen from a fresh read of the known resources. */
+function stillUnknown(f: GcFinding, known: KnownResources): string | undefined {
+  if (f.kind === 'half-created' || f.kind === 'stuck-lock') {
+    // Their resource exists by definition; a placeholder must still be at a VMID one holds.
+    if (f.placeholder && !known.holders(f.site).has(f.vmid)) return 'skipped: no resource holds its VMID any more';
+    return undefined;
+  }
+  if (f.marker && (known.has(f.site, ownerKey(f.marker)) || known.uids.has(f.marker.uid)))
+    return `skipped: its resource ${ownerKey(f.marker)} exists now`;
+  return undefined;
+}
+
+export interface CollectOptions {
+  /** Also delete half-created and stuck VMs of existing resources (`--include-half-created`). */
+  includeHalfCreated?: boolean;
+  /**
+   * A fresh read of the known resources (gc: the state file again; the controller: its informer
+   * cache), asked right before each deletion: a resource that appeared since the scan keeps its VM.
+   */
+  known: () => KnownResources | Promise<KnownResources>;
+}
+
+/**
+ * Delete what the scan found deletable (stop, unlock when allowed, destroy with purge). Each VM is
+ * checked again right before: the same config (digest) and marker as the scan read, created before
+ * the scan started (less the clock skew), still without a resource, stopped if it had to be.
+ * Returns what happened per VM acted on.
+ */
 export async function collect(
   config: LoadedProviderConfig,
   findings: GcFinding[],
-  opts: { includeHalfCreated?: boolean } = {},
+  opts: CollectOptions,
 ): Promise<GcFinding[]> {
   const done: GcFinding[] = [];
   for (const site of config.config.spec.sites) {
     const mine = findings.filter(
-      (f) => f.site === site.name && (f.kind === 'orphan' || Boolean(opts.includeHalfCreated)),
+      (f) =>
+        f.site === site.name &&
+        ((f.deletable && (f.kind === 'orphan' || f.kind === 'legacy-unknown')) ||
+          (Boolean(opts.includeHalfCreated) && (f.kind === 'half-created' || f.kind === 'stuck-lock'))),
     );
     if (!mine.length) continue;
     const client = clientForSite(config, site.name);
     try {
       const caps = await client.capabilities();
       for (const f of mine) {
+        const skip = (why: string) => done.push({ ...f, action: why });
         try {
-          // Re-check the marker right before acting: never delete what is not ours.
-          const cfg = await client.vmConfig(f.node, f.vmid);
-          const lock = cfg.values.lock;
-          const placeholderLock = isPlaceholderLock(lock);
-          if (!markerUid(cfg.values.description) && !(f.placeholder && placeholderLock)) {
-            done.push({ ...f, action: 'skipped: no ownership marker any more' });
+          // Only what a scan read can be re-checked against (a finding without it is not a scan's).
+          if (!f.digest || !Number.isFinite(f.scanStartedAt)) {
+            skip('skipped: not found by a scan');
             continue;
           }
+          let cfg: Awaited<ReturnType<PveClient['vmConfig']>>;
+          try {
+            cfg = await client.vmConfig(f.node, f.vmid);
+          } catch (e) {
+            if (e instanceof NotFoundError) {
+              skip('skipped: gone since the scan');
+              continue;
+            }
+            throw e;
+          }
+          const ctime = metaCtime(cfg.values.meta);
+          if (ctime !== undefined && ctime * 1000 >= f.scanStartedAt - CLOCK_SKEW_MS) {
+            skip(
+              `skipped: created ${new Date(ctime * 1000).toISOString()}, after the scan started or within ${CLOCK_SKEW_MS / 60_000} min of it (clock skew); run gc again later`,
+            );
+            continue;
+          }
+          if (cfg.digest !== f.digest || !sameMarker(parseMarker(cfg.values.description), f.marker)) {
+            skip('skipped: its config changed since the scan; run gc again');
+            continue;
+          }
+          const lock = cfg.values.lock;
+          const placeholderLock = isPlaceholderLock(lock);
           // Only the create/clone lock we set, with no task running, is ours to clear (skiplock on
           // destroy, root@pam only). backup, migrate, snapshot, suspended... belong to somebody else.
           if (lock && !placeholderLock) {
-            done.push({ ...f, action: `skipped: locked (${lock}) by another operation; such locks are never cleared` });
+            skip(`skipped: locked (${lock}) by another operation; such locks are never cleared`);
             continue;
           }
           if (placeholderLock) {
             const running = (await client.activeTasks(f.node, { vmid: f.vmid })).length > 0;
             if (running) {
-              done.push({ ...f, action: `skipped: locked (${lock}) by a task still running` });
+              skip(`skipped: locked (${lock}) by a task still running`);
               continue;
             }
             if (!caps.rootTicket) {
-              done.push({
-                ...f,
-                action: `skipped: locked (${lock}); only root@pam with a password can clear it over the API. Fix: ${manualCleanup(f.node, f.vmid)}`,
-              });
+              skip(
+                `skipped: locked (${lock}); only root@pam with a password can clear it over the API. Fix: ${manualCleanup(f.node, f.vmid)}`,
+              );
               continue;
             }
           }
           const st = await client.vmStatus(f.node, f.vmid);
-          if (st.status === 'running') await client.waitTask(await client.stopVm(f.node, f.vmid));
+          if (f.onlyStopped && st.status !== 'stopped') {
+            skip(`skipped: ${st.status} now; a VM whose uid this store never held is deleted only while stopped`);
+            continue;
+          }
+          const gone = stillUnknown(f, await opts.known());
+          if (gone) {
+            skip(gone);
+            continue;
+          }
+          if (st.status === 'running') {
+            await client.waitTask(await client.stopVm(f.node, f.vmid));
+            // Stopping takes a while: a resource applied meanwhile still keeps its VM.
+            const late = stillUnknown(f, await opts.known());
+            if (late) {
+              skip(`${late} (left stopped)`);
+              continue;
+            }
+          }
           await client.waitTask(
             await client.deleteVm(f.node, f.vmid, {
               purge: true,
@@ -184,25 +434,57 @@ export async function collect(
   return done;
 }
 
-export function formatGc(findings: GcFinding[]): string {
-  if (!findings.length) return 'No orphaned, stuck or half-created VMs.';
-  const rows = findings.map((f) => [
-    f.site,
-    f.node,
-    String(f.vmid),
-    f.name,
-    f.kind,
-    f.owner ?? '',
-    f.status,
-    f.lock ?? '',
-    f.action ?? f.detail,
-  ]);
-  const head = ['SITE', 'NODE', 'VMID', 'NAME', 'KIND', 'OWNER', 'STATUS', 'LOCK', 'DETAIL'];
-  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (r: string[]) =>
-    r
-      .map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!)))
-      .join('   ')
-      .trimEnd();
-  return [line(head), ...rows.map(line)].join('\n');
+/**
+ * One line when every orphan candidate is a running VM of this installation with a uid the store
+ * never held: then the store is most likely not the one that manages them (the wrong --state).
+ */
+export function wrongStoreNote(findings: GcFinding[], store = 'this state file'): string | undefined {
+  const candidates = findings.filter((f) => f.kind === 'orphan' || f.kind === 'legacy-unknown');
+  if (
+    !candidates.length ||
+    !candidates.every((f) => f.kind === 'orphan' && !f.uidKnown && !f.deletable && f.status !== 'stopped')
+  )
+    return undefined;
+  return `All ${candidates.length} orphan candidate(s) are running VMs of this installation whose uids ${store} never held: it is probably not the state file that manages them (check --state); none of them is deleted.`;
+}
+
+export function formatGc(findings: GcFinding[], opts: { note?: string } = {}): string {
+  const listed = findings.filter((f) => f.kind !== 'managed-elsewhere');
+  const lines: string[] = [];
+  if (!listed.length) lines.push('No orphaned, stuck or half-created VMs.');
+  else {
+    const rows = listed.map((f) => [
+      f.site,
+      f.node,
+      String(f.vmid),
+      f.name,
+      f.kind,
+      f.owner ?? '',
+      f.status,
+      f.lock ?? '',
+      f.action ?? f.detail,
+    ]);
+    const head = ['SITE', 'NODE', 'VMID', 'NAME', 'KIND', 'OWNER', 'STATUS', 'LOCK', 'DETAIL'];
+    const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+    const line = (r: string[]) =>
+      r
+        .map((c, i) => (i === r.length - 1 ? c : c.padEnd(w[i]!)))
+        .join('   ')
+        .trimEnd();
+    lines.push(line(head), ...rows.map(line));
+  }
+  // Other installations' VMs: one line per site and installation (-o json lists each VM).
+  const elsewhere = new Map<string, number>();
+  for (const f of findings)
+    if (f.kind === 'managed-elsewhere') {
+      const k = `${f.site}\u0000${f.installation ?? ''}`;
+      elsewhere.set(k, (elsewhere.get(k) ?? 0) + 1);
+    }
+  if (elsewhere.size) lines.push('');
+  for (const [k, n] of [...elsewhere].sort(([a], [b]) => a.localeCompare(b))) {
+    const [site, inst] = k.split('\u0000');
+    lines.push(`${site}: ${n} VM(s) of installation '${inst}': managed elsewhere, never deleted from here`);
+  }
+  if (opts.note) lines.push('', opts.note);
+  return lines.join('\n');
 }

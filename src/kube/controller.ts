@@ -5,6 +5,7 @@
  * election on a Lease, health and metrics, and an hourly orphan scan.
  */
 import { hostname } from 'node:os';
+import { INSTALLATION_RE, installationOf } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GROUP, VERSION } from '../api/proxmoxvm.ts';
 import type { ProxmoxVMScaleSet } from '../api/scaleset.ts';
@@ -12,7 +13,7 @@ import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler } from '../engine/reconciler.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
 import { WorkQueue } from '../engine/workqueue.ts';
-import { collect, scanSite } from '../fleet/gc.ts';
+import { collect, knownResources, scanSite } from '../fleet/gc.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { startHealthServer } from '../observability/server.ts';
 import { clientForSite } from '../proxmox/site.ts';
@@ -48,6 +49,14 @@ export interface ControllerOptions {
   healthHost?: string;
   orphanScanMs?: number;
   deleteOrphans?: boolean;
+  /**
+   * The installation of configs without `spec.installation` (written into every VM's marker; the
+   * orphan scan deletes only its own). Default: `k8s-<uid of the kube-system namespace>`, read at
+   * start: stable for the cluster's lifetime, distinct between clusters.
+   */
+  installation?: string;
+  /** This process's clock (ms) for the orphan scan's start (tests: the simulator's). */
+  now?: () => number;
   taskPollMs?: number;
   backoff?: { baseMs?: number; capMs?: number };
   createFailureScheduleMs?: number[];
@@ -84,6 +93,7 @@ export class ProviderController {
   private timers: NodeJS.Timeout[] = [];
   private leading = false;
   private stopped = false;
+  private installationId: string | undefined;
   private readonly unsubs: Array<() => void> = [];
 
   constructor(o: ControllerOptions) {
@@ -108,6 +118,8 @@ export class ProviderController {
     this.usage = new UsageTracker(this.api);
     this.configSource = new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never);
     this.connector = new VmConnector(this.configSource, {
+      // ProviderConfig spec.installation wins; this is the cluster's default (resolved in start()).
+      installation: () => this.installation,
       ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
       siteTtlMs: Math.min(10_000, Math.max(100, (o.pollIntervalMs ?? 60_000) / 2)),
       // Cloud-init Secrets live in the resource's namespace (the CRD forbids other namespaces).
@@ -136,8 +148,44 @@ export class ProviderController {
     return this.leading;
   }
 
+  /** This controller's default installation (known once start() has begun). */
+  get installation(): string {
+    if (this.installationId === undefined) throw new Error('the controller has not started: no installation yet');
+    return this.installationId;
+  }
+
+  /**
+   * `--installation`, else `k8s-<uid of kube-system>`: the one namespace every cluster has and
+   * keeps, so the id survives restarts, reinstalls and a new controller namespace. No fallback
+   * when it cannot be read: a guessed id would make this cluster's VMs look like another's.
+   */
+  private async resolveInstallation(): Promise<string> {
+    const given = this.o.installation;
+    if (given !== undefined) {
+      if (!new RegExp(INSTALLATION_RE).test(given))
+        throw new Error(
+          `--installation '${given}': lowercase letters, digits, '-' and '.', starting and ending with a letter or digit`,
+        );
+      return given;
+    }
+    let uid: string | undefined;
+    try {
+      uid = (await this.api.request<{ metadata?: { uid?: string } }>('GET', '/api/v1/namespaces/kube-system')).metadata
+        ?.uid;
+    } catch (e) {
+      throw new Error(
+        `cannot read the kube-system namespace, whose uid names this cluster's installation (k8s-<uid>): ${e instanceof Error ? e.message : String(e)}. Grant get on namespaces/kube-system (deploy/rbac.yaml does), or pass --installation <id> (the same id on every start of this cluster's controller)`,
+      );
+    }
+    if (!uid) throw new Error('the kube-system namespace has no uid: pass --installation <id>');
+    return `k8s-${uid}`;
+  }
+
   async start(): Promise<void> {
     const o = this.o;
+    // Before anything runs: every marker written and every orphan scan depends on it.
+    this.installationId ??= await this.resolveInstallation();
+    o.log?.('info', 'installation', { installation: this.installationId });
     const checks = {
       live: () => !this.stopped,
       ready: () => {
@@ -412,9 +460,19 @@ export class ProviderController {
     this.metrics.queueDepth.set({ kind: 'ProxmoxVM' }, this.controller?.queue.length ?? 0);
   }
 
-  /** VMs with our marker and no ProxmoxVM: metric, event on the ProviderConfig, log; deleted only if configured. */
+  /**
+   * This installation's VMs with a marker and no ProxmoxVM: metric, event on the ProviderConfig,
+   * log; deleted only if configured. The cluster is its installation's only store, so an orphan of
+   * its installation is one for sure; other installations' VMs, copies and old markers with a uid
+   * no ProxmoxVM has are never deleted. Each deletion re-checks the VM and the informer cache.
+   */
   async orphanScan(): Promise<void> {
-    const known = new Set([...this.vms.cache.values()].map((v) => v.metadata.uid));
+    // An unsynced cache lists no resources: every VM would look like an orphan.
+    if (!this.vms.hasSynced) {
+      this.o.log?.('info', 'orphan scan skipped: the ProxmoxVM cache has not synced');
+      return;
+    }
+    const known = () => knownResources(this.vms.cache.values());
     const source = this.configSource;
     const recorder = this.recorder;
     for (const [kind, inf] of [
@@ -424,11 +482,24 @@ export class ProviderController {
       for (const pc of inf.cache.values()) {
         try {
           const loaded = await source.get({ kind, name: pc.metadata.name }, pc.metadata.namespace);
+          const installation = installationOf(loaded.config, () => this.installation);
           for (const site of loaded.config.spec.sites) {
             const client = clientForSite(loaded, site.name);
             try {
-              const found = (await scanSite(client, site.name, known)).filter((f) => f.kind === 'orphan');
+              const all = await scanSite(
+                client,
+                site.name,
+                { installation, known: known(), soleStore: true, storeName: 'this cluster' },
+                this.o.now ? { now: this.o.now } : {},
+              );
+              const found = all.filter((f) => f.kind === 'orphan' && f.deletable);
               this.metrics.orphans.set({ site: site.name }, found.length);
+              for (const f of all.filter((x) => x.kind === 'legacy-unknown'))
+                this.o.log?.('info', 'VM with an old marker naming no ProxmoxVM of this cluster: never deleted', {
+                  site: f.site,
+                  vmid: f.vmid,
+                  owner: f.owner,
+                });
               for (const f of found) {
                 this.o.log?.('warn', 'orphaned VM', {
                   site: f.site,
@@ -436,6 +507,7 @@ export class ProviderController {
                   vmid: f.vmid,
                   name: f.name,
                   owner: f.owner,
+                  installation,
                 });
                 recorder.record(
                   {
@@ -452,7 +524,14 @@ export class ProviderController {
                   `VM ${f.vmid} (${f.name}) on ${f.site}/${f.node} carries the ownership marker of ${f.owner ?? 'a resource'} that no longer exists${this.o.deleteOrphans ? '; deleting it' : '; run provider-proxmox gc or enable orphan deletion'}`,
                 );
               }
-              if (this.o.deleteOrphans && found.length) await collect(loaded, found);
+              if (this.o.deleteOrphans && found.length) {
+                for (const d of await collect(loaded, found, { known }))
+                  this.o.log?.(d.action === 'deleted' ? 'info' : 'warn', `orphaned VM ${d.action}`, {
+                    site: d.site,
+                    vmid: d.vmid,
+                    owner: d.owner,
+                  });
+              }
             } finally {
               await client.close();
             }

@@ -106,7 +106,7 @@ function peekInstallation(file: string): string | undefined {
 }
 
 /** The state file of a command that has its ProviderConfig; the legacy note goes to `err`. */
-function chooseState(
+export function chooseState(
   args: { state?: string | undefined; cwd?: string | undefined; err?: NodeJS.WriteStream | undefined },
   config: LoadedProviderConfig,
 ): string {
@@ -377,12 +377,23 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
   const rt = openRuntime(config, chooseState(args, config), args, others);
   const progress = new Progress(args.out);
   try {
-    const keys = vms.map(manifestKey).filter((k) => rt.store.getSync(k));
-    if (!keys.length) {
-      write(args.out, 'nothing to delete: none of these resources is in the state file');
-      return 0;
-    }
-    rt.markDeleted(keys);
+    const keys = vms.map(manifestKey);
+    const known = new Set(keys.filter((k) => rt.store.getSync(k)));
+    // Which resources turned out to have a VM (held or adopted by marker), for the summary.
+    const hadVm = new Set<string>();
+    const unwatch = rt.store.watch((key, _event, obj) => {
+      if (obj && externalName(obj)) hadVm.add(key);
+    });
+    for (const k of known) if (externalName(rt.store.getSync(k)!)) hadVm.add(k);
+    rt.markDeleted([...known]);
+    const unknown = vms.filter((v) => !known.has(manifestKey(v)));
+    if (unknown.length && !args.quiet)
+      write(
+        args.out,
+        `${unknown.length} of these resources are not in the state file: looking for their VMs by ownership marker`,
+      );
+    // Not in this state (lost, or another state file): Proxmox may still hold their VMs.
+    rt.deleteUnknown(unknown);
     const res = await rt.run({
       keys,
       until: 'gone',
@@ -396,9 +407,15 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
       },
     });
     progress.done();
+    unwatch();
     const left = rt.rows().filter((r) => keys.includes(r.key));
+    const none = keys.length - hadVm.size;
     if (left.length) write(args.out, `\n${table(left)}\n\n${left.length} VM(s) not deleted`);
-    else write(args.out, `deleted ${keys.length} VM(s)`);
+    else
+      write(
+        args.out,
+        `deleted ${hadVm.size} VM(s)${none ? `; ${none} resource(s) had no VM in Proxmox (nothing to delete)` : ''}`,
+      );
     return res.ok ? 0 : 1;
   } finally {
     await rt.close();

@@ -8,7 +8,7 @@ import { cliInstallation, installationOf, type LoadedProviderConfig } from '../a
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
-import { externalName, getCondition, keyOf } from '../engine/resource.ts';
+import { externalName, FINALIZER, getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
 import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../fleet/phases.ts';
 import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
@@ -228,6 +228,23 @@ export class LocalRuntime {
 
   markDeleted(keys: string[]): void {
     for (const k of keys) this.store.markDeleted(k);
+  }
+
+  /**
+   * Delete resources this state does not hold (a lost or another state file): each enters the
+   * store under its finalizer and is marked deleted at once, so the engine looks for its VM by
+   * marker, adopts and destroys it, or finds none and lets go. It never creates one.
+   */
+  deleteUnknown(vms: ProxmoxVM[]): void {
+    for (const vm of vms) {
+      const copy = structuredClone(vm);
+      copy.metadata.namespace ??= 'default';
+      if (this.store.getSync(keyOf(copy))) continue;
+      copy.metadata.uid = '';
+      copy.metadata.finalizers = [FINALIZER];
+      this.store.apply(copy);
+      this.store.markDeleted(keyOf(copy));
+    }
   }
 
   rows(): Row[] {

@@ -248,11 +248,16 @@ export function installManifests(): Obj[] {
 }
 
 /**
- * A kubeconfig holding a token of the deploy/ ServiceAccount: the controller then runs with exactly
- * the rights deploy/rbac.yaml grants. The namespace, ServiceAccount and RBAC must exist.
+ * A kubeconfig holding a token of the deploy/ ServiceAccount (or of `serviceAccount` in the same
+ * namespace): the controller then runs with exactly the rights deploy/rbac.yaml grants (or none).
+ * The namespace, ServiceAccount and RBAC must exist.
  */
-export async function serviceAccountKubeconfig(kube: Kube, file: string): Promise<string> {
-  const tr = await kok(kube, 'POST', `/api/v1/namespaces/${SYSTEM_NS}/serviceaccounts/provider-proxmox/token`, {
+export async function serviceAccountKubeconfig(
+  kube: Kube,
+  file: string,
+  serviceAccount = 'provider-proxmox',
+): Promise<string> {
+  const tr = await kok(kube, 'POST', `/api/v1/namespaces/${SYSTEM_NS}/serviceaccounts/${serviceAccount}/token`, {
     body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } },
   });
   const token = tr.status.token as string;
