@@ -4,33 +4,28 @@
  * `delete -f`, `status` (table and JSON), and the demo.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
-import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { markerUid } from '../../src/vm/spec.ts';
-import { cli, type StatusRow, writeManifests } from '../helpers/cli.ts';
-import { startTestSim } from '../helpers/sim.ts';
+import { type CliFixture, cli, cliFixture, type StatusRow, writeManifests } from '../helpers/cli.ts';
 
 const POLL = ['--task-poll', '20ms'];
 
 describe('provider-proxmox apply / delete / status', () => {
+  let fx: CliFixture;
   let sim: Simulator;
   let dir: string;
   let config: string;
 
   before(async () => {
-    sim = await startTestSim();
-    dir = mkdtempSync(join(tmpdir(), 'pp-cli-'));
-    config = join(dir, 'providerconfig.yaml');
-    writeFileSync(config, providerConfigYaml(sim));
+    fx = await cliFixture('pp-cli-');
+    ({ sim, dir, config } = fx);
   });
 
   after(async () => {
-    await sim.close();
-    rmSync(dir, { recursive: true, force: true });
+    await fx.close();
   });
 
   /** VMs in the simulator besides the templates. */

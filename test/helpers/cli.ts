@@ -1,12 +1,40 @@
 /** Running the real `provider-proxmox` CLI as a child process, and manifests for it. */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Simulator } from '../../src/sim/index.ts';
+import { providerConfigYaml } from '../../src/sim/provider-config.ts';
+import { startTestSim } from './sim.ts';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const MAIN = join(ROOT, 'src/cli/main.ts');
+
+/** What a CLI test starts from: a simulator, a temporary directory, and a ProviderConfig file for it. */
+export interface CliFixture {
+  sim: Simulator;
+  dir: string;
+  /** `<dir>/providerconfig.yaml`: the simulator's ProviderConfig and its Secret. */
+  config: string;
+  close(): Promise<void>;
+}
+
+export async function cliFixture(prefix: string): Promise<CliFixture> {
+  const sim = await startTestSim();
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const config = join(dir, 'providerconfig.yaml');
+  writeFileSync(config, providerConfigYaml(sim));
+  return {
+    sim,
+    dir,
+    config,
+    close: async () => {
+      await sim.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
 
 export interface CliResult {
   code: number | null;

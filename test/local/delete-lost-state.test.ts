@@ -5,31 +5,26 @@
  * left every VM running.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
-import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { parseMarker } from '../../src/vm/spec.ts';
-import { cli, writeManifests } from '../helpers/cli.ts';
-import { startTestSim } from '../helpers/sim.ts';
+import { type CliFixture, cli, cliFixture, writeManifests } from '../helpers/cli.ts';
 
 const POLL = ['--task-poll', '20ms'];
 
 describe('delete with a lost state file', () => {
+  let fx: CliFixture;
   let sim: Simulator;
   let dir: string;
   let config: string;
   before(async () => {
-    sim = await startTestSim();
-    dir = mkdtempSync(join(tmpdir(), 'pp-delete-lost-'));
-    config = join(dir, 'providerconfig.yaml');
-    writeFileSync(config, providerConfigYaml(sim));
+    fx = await cliFixture('pp-delete-lost-');
+    ({ sim, dir, config } = fx);
   });
   after(async () => {
-    await sim.close();
-    rmSync(dir, { recursive: true, force: true });
+    await fx.close();
   });
 
   const ours = (name: string) =>

@@ -14,10 +14,8 @@ import { after, before, describe, it } from 'node:test';
 import { applyCommand, deleteCommand, statusCommand, UsageError } from '../../src/local/commands.ts';
 import { StateFileError } from '../../src/local/store.ts';
 import type { Simulator } from '../../src/sim/index.ts';
-import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { capture } from '../helpers/capture.ts';
-import { cli, writeManifests } from '../helpers/cli.ts';
-import { startTestSim } from '../helpers/sim.ts';
+import { type CliFixture, cli, cliFixture, writeManifests } from '../helpers/cli.ts';
 
 // Never the real ~/.local/state (the children inherit this environment).
 const STATE_ROOT = mkdtempSync(join(tmpdir(), 'pp-state-errors-root-'));
@@ -36,23 +34,21 @@ const BAD: Array<{ what: string; text: string; says: RegExp }> = [
 ];
 
 describe('an unusable state file stops every command (exit 1, the file named, left untouched)', () => {
+  let fx: CliFixture;
   let sim: Simulator;
   let dir: string;
   let config: string;
   let manifests: string;
 
   before(async () => {
-    sim = await startTestSim();
-    dir = mkdtempSync(join(tmpdir(), 'pp-state-errors-'));
-    config = join(dir, 'providerconfig.yaml');
-    writeFileSync(config, providerConfigYaml(sim));
+    fx = await cliFixture('pp-state-errors-');
+    ({ sim, dir, config } = fx);
     manifests = join(dir, 'm');
     mkdirSync(manifests);
     writeManifests(manifests, [{ name: 'bad-state-1' }]);
   });
   after(async () => {
-    await sim.close();
-    rmSync(dir, { recursive: true, force: true });
+    await fx.close();
     rmSync(STATE_ROOT, { recursive: true, force: true });
   });
 

@@ -30,8 +30,7 @@ import { defaultStateFile, stateRoot } from '../../src/local/store.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { markerUid } from '../../src/vm/spec.ts';
-import { type CliResult, cli, type StatusRow, writeManifests } from '../helpers/cli.ts';
-import { startTestSim } from '../helpers/sim.ts';
+import { type CliFixture, type CliResult, cli, cliFixture, type StatusRow, writeManifests } from '../helpers/cli.ts';
 
 // The CLI children inherit this environment: the state root is a temporary XDG_STATE_HOME.
 const HOME = mkdtempSync(join(tmpdir(), 'pp-location-home-'));
@@ -77,6 +76,7 @@ describe('the state root and the default state file', () => {
 });
 
 describe('apply, delete and status without --state (the real CLI)', () => {
+  let fx: CliFixture;
   let sim: Simulator;
   let dir: string;
   let config: string;
@@ -84,10 +84,8 @@ describe('apply, delete and status without --state (the real CLI)', () => {
   let manifests: string;
 
   before(async () => {
-    sim = await startTestSim();
-    dir = mkdtempSync(join(tmpdir(), 'pp-location-'));
-    config = join(dir, 'providerconfig.yaml');
-    writeFileSync(config, providerConfigYaml(sim));
+    fx = await cliFixture('pp-location-');
+    ({ sim, dir, config } = fx);
     teamB = join(dir, 'team-b.yaml');
     writeFileSync(teamB, providerConfigYaml(sim).replace(/^spec:\n/m, 'spec:\n  installation: team-b\n'));
     manifests = join(dir, 'manifests');
@@ -95,8 +93,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     writeManifests(manifests, [{ name: 'where-1' }, { name: 'where-2' }]);
   });
   after(async () => {
-    await sim.close();
-    rmSync(dir, { recursive: true, force: true });
+    await fx.close();
     rmSync(HOME, { recursive: true, force: true });
   });
 
