@@ -78,14 +78,17 @@ export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<Observe
  * `kept`: a twin at a lower VMID (this resource's VM `found` is the duplicate: retire it, then
  * adopt `kept`). `strays`: unlocked twins at higher VMIDs that no resource of this runtime holds
  * (another runtime, or none, made them; retire them). Costs nothing unless the bulk list shows
- * another tagged VM with the same name.
+ * another tagged VM with the same name. `fresh`: a fresh bulk list and fresh marker reads (before
+ * a VM is first called Ready: of two runtimes racing, the later one to get there then sees the
+ * other's VM complete, since that one was complete before its own runtime got there).
  */
 export async function duplicatesOf(
   ctx: StepContext,
   r: ProxmoxVM,
   found: ObservedVm,
+  fresh = false,
 ): Promise<{ kept?: MarkedVm; strays: MarkedVm[] }> {
-  const list = await ctx.site.clusterResources(false, ctx.signal);
+  const list = await ctx.site.clusterResources(fresh, ctx.signal);
   const held = ctx.options.vmidHolders?.(ctx.site.name);
   const twins = list.filter(
     (e) =>
@@ -97,6 +100,7 @@ export async function duplicatesOf(
       (held?.get(Number(e.vmid)) ?? r.metadata.uid) === r.metadata.uid,
   );
   if (!twins.length) return { strays: [] };
+  if (fresh) for (const e of twins) ctx.site.forgetMarked(Number(e.vmid));
   const installation = ctx.site.installation;
   const own = (await ctx.site.markedVms(twins, ctx.signal))
     .filter((v) => v.marker?.installation !== undefined && isOwnVm(v, r, installation) && !v.lock)

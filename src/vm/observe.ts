@@ -138,6 +138,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     throw reason('InvalidSpec', problems.map((p) => `${p.field}: ${p.message}`).join('; '));
   }
   const a = atProvider(r);
+  const wasReady = a.step === 'Ready';
   const vmidText = externalName(r);
   checkPlacement(ctx, r, vmidText ? Number(vmidText) : undefined);
   a.site = ctx.site.name;
@@ -169,7 +170,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     ctx.site.invalidate();
     // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
     if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) delete a.vmId;
-    if (done.error) {
+    if (done.error && !alreadyDone(task, done.error.message)) {
       // Back off before looking again (invariant 4); the next observe finds whatever the
       // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
       a.step = 'Failed';
@@ -274,25 +275,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
 
   // Two runtimes of this installation made a VM each for this resource (two state files applied
   // at once): the lowest VMID is kept, the others go, and their resources adopt the one kept.
-  const dup = await duplicatesOf(ctx, r, found);
-  const stray = dup.strays[0];
-  if (dup.kept || stray) {
-    const gone = dup.kept
-      ? { vmid, node: found.node, running: state === 'running' }
-      : {
-          vmid: stray!.vmid,
-          node: stray!.node,
-          running: stray!.status === 'running',
-        };
-    const keep = dup.kept?.vmid ?? vmid;
-    a.step = 'RetiringDuplicate';
-    const why = `VM ${gone.vmid} duplicates VM ${keep} of ${r.metadata.namespace ?? ''}/${r.metadata.name} (made by another runtime of installation ${ctx.site.installation} at the same time): VM ${keep} is kept, VM ${gone.vmid} is ${gone.running ? 'stopped, then ' : ''}destroyed`;
-    ready(r, 'False', dup.kept ? 'Creating' : isReady(r) ? 'Available' : 'Creating', why);
-    return {
-      obs: { exists: true, upToDate: false },
-      change: { kind: 'retire-duplicate', why, node: gone.node, vmid: gone.vmid, running: gone.running },
-    };
-  }
+  const retire = await retireDuplicates(ctx, r, found, state, false);
+  if (retire) return retire;
 
   // Drift (only with a fresh config).
   if (cfg) {
@@ -324,9 +308,53 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       },
     };
   }
+  // Before a VM is first called Ready, once more with a fresh list and fresh markers: of two
+  // runtimes racing, the one that gets here later sees the other's VM complete (see duplicatesOf).
+  if (!wasReady) {
+    const late = await retireDuplicates(ctx, r, found, state, true);
+    if (late) return late;
+  }
   a.step = 'Ready';
   ready(r, 'True', 'Available');
   return { obs: { exists: true, upToDate: true, ...connection(ctx, r, found) } };
+}
+
+/** The change that retires a duplicate of this resource's VM (ours, or a stray twin), if there is one. */
+async function retireDuplicates(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  found: ObservedVm,
+  state: string,
+  fresh: boolean,
+): Promise<Observed | undefined> {
+  const dup = await duplicatesOf(ctx, r, found, fresh);
+  const stray = dup.strays[0];
+  if (!dup.kept && !stray) return undefined;
+  const vmid = found.vmid;
+  const gone = dup.kept
+    ? { vmid, node: found.node, running: state === 'running' }
+    : { vmid: stray!.vmid, node: stray!.node, running: stray!.status === 'running' };
+  const keep = dup.kept?.vmid ?? vmid;
+  const a = atProvider(r);
+  a.step = 'RetiringDuplicate';
+  const why = `VM ${gone.vmid} duplicates VM ${keep} of ${r.metadata.namespace ?? ''}/${r.metadata.name} (made by another runtime of installation ${ctx.site.installation} at the same time): VM ${keep} is kept, VM ${gone.vmid} is ${gone.running ? 'stopped, then ' : ''}destroyed`;
+  ready(r, 'False', dup.kept ? 'Creating' : isReady(r) ? 'Available' : 'Creating', why);
+  return {
+    obs: { exists: true, upToDate: false },
+    change: { kind: 'retire-duplicate', why, node: gone.node, vmid: gone.vmid, running: gone.running },
+  };
+}
+
+/**
+ * A power task that failed because the VM already was where it was sent (another runtime of this
+ * installation managing the same VM, or a person, got there first): qemu-server's vm_start dies
+ * with "VM N already running", vm_shutdown/vm_stop with "VM N not running". Nothing failed.
+ */
+function alreadyDone(task: string, message: string): boolean {
+  const type = parseUpid(task)?.type;
+  if (type === 'qmstart') return /already running/.test(message);
+  if (type === 'qmshutdown' || type === 'qmstop') return /not running/.test(message);
+  return false;
 }
 
 /** Take `found` as this resource's VM: record its VMID (the marker says whose it is). */
