@@ -213,6 +213,12 @@ export const ProxmoxVMAtProviderSchema = Type.Object({
         'When the earliest create of unknown outcome at this VMID was sent; until the wait after it has passed, the resource is neither created again nor let go.',
     }),
   ),
+  smbiosUuid: Type.Optional(
+    Type.String({
+      description:
+        "The SMBIOS UUID of the VM confirmed as this resource's own: a VM at the same VMID with another UUID is another VM.",
+    }),
+  ),
 });
 
 type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;

@@ -172,6 +172,12 @@ export interface AtProvider {
    * created again nor let go before then.
    */
   unknownCreateSince?: string;
+  /**
+   * The SMBIOS UUID of the VM this resource confirmed as its own (PVE generates one per create
+   * and per clone): a VM at the same VMID with another UUID is another VM, not ours with its
+   * marker edited away.
+   */
+  smbiosUuid?: string;
 }
 
 export type ProxmoxVM = Managed<ForProvider, AtProvider>;

@@ -58,6 +58,25 @@ function notOurs(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, own: Ownersh
   // Deleting, and a VM that is not ours holds the VMID: ours is gone (destroyed, the VMID reused).
   // Nothing of ours is left to delete; the stranger is never touched.
   if (r.metadata.deletionTimestamp) return { obs: giveUpVmid(ctx, r, found.vmid) };
+  // Our VM was here (we saw our marker) and is gone: another resource's VM now holds the VMID
+  // (our VM destroyed, by another state file's delete or a person, and the VMID reused). Its
+  // marker proves ours is not here; look for ours elsewhere, or make it again at another VMID.
+  if (own.kind === 'other' && r.spec.forProvider.vmid === undefined && confirmedAt(r, found.vmid))
+    return { obs: giveUpVmid(ctx, r, found.vmid) };
+  // The same with no marker at all: another VM (its SMBIOS UUID is not the one we confirmed), not
+  // ours with its description edited (then the UUID is the same, and it stays a VMIDConflict).
+  const uuid = smbiosUuid(found.config?.values.smbios1);
+  const was = r.status?.atProvider?.smbiosUuid;
+  if (
+    own.kind === 'foreign' &&
+    !own.lock &&
+    r.spec.forProvider.vmid === undefined &&
+    confirmedAt(r, found.vmid) &&
+    was &&
+    uuid &&
+    uuid !== was
+  )
+    return { obs: giveUpVmid(ctx, r, found.vmid) };
   if (own.kind === 'other')
     throw reason(
       'VMIDConflict',
@@ -169,7 +188,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     ctx.site.releaseCreate(r.metadata.uid);
     ctx.site.invalidate();
     // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
-    if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) delete a.vmId;
+    if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) {
+      delete a.vmId;
+      delete a.smbiosUuid;
+    }
     if (done.error && !alreadyDone(task, done.error.message)) {
       // Back off before looking again (invariant 4); the next observe finds whatever the
       // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
@@ -212,6 +234,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   }
   if (!found) {
     delete a.vmId;
+    delete a.smbiosUuid;
     a.state = 'absent';
     if (vmidChosenByUs(r)) ctx.site.reserved.set(vmid, r.metadata.uid);
     return { obs: { exists: false, upToDate: false } };
@@ -233,6 +256,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     if (own.kind === 'other' || own.kind === 'foreign') return notOurs(ctx, r, found, own);
     if (own.kind === 'placeholder') return settlePlaceholder(ctx, r, found, own.lock, own);
     a.vmId = vmid;
+    const uuid = smbiosUuid(cfg.smbios1);
+    if (uuid) a.smbiosUuid = uuid;
     delete a.createOutcome;
     if (own.lock) return settlePlaceholder(ctx, r, found, own.lock, own);
   }
@@ -355,6 +380,11 @@ function alreadyDone(task: string, message: string): boolean {
   if (type === 'qmstart') return /already running/.test(message);
   if (type === 'qmshutdown' || type === 'qmstop') return /not running/.test(message);
   return false;
+}
+
+/** The `uuid=` of an `smbios1` config value. */
+function smbiosUuid(smbios1: string | undefined): string | undefined {
+  return /(?:^|,)uuid=([^,]+)/.exec(smbios1 ?? '')?.[1];
 }
 
 /** Take `found` as this resource's VM: record its VMID (the marker says whose it is). */

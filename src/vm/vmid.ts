@@ -77,6 +77,7 @@ export function giveUpVmid(ctx: StepContext, r: ProxmoxVM, vmid: number): Extern
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
   const a = atProvider(r);
   delete a.vmId;
+  delete a.smbiosUuid;
   delete a.createOutcome;
   delete a.unknownCreateSince;
   ctx.site.unreserve(r.metadata.uid, vmid);

@@ -265,6 +265,28 @@ export class Restart extends Step {
 }
 
 /**
+ * Another state file for the same manifests: its own process applies `name` there (once) and
+ * reconciles it, next to the main state's. Both must end on one VM per manifest.
+ */
+export class OtherState extends Step {
+  readonly name: Name;
+  constructor(name: Name) {
+    super();
+    this.name = name;
+  }
+  override check(m: Readonly<Model>): boolean {
+    return m.applied.has(this.name);
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    w.applyOther(this.name);
+    await w.reconcile(this.name, 2);
+  }
+  toString(): string {
+    return `another state file's apply reconciles ${this.name}`;
+  }
+}
+
+/**
  * The state file is lost (or another one is used) and the user applies the same manifests again:
  * Proxmox alone says which VMs are the resources'. A resource still being deleted keeps the
  * schedule from losing the state (its manifest would be gone with it, and its VM left to gc).

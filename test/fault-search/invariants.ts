@@ -131,12 +131,15 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     // Every resource is reconciled at least once after the faults ended: a status written
     // before that proves nothing.
     for (const r of w.store.listSync()) await w.reconcile(r.metadata.name as Name, 0, undefined, true);
+    for (const r of w.otherStore?.listSync() ?? []) await w.reconcile(r.metadata.name as Name, 2, undefined, true);
     rounds++;
     // One line per round (identical rounds collapse into one with a count).
     w.log(`  settle: ${w.store.listSync().map(roundLine).join('; ') || 'no resources'}`);
+    if (w.otherStore) w.log(`  settle (other state): ${w.otherStore.listSync().map(roundLine).join('; ') || 'none'}`);
     await w.quiesce();
     checkAlways(w);
-    if (w.store.listSync().every((r) => !r.metadata.deletionTimestamp && settled(r))) {
+    const all = [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])];
+    if (all.every((r) => !r.metadata.deletionTimestamp && settled(r))) {
       // Settled on what the bulk list showed; a VM that appeared since (a create that was in
       // flight when the state was lost) shows at the next poll. Converged only if it still holds
       // one more round after the list's cache has expired, as it must a poll interval later.
@@ -149,8 +152,7 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     // The guest agent answers a while after a start (simulated time, scaled): give it a moment.
     await new Promise((resolve) => setTimeout(resolve, 2));
   }
-  const unsettled = w.store
-    .listSync()
+  const unsettled = [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]
     .filter((r) => r.metadata.deletionTimestamp || !settled(r))
     .map(unsettledLine);
   return { converged: unsettled.length === 0, rounds, unsettled };
@@ -164,6 +166,9 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
 export function checkFinal(w: World, s: SettleResult): void {
   checkAlways(w);
   const live = new Map(w.store.listSync().map((r) => [ownerKey(r.metadata), r]));
+  // The other state file's resources are the same resources: they must hold the same VM.
+  const others = w.otherStore?.listSync() ?? [];
+  for (const r of others) if (!live.has(ownerKey(r.metadata))) live.set(ownerKey(r.metadata), r);
   const marked = vmsByIdentity(w);
   for (const [id, vms] of marked) {
     if (live.has(id)) continue;
@@ -219,5 +224,13 @@ export function checkFinal(w: World, s: SettleResult): void {
     if (String(vm.vmid) !== ext)
       violated('VM at the external name', `${r.metadata.name}: ext=${ext ?? '-'} but ${describeVm(vm)}`);
     if (vm.config.lock) violated('lock left behind', `${r.metadata.name}: ${describeVm(vm)}`);
+  }
+  for (const r of others) {
+    const vm = marked.get(ownerKey(r.metadata))?.[0];
+    if (vm && String(vm.vmid) !== externalName(r))
+      violated(
+        'VM at the external name',
+        `${r.metadata.name} (other state): ext=${externalName(r) ?? '-'} but ${describeVm(vm)}`,
+      );
   }
 }

@@ -5,7 +5,18 @@
  * test passes once the engine keeps every invariant on its schedule.
  */
 import { describe, it } from 'node:test';
-import { Apply, Converge, Delete, Fault, Foreign, Heal, LoseState, Reconcile, TwoWriters } from './commands.ts';
+import {
+  Apply,
+  Converge,
+  Delete,
+  Fault,
+  Foreign,
+  Heal,
+  LoseState,
+  OtherState,
+  Reconcile,
+  TwoWriters,
+} from './commands.ts';
 import { runSchedule } from './runner.ts';
 
 const LOCK_TIMEOUT = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
@@ -202,6 +213,34 @@ describe('fault-search regressions', () => {
         }),
         new TwoWriters('vm-a', 'vm-a'),
         new LoseState(),
+      ],
+    );
+  });
+
+  it("F10: another state file adopted our VM; this state's delete destroys it and the VMID is reused by another resource -> the other state gives the VMID up and makes the VM again", async () => {
+    await runSchedule(
+      'token',
+      [vmB, vmA],
+      [
+        new Reconcile('vm-b', { where: { nth: 1 }, what: { kind: 'writer' } }),
+        new Delete('vm-b'),
+        new OtherState('vm-b'),
+        new Reconcile('vm-b', { where: { nth: 1 }, what: { kind: 'foreign', what: 'take-persisted-vmid' } }),
+        new Reconcile('vm-a', { where: { nth: 1 }, what: { kind: 'crash' } }),
+      ],
+    );
+  });
+
+  it('F11: as F10, but another user takes the VMID (no marker): a VM with another SMBIOS UUID is not ours -> the VMID is given up', async () => {
+    await runSchedule(
+      'token',
+      [vmB, vmA],
+      [
+        new Reconcile('vm-b', { where: { nth: 1 }, what: { kind: 'writer' } }),
+        new Delete('vm-b'),
+        new OtherState('vm-b'),
+        new Reconcile('vm-b', { where: { nth: 3 }, what: { kind: 'foreign', what: 'take-persisted-vmid' } }),
+        new Reconcile('vm-a', { where: { nth: 1 }, what: { kind: 'crash' } }),
       ],
     );
   });

@@ -115,7 +115,12 @@ export class World {
   readonly lastEdit = new Map<Name, Edit>();
   readonly clock = new EngineClock();
   /** Processes 0 and (for two writers) 1. */
-  readonly procs: Array<Process | undefined> = [undefined, undefined];
+  readonly procs: Array<Process | undefined> = [undefined, undefined, undefined];
+  /**
+   * A second state file for the same manifests (another operator's `--state`, another CI job),
+   * reconciled by process 2 alone; created by the first OtherState command.
+   */
+  otherStore: MemoryStore<ProxmoxVM> | undefined;
   private generation = 0;
   readonly foreign = new Map<number, ForeignVm>();
   readonly journal: string[] = [];
@@ -188,18 +193,25 @@ export class World {
     }
   }
 
+  /** The store process `i` works on: 0 and 1 the state, 2 the other state file. */
+  storeOf(i: 0 | 1 | 2): MemoryStore<ProxmoxVM> {
+    if (i < 2) return this.store;
+    this.otherStore ??= new MemoryStore<ProxmoxVM>();
+    return this.otherStore;
+  }
+
   /** Process `i`, started on first use (and again after a crash). */
-  proc(i: 0 | 1): Process {
+  proc(i: 0 | 1 | 2): Process {
     let p = this.procs[i];
     if (!p || p.dead) {
-      p = new Process(`p${i}.${++this.generation}`, this.store, this.config);
+      p = new Process(`${i === 2 ? 'q' : `p${i}`}.${++this.generation}`, this.storeOf(i), this.config);
       this.procs[i] = p;
     }
     return p;
   }
 
   /** Throw process `i` away (all its memory), as a crash or `kill -9` would. */
-  async restart(i: 0 | 1): Promise<void> {
+  async restart(i: 0 | 1 | 2): Promise<void> {
     const p = this.procs[i];
     this.procs[i] = undefined;
     if (p) await p.kill();
@@ -213,7 +225,7 @@ export class World {
    */
   async reconcile(
     name: Name,
-    i: 0 | 1 = 0,
+    i: 0 | 1 | 2 = 0,
     interrupt?: Interrupt,
     quiet = false,
   ): Promise<ReconcileResult | undefined> {
@@ -248,7 +260,7 @@ export class World {
       return undefined;
     }
     p.record(key, res);
-    const r = this.store.getSync(key);
+    const r = this.storeOf(i).getSync(key);
     const synced = r && getCondition(r, 'Synced');
     const why = res.kind === 'rateLimited' && res.error ? `: ${res.error.message.slice(0, 160)}` : '';
     if (!quiet) {
@@ -285,6 +297,19 @@ export class World {
     const cur = this.store.getSync(keyOf(m));
     m.metadata.uid = cur?.metadata.uid ?? '';
     this.store.apply(m);
+    // The other state file is applied from the same manifests: an edit reaches it too. (Two
+    // state files with different specs for one resource would correct each other's drift for
+    // ever: the user's conflict, which no runtime can settle.)
+    const other = this.otherStore?.getSync(keyOf(m));
+    if (other)
+      this.otherStore!.apply({ ...manifest(name, edit), metadata: { ...m.metadata, uid: other.metadata.uid } });
+  }
+
+  /** The other state file gets the manifest of `name` (as the user last applied it), if it has none. */
+  applyOther(name: Name): void {
+    const store = this.storeOf(2);
+    const m = manifest(name, this.lastEdit.get(name) ?? { cpu: 1, memory: '1Gi' });
+    if (!store.getSync(keyOf(m))) store.apply(m);
   }
 
   /**
@@ -410,7 +435,7 @@ export class World {
   }
 
   async close(): Promise<void> {
-    for (const i of [0, 1] as const) await this.restart(i);
+    for (const i of [0, 1, 2] as const) await this.restart(i);
     await this.sim.close();
     // The simulator dropped the held requests: what waited for them ends now (bounded anyway).
     await Promise.race([Promise.all(this.dangling), new Promise((r) => setTimeout(r, 5000))]);
