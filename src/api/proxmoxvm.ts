@@ -140,6 +140,13 @@ export const ForProviderSchema = Type.Object(
     onBoot: Type.Optional(Type.Boolean()),
     startup: Type.Optional(Type.String({ pattern: '^(order=\\d+)?(,?(up|down)=\\d+)*$' })),
     powerState: Type.Optional(Type.Union([Type.Literal('running'), Type.Literal('stopped')])),
+    /**
+     * What to do when Proxmox holds changes as pending until the next boot (cores, memory, a NIC
+     * model... changed on a running VM): `Never` (the default) leaves the VM running and reports
+     * the `PendingReboot` condition; `IfNeeded` reboots it (`POST .../status/reboot`, which applies
+     * pending changes).
+     */
+    rebootPolicy: Type.Optional(Type.Union([Type.Literal('Never'), Type.Literal('IfNeeded')])),
     agent: Type.Optional(Type.Boolean()),
     vmid: Type.Optional(Type.Integer({ minimum: 100, maximum: 999999999 })),
   },
