@@ -411,6 +411,7 @@ export function crdSpecs(): CrdSpec[] {
         { name: 'NODE', type: 'string', jsonPath: '.status.atProvider.node' },
         { name: 'STATE', type: 'string', jsonPath: '.status.atProvider.state' },
         { name: 'IP', type: 'string', jsonPath: '.status.atProvider.ipAddresses[0]' },
+        { name: 'PENDING-REBOOT', type: 'string', jsonPath: ".status.conditions[?(@.type=='PendingReboot')].status" },
         AGE,
       ],
       status: true,

@@ -36,6 +36,31 @@ export function ready(r: ProxmoxVM, status: 'True' | 'False', why: string, messa
 }
 
 /**
+ * The `PendingReboot` condition: True while Proxmox holds config changes of a running VM until
+ * its next boot (`GET .../pending`), with the keys and the fix; False otherwise.
+ */
+export function pendingReboot(r: ProxmoxVM, keys: string[] | undefined, message?: string): void {
+  setCondition(
+    r,
+    keys?.length
+      ? {
+          type: 'PendingReboot',
+          status: 'True',
+          reason: 'ChangesPending',
+          ...(message ? { message } : {}),
+          observedGeneration: r.metadata.generation,
+        }
+      : {
+          type: 'PendingReboot',
+          status: 'False',
+          reason: 'NoPendingChanges',
+          observedGeneration: r.metadata.generation,
+        },
+    Date.now(),
+  );
+}
+
+/**
  * Whether a failed mutation may still have been applied: the request left this process and no
  * answer came back (connection reset after sending, a timeout, an abort while waiting). PVE runs
  * a handler to completion whether or not the client is still connected, so such a create may

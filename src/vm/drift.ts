@@ -26,7 +26,8 @@ import {
 
 export interface Change {
   /** `retire-duplicate`: this VM duplicates the one kept (see lookup.ts duplicateKept): stop it, then destroy it. */
-  kind: 'config' | 'resize' | 'start' | 'stop' | 'destroy-placeholder' | 'retire-duplicate';
+  /** `reboot`: pending changes are applied by a reboot (rebootPolicy: IfNeeded). */
+  kind: 'config' | 'resize' | 'start' | 'stop' | 'reboot' | 'destroy-placeholder' | 'retire-duplicate';
   why: string;
   set?: Record<string, string | number>;
   del?: string[];

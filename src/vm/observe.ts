@@ -17,7 +17,7 @@ import {
 } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
-import { atProvider, isReady, ready, reason } from './conditions.ts';
+import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
 import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
@@ -319,6 +319,20 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change };
     }
   }
+  // Changes Proxmox keeps until the next boot (cores, memory... of a running VM): reboot when the
+  // spec says so, else say so in PendingReboot (the VM itself is available).
+  const pending = state === 'running' ? (a.pendingChanges ?? []) : [];
+  if (pending.length && r.spec.forProvider.rebootPolicy === 'IfNeeded') {
+    a.step = 'Rebooting';
+    const why = `rebooting VM ${vmid} to apply ${pending.join(', ')} (rebootPolicy: IfNeeded)`;
+    ready(r, 'False', 'Unavailable', why);
+    return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change: { kind: 'reboot', why } };
+  }
+  pendingReboot(
+    r,
+    pending,
+    `Proxmox holds ${pending.join(', ')} of VM ${vmid} until it reboots. Fix: reboot it, or set spec.forProvider.rebootPolicy: IfNeeded (apply --reboot-policy IfNeeded) to let the provider reboot it`,
+  );
   const want = r.spec.forProvider.powerState ?? 'running';
   const agentWanted = r.spec.forProvider.agent !== false;
   if (want === 'running' && agentWanted && state === 'running' && !a.ipAddresses?.length) {

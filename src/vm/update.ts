@@ -42,6 +42,10 @@ export async function applyChange(
     case 'start':
       upid = await ctx.client.startVm(node, vmid);
       break;
+    case 'reboot':
+      // qemu-server's reboot shuts the guest down and starts it again, which applies pending changes.
+      upid = await ctx.client.rebootVm(node, vmid, { timeout: 120 });
+      break;
     case 'destroy-placeholder':
       // One request, so that no unlocked, unmarked VM is ever left between two steps: root@pam's
       // skiplock destroys a config under `lock: create|clone` (qemu-server Qemu.pm destroy_vm).

@@ -153,6 +153,7 @@ describe('CRD shape', () => {
         ['NODE', 'string', '.status.atProvider.node'],
         ['STATE', 'string', '.status.atProvider.state'],
         ['IP', 'string', '.status.atProvider.ipAddresses[0]'],
+        ['PENDING-REBOOT', 'string', ".status.conditions[?(@.type=='PendingReboot')].status"],
         ['AGE', 'date', '.metadata.creationTimestamp'],
       ],
     );
