@@ -123,7 +123,8 @@ export function login(c: ClusterState, username: string, password: string, realm
   return userid;
 }
 
-function aclPrivs(c: ClusterState, ugids: string[], path: string): Set<string> {
+/** The roles of `ugids` on a path: the deepest level with entries wins (AccessControl::roles). */
+function aclRoles(c: ClusterState, ugids: string[], path: string): Set<string> {
   const parts = path.split('/').filter(Boolean);
   const levels = ['/'];
   for (let i = 1; i <= parts.length; i++) levels.push(`/${parts.slice(0, i).join('/')}`);
@@ -134,9 +135,38 @@ function aclPrivs(c: ClusterState, ugids: string[], path: string): Set<string> {
     roles = new Set();
     for (const e of entries) if (level === path || e.propagate) roles.add(e.roleid);
   }
+  return roles;
+}
+
+function aclPrivs(c: ClusterState, ugids: string[], path: string): Set<string> {
+  const roles = aclRoles(c, ugids, path);
+  // RPCEnvironment $compile_acl_path: roles on `/pool/<id>` apply to the pool's members (never
+  // propagated further); a NoAccess on the path itself is not trumped, a pool NoAccess trumps.
+  if (c.pools.size && !roles.has('NoAccess')) {
+    const member = /^\/vms\/(\d+)$/.exec(path)
+      ? poolKeys(path)
+      : /^\/storage\/[^/]+$/.test(path)
+        ? [`storage/${path.slice(9)}`]
+        : [];
+    if (member.length) {
+      for (const p of c.pools.values()) {
+        if (!member.some((m) => p.members.has(m))) continue;
+        const poolRoles = aclRoles(c, ugids, `/pool/${p.poolid}`);
+        if (poolRoles.has('NoAccess')) return new Set();
+        for (const r of poolRoles) roles.add(r);
+      }
+    }
+  }
+  // AccessControl::roles: a NoAccess role leaves no privilege at all.
+  if (roles.has('NoAccess')) return new Set();
   const privs = new Set<string>();
   for (const r of roles) for (const p of c.roles[r] ?? []) privs.add(p);
   return privs;
+}
+
+function poolKeys(path: string): string[] {
+  const vmid = path.slice(5);
+  return [`qemu/${vmid}`, `lxc/${vmid}`];
 }
 
 const NO_PRIVS: ReadonlySet<string> = new Set();

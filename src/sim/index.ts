@@ -11,10 +11,14 @@ import { Clock } from './clock.ts';
 import { type FaultSpec, Faults } from './faults.ts';
 import type { Profile } from './profiles.ts';
 import { configCpus, configMemoryMiB } from './qemu-config.ts';
-import { accessRoutes } from './routes/access.ts';
+import { accessRoutes, userRoutes } from './routes/access.ts';
 import { clusterRoutes } from './routes/cluster.ts';
+import { indexRoutes } from './routes/indexes.ts';
+import { monitoringRoutes } from './routes/monitoring.ts';
 import { nodeRoutes } from './routes/nodes.ts';
+import { poolRoutes } from './routes/pools.ts';
 import { qemuRoutes, vmMaxDisk } from './routes/qemu.ts';
+import { storageRoutes } from './routes/storage.ts';
 import { taskRoutes } from './routes/tasks.ts';
 import { ApiHandler, type Route } from './server.ts';
 import { ClusterState, MiB } from './state.ts';
@@ -28,7 +32,18 @@ import { parseTokenArg } from './token-arg.ts';
 
 export type { FaultSpec, Profile, Topology };
 
-export const ROUTES: Route[] = [...accessRoutes, ...clusterRoutes, ...nodeRoutes, ...taskRoutes, ...qemuRoutes];
+export const ROUTES: Route[] = [
+  ...indexRoutes,
+  ...accessRoutes,
+  ...userRoutes,
+  ...poolRoutes,
+  ...clusterRoutes,
+  ...nodeRoutes,
+  ...monitoringRoutes,
+  ...storageRoutes,
+  ...taskRoutes,
+  ...qemuRoutes,
+];
 
 export interface SimulatorOptions {
   topology?: Topology;

@@ -1,10 +1,10 @@
 /**
- * `--state FILE`: the simulator's mutable state (VMs, volumes, pools, tokens, ACLs, finished tasks)
+ * `--state FILE`: the simulator's mutable state (VMs with their snapshots, volumes, pools, tokens, ACLs)
  * saved as JSON, atomically (write + rename, mode 0600: it holds token secrets), and loaded at start.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import type { Simulator } from './index.ts';
-import type { AclEntry, TokenState, Volume } from './state.ts';
+import type { AclEntry, SnapshotState, TokenState, Volume } from './state.ts';
 
 interface SavedCluster {
   name: string;
@@ -18,6 +18,8 @@ interface SavedCluster {
     haManaged: boolean;
     /** Whether the guest runs qemu-guest-agent; absent in older files (then true, as before). */
     guestAgent?: boolean;
+    /** The `[snapname]` sections; absent in older files. */
+    snapshots?: Array<[string, SnapshotState]>;
   }>;
   volumes: Array<{ node: string; storage: string; volume: Volume }>;
   pools: Array<{ poolid: string; comment?: string; members: string[] }>;
@@ -55,6 +57,7 @@ export function saveState(sim: Simulator, file: string): void {
           status: vm.status,
           haManaged: vm.haManaged,
           guestAgent: vm.guestAgent,
+          ...(vm.snapshots.size ? { snapshots: [...vm.snapshots] } : {}),
         })),
         volumes,
         pools: [...c.pools.values()].map((p) => ({
@@ -97,6 +100,7 @@ export function loadState(sim: Simulator, file: string): void {
       vm.pendingDelete = new Set(v.pendingDelete);
       vm.haManaged = v.haManaged;
       vm.guestAgent = v.guestAgent ?? true;
+      vm.snapshots = new Map(v.snapshots ?? []);
       if (v.status === 'running') {
         vm.status = 'running';
         vm.startedAt = c.clock.now();

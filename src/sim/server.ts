@@ -13,6 +13,7 @@ import type { Socket } from 'node:net';
 import { type AuthInfo, authenticate, verifyCsrf } from './auth.ts';
 import { PveHttpError } from './errors.ts';
 import { FaultError, type FaultSpec, type Faults } from './faults.ts';
+import { uploadTmpName } from './routes/storage.ts';
 import { type HttpMethod, matchMethod, validateParams } from './schema/index.ts';
 import type { ClusterState } from './state.ts';
 import type { TaskRunner } from './tasks.ts';
@@ -26,6 +27,8 @@ export interface RouteCtx {
   params: Record<string, unknown>;
   method: HttpMethod;
   path: string;
+  /** The file of a multipart upload (`POST .../storage/{storage}/upload`). */
+  upload?: { data: Buffer; filename: string };
 }
 
 export interface Route {
@@ -63,7 +66,10 @@ const COMMON_HEADERS = {
 };
 
 function reasonPhrase(message: string): string {
-  return (message.split('\n')[0] ?? '').replace(/[\r\n]/g, '').trim() || 'error';
+  const line = (message.split('\n')[0] ?? '').replace(/[\r\n]/g, '').trim() || 'error';
+  // pve-http-server writes the message's UTF-8 bytes into the status line (e.g. glib's “quotes” in
+  // a guest agent error); node:http takes a latin1 string for raw bytes.
+  return /[^\x00-\x7f]/.test(line) ? Buffer.from(line, 'utf8').toString('latin1') : line;
 }
 
 /**
@@ -142,9 +148,26 @@ export class ApiHandler {
       return dropConnection(req.socket);
 
     // Parameters: form or JSON body, query parameters override body parameters.
-    const isJson = /^application\/json/i.test(req.headers['content-type'] ?? '');
+    const ctype = req.headers['content-type'] ?? '';
+    const isJson = /^application\/json/i.test(ctype);
     const raw: Record<string, unknown> = {};
-    if (body.length) {
+    let upload: RouteCtx['upload'];
+    // pve-http-server (AnyEvent.pm, at the Content-Length check): an upload path takes only
+    // multipart/form-data and gets the file as `filename` + `tmpfilename`; anywhere else a
+    // multipart body is `506 upload 'Content-Type '…' not implemented`.
+    const multipart = /^multipart\/form-data\s*;\s*boundary=("?)([^";]+)\1/i.exec(ctype);
+    const isUpload = method === 'POST' && /^\/nodes\/[^/]+\/storage\/[^/]+\/upload\/*$/.test(url.pathname.slice(10));
+    if (body.length && isUpload) {
+      if (!multipart) return this.sendError(res, 500, `upload 'Content-Type '${ctype}' not implemented`);
+      if (url.searchParams.has('tmpfilename'))
+        return this.sendError(res, 500, "'tmpfilename' query parameter is not allowed for file uploads");
+      const parsed = parseMultipart(body, multipart[2]!);
+      if (!parsed.file) return this.sendError(res, 500, 'upload failed');
+      Object.assign(raw, parsed.fields, { filename: parsed.file.filename, tmpfilename: uploadTmpName() });
+      upload = parsed.file;
+    } else if (body.length && multipart) {
+      return this.sendError(res, 506, `upload 'Content-Type '${ctype}' not implemented`);
+    } else if (body.length) {
       if (isJson) {
         try {
           const parsed = JSON.parse(body.toString('utf8')) as unknown;
@@ -212,6 +235,7 @@ export class ApiHandler {
       params: { ...schemaMatch.pathParams },
       method,
       path,
+      ...(upload ? { upload } : {}),
     };
     try {
       // Unknown or offline nodes fail before anything else touches them.
@@ -369,6 +393,39 @@ export class ApiHandler {
 function headerOf(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name];
   return Array.isArray(v) ? v.join('; ') : v;
+}
+
+/**
+ * multipart/form-data as pve-http-server's file_upload_multipart reads it: plain fields, and one
+ * file part that must be named `filename` (its `filename="…"` is the file name).
+ */
+function parseMultipart(
+  body: Buffer,
+  boundary: string,
+): { fields: Record<string, string>; file?: { data: Buffer; filename: string } } {
+  const delim = Buffer.from(`--${boundary}`);
+  const fields: Record<string, string> = {};
+  let file: { data: Buffer; filename: string } | undefined;
+  let pos = body.indexOf(delim);
+  while (pos >= 0) {
+    const start = pos + delim.length;
+    if (body.subarray(start, start + 2).toString() === '--') break;
+    const next = body.indexOf(delim, start);
+    if (next < 0) break;
+    const part = body.subarray(start, next);
+    const headEnd = part.indexOf('\r\n\r\n');
+    if (headEnd >= 0) {
+      const head = part.subarray(0, headEnd).toString('utf8');
+      // The part's data ends before the CRLF that precedes the next delimiter.
+      const data = part.subarray(headEnd + 4, part.length - 2);
+      const name = /name="([^"]*)"/.exec(head)?.[1];
+      const filename = /filename="([^"]+)"/.exec(head)?.[1];
+      if (filename !== undefined && name === 'filename') file = { data, filename: filename.trim() };
+      else if (name !== undefined && filename === undefined) fields[name] = data.toString('utf8').trim();
+    }
+    pos = next;
+  }
+  return file ? { fields, file } : { fields };
 }
 
 function readBody(req: IncomingMessage): Promise<Buffer> {

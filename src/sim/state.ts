@@ -5,11 +5,20 @@
 import { createHash } from 'node:crypto';
 import type { Clock } from './clock.ts';
 import { Flock } from './flock.ts';
+import {
+  type ContainerState,
+  freshAgentState,
+  type GuestAgentState,
+  type SnapshotState,
+  seedContainer,
+} from './guest-state.ts';
 import { builtinRoles } from './privileges.ts';
 import { PROFILES, type Profile, type ProfileFacts } from './profiles.ts';
 import { Rng } from './random.ts';
 import type { StorageType, TopologyBridge, TopologyCluster, TopologyNode, TopologyStorage } from './topology.ts';
 
+export type { AgentProcess, ContainerState, GuestAgentState, SnapshotState } from './guest-state.ts';
+export { freshAgentState } from './guest-state.ts';
 export { privilegesOf } from './privileges.ts';
 
 export const GiB = 1024 ** 3;
@@ -32,6 +41,8 @@ export interface Volume {
    * topology's `guestAgent`, default false). A VM imported from it inherits this.
    */
   guestAgent?: boolean;
+  /** Storage snapshots of this volume, oldest first (names of the VM snapshots that made them). */
+  snapshots?: string[];
 }
 
 export class StorageState {
@@ -89,6 +100,8 @@ export interface NodeState {
   storages: Map<string, StorageState>;
   bridges: Map<string, BridgeState>;
   ip: string;
+  /** The subscription server id (an MD5 of the hardware address in PVE: 32 upper-case hex). */
+  serverId: string;
 }
 
 export type VmStatus = 'running' | 'stopped';
@@ -131,6 +144,12 @@ export interface VmState {
     uptime: number;
   };
   haManaged: boolean;
+  /** `[snapname]` sections by name; `config.parent` names the current one's parent. */
+  snapshots: Map<string, SnapshotState>;
+  /** The agent's runtime state; reset when the guest boots. */
+  agent: GuestAgentState;
+  /** `qm suspend` without `todisk`: QEMU paused (`qmpstatus: paused`), the VM still running. */
+  paused: boolean;
 }
 
 export interface TaskState {
@@ -165,6 +184,7 @@ export interface TokenState {
   secret: string;
   privsep: boolean;
   expire: number;
+  comment?: string;
 }
 export interface AclEntry {
   path: string;
@@ -183,6 +203,7 @@ export function configDigest(
   config: Record<string, string>,
   pending: Record<string, string>,
   pendingDelete: Set<string>,
+  snapshots?: ReadonlyMap<string, SnapshotState>,
 ): string {
   let text = '';
   for (const [k, v] of Object.entries(config)) {
@@ -194,6 +215,16 @@ export function configDigest(
     text += '\n[PENDING]\n';
     for (const [k, v] of pend) text += `${k}: ${v}\n`;
     if (pendingDelete.size) text += `delete: ${[...pendingDelete].join(',')}\n`;
+  }
+  // The digest is over the whole file, snapshot sections included (write_vm_config order).
+  for (const [name, snap] of snapshots ?? []) {
+    text += `\n[${name}]\n`;
+    if (snap.description !== undefined) text += `#${snap.description.replace(/\n/g, '\n#')}\n`;
+    for (const [k, v] of Object.entries(snap.config)) text += `${k}: ${v}\n`;
+    if (snap.parent) text += `parent: ${snap.parent}\n`;
+    text += `snaptime: ${snap.snaptime}\n`;
+    if (snap.snapstate) text += `snapstate: ${snap.snapstate}\n`;
+    if (snap.vmstate) text += `vmstate: ${snap.vmstate}\n`;
   }
   return createHash('sha1').update(text).digest('hex');
 }
@@ -218,6 +249,8 @@ export class ClusterState {
   readonly acls: AclEntry[] = [];
   readonly roles: Record<string, Set<string>>;
   readonly pools = new Map<string, PoolState>();
+  /** Containers from the topology (the simulator manages no container lifecycle). */
+  readonly containers = new Map<number, ContainerState>();
   readonly repoid: string;
   /** SHA-256 fingerprint of the API certificate (`ssl_fingerprint` in /nodes). */
   sslFingerprint = '';
@@ -292,8 +325,11 @@ export class ClusterState {
       storages,
       bridges,
       ip: `127.0.${Math.floor(ipSeq / 256)}.${ipSeq % 256}`,
+      // Derived, not drawn from the PRNG: adding it must not shift the seeded MACs and UUIDs.
+      serverId: createHash('md5').update(`${this.name}/${n.name}`).digest('hex').toUpperCase(),
     });
     for (const v of n.vms ?? []) this.seedVm(n.name, v);
+    for (const ct of n.containers ?? []) seedContainer(this, n.name, ct);
   }
 
   private seedVm(node: string, v: NonNullable<TopologyNode['vms']>[number]): void {
@@ -361,13 +397,21 @@ export class ClusterState {
       flock: this.flock(vmid),
       guest: { interfaces: [] },
       haManaged: false,
+      snapshots: new Map(),
+      agent: freshAgentState(),
+      paused: false,
     };
     this.vms.set(vmid, vm);
     return vm;
   }
 
   digest(vm: VmState): string {
-    return configDigest(vm.config, vm.pending, vm.pendingDelete);
+    return configDigest(vm.config, vm.pending, vm.pendingDelete, vm.snapshots);
+  }
+
+  /** A VMID used by a VM or a container (VMIDs are cluster-wide, for both guest types). */
+  vmidTaken(vmid: number): boolean {
+    return this.vms.has(vmid) || this.containers.has(vmid);
   }
 
   /** A MAC as PVE generates it: BC:24:11 (PVE >= 8.1) or a random locally administered one. */

@@ -56,6 +56,23 @@ export interface TopologyVM {
   tags?: string;
   description?: string;
 }
+/**
+ * An LXC container present at start. The simulator serves the container list (and the `lxc` rows
+ * of `/cluster/resources`), not a container lifecycle: containers are there to be listed, as a
+ * monitoring client or a scheduler sees them.
+ */
+export interface TopologyContainer {
+  vmid: number;
+  hostname: string;
+  cores: number;
+  /** MiB. */
+  memory: number;
+  /** The root file system (`rootfs`) on a storage holding `rootdir`. */
+  disk?: { storage: string; size: number };
+  running?: boolean;
+  template?: boolean;
+  tags?: string;
+}
 export interface TopologyNode {
   name: string;
   cpus: number;
@@ -66,6 +83,7 @@ export interface TopologyNode {
   storages: TopologyStorage[];
   bridges: TopologyBridge[];
   vms?: TopologyVM[];
+  containers?: TopologyContainer[];
 }
 export interface TopologyCluster {
   name: string;
@@ -187,6 +205,27 @@ export function parseTopology(text: string, file: string): Topology {
         fail(np, 'expected a mapping');
         return { name: '', cpus: 0, memory: 0, storages: [], bridges: [] };
       }
+      const containers = (Array.isArray(n.containers) ? n.containers : []).map(
+        (v: unknown, vi: number): TopologyContainer => {
+          const vo = obj(v) ? v : {};
+          const vp = [...np, 'containers', vi];
+          if (typeof vo.vmid !== 'number' || !Number.isInteger(vo.vmid) || vo.vmid < 100)
+            fail([...vp, 'vmid'], 'expected an integer >= 100');
+          const disk = obj(vo.disk)
+            ? { storage: String(vo.disk.storage), size: size([...vp, 'disk', 'size'], vo.disk.size, true) }
+            : undefined;
+          return {
+            vmid: Number(vo.vmid),
+            hostname: str([...vp, 'hostname'], vo.hostname),
+            cores: typeof vo.cores === 'number' ? vo.cores : 1,
+            memory: typeof vo.memory === 'number' ? vo.memory : 512,
+            ...(disk ? { disk } : {}),
+            running: flag([...vp, 'running'], vo.running),
+            template: flag([...vp, 'template'], vo.template),
+            ...(typeof vo.tags === 'string' ? { tags: vo.tags } : {}),
+          };
+        },
+      );
       const cpus = typeof n.cpus === 'number' && Number.isInteger(n.cpus) && n.cpus > 0 ? n.cpus : 0;
       if (!cpus) fail([...np, 'cpus'], `expected a positive integer, got ${JSON.stringify(n.cpus)}`);
       const storages = (Array.isArray(n.storages) ? n.storages : []).map((s: unknown, si: number): TopologyStorage => {
@@ -269,6 +308,7 @@ export function parseTopology(text: string, file: string): Topology {
         storages,
         bridges,
         vms,
+        ...(containers.length ? { containers } : {}),
       };
     });
     // References and duplicates inside the cluster: node names, VM ids, the storages VM disks use.
@@ -290,6 +330,20 @@ export function parseTopology(text: string, file: string): Topology {
         };
         if (vm.disk) imageStorage(vm.disk.storage, [...vp, 'disk', 'storage']);
         else if (vm.cloudinit) imageStorage('local-lvm', [...vp, 'cloudinit']);
+      });
+      // VMIDs are cluster-wide for VMs and containers alike.
+      (n.containers ?? []).forEach((ct, ci) => {
+        const vp = [...np, 'containers', ci];
+        if (vmids.has(ct.vmid)) fail([...vp, 'vmid'], `VMID ${ct.vmid} is defined twice`);
+        vmids.add(ct.vmid);
+        if (!ct.disk) return;
+        const st = n.storages.find((x) => x.id === ct.disk!.storage);
+        if (!st) fail([...vp, 'disk', 'storage'], `no storage '${ct.disk.storage}' on node '${n.name}'`);
+        else if (!st.content.includes('rootdir'))
+          fail(
+            [...vp, 'disk', 'storage'],
+            `storage '${st.id}' does not hold container volumes (content: ${st.content.join(', ') || 'none'})`,
+          );
       });
     });
     return { name, listen, ...(profile ? { profile } : {}), nodes };

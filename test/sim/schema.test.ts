@@ -52,7 +52,9 @@ describe('matchMethod', () => {
     });
 
     it(`${p}: filtered paths are absent`, () => {
-      assert.equal(matchMethod(p, 'GET', '/nodes/pve/lxc'), undefined);
+      // GET /nodes/{node}/lxc is served (src/sim/schema/gen-extra.ts); creating a container is not.
+      assert.ok(matchMethod(p, 'GET', '/nodes/pve/lxc'));
+      assert.equal(matchMethod(p, 'POST', '/nodes/pve/lxc'), undefined);
       assert.equal(matchMethod(p, 'POST', '/nodes/pve/qemu/100/vncproxy'), undefined);
       assert.equal(matchMethod(p, 'GET', '/cluster/ha/resources'), undefined);
     });

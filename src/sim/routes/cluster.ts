@@ -1,9 +1,10 @@
-/** `/cluster/nextid`, `/cluster/resources`, `/cluster/tasks`, `/cluster/status`, `/pools`. */
-import { hasAnyPriv, hasPriv, requirePriv } from '../auth.ts';
+/** `/cluster/nextid`, `/cluster/resources`, `/cluster/tasks`, `/cluster/status`. */
+import { hasAnyPriv, hasPriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import { type ClusterState, MiB, type NodeState, type StorageState } from '../state.ts';
+import { containerStatus } from './monitoring.ts';
 import { clusterTasks } from './tasks.ts';
 
 export function nodeUsage(c: ClusterState, n: NodeState): { mem: number; cpu: number } {
@@ -40,10 +41,10 @@ export const clusterRoutes: Route[] = [
     handler: ({ c, params }) => {
       if (params.vmid !== undefined) {
         const vmid = Number(params.vmid);
-        if (c.vms.has(vmid)) paramError({ vmid: `VM ${vmid} already exists` });
+        if (c.vmidTaken(vmid)) paramError({ vmid: `VM ${vmid} already exists` });
         return String(vmid);
       }
-      for (let id = c.nextIdLower; id < c.nextIdUpper; id++) if (!c.vms.has(id)) return String(id);
+      for (let id = c.nextIdLower; id < c.nextIdUpper; id++) if (!c.vmidTaken(id)) return String(id);
       return die('unable to get any free VMID in range [100, 999999]');
     },
   },
@@ -111,6 +112,27 @@ export const clusterRoutes: Route[] = [
           for (const p of c.pools.values()) if (p.members.has(`qemu/${vm.vmid}`)) e.pool = p.poolid;
           out.push(e);
         }
+        // Containers (type `lxc`): the same vmstatus numbers `/nodes/{node}/lxc` lists.
+        for (const ct of [...c.containers.values()].sort((a, b) => a.vmid - b.vmid)) {
+          if (!hasPriv(c, auth, `/vms/${ct.vmid}`, 'VM.Audit')) continue;
+          const s = containerStatus(c, ct);
+          const e: Record<string, unknown> = { id: `lxc/${ct.vmid}`, vmid: ct.vmid, node: ct.node, type: 'lxc' };
+          if (c.nodes.get(ct.node)?.online) {
+            for (const k of ['name', 'status', 'cpu', 'mem', 'maxmem', 'disk', 'maxdisk', 'diskread', 'diskwrite'])
+              e[k] = s[k];
+            Object.assign(e, {
+              maxcpu: s.cpus,
+              netin: s.netin,
+              netout: s.netout,
+              uptime: s.uptime,
+              template: s.template ?? 0,
+            });
+          } else e.status = 'unknown';
+          if (ct.config.lock) e.lock = ct.config.lock;
+          if (ct.config.tags) e.tags = ct.config.tags;
+          for (const p of c.pools.values()) if (p.members.has(`lxc/${ct.vmid}`)) e.pool = p.poolid;
+          out.push(e);
+        }
       }
       if (!type || type === 'storage') {
         for (const n of c.nodes.values()) {
@@ -163,44 +185,6 @@ export const clusterRoutes: Route[] = [
           level: '',
         })),
       ];
-    },
-  },
-  {
-    method: 'GET',
-    path: '/pools',
-    handler: ({ c, auth }) =>
-      [...c.pools.values()]
-        .filter((p) => hasPriv(c, auth, `/pool/${p.poolid}`, 'Pool.Audit'))
-        .map((p) => ({ poolid: p.poolid, ...(p.comment ? { comment: p.comment } : {}) })),
-  },
-  {
-    method: 'POST',
-    path: '/pools',
-    handler: ({ c, auth, params }) => {
-      const poolid = String(params.poolid);
-      requirePriv(c, auth, `/pool/${poolid}`, ['Pool.Allocate']);
-      if (c.pools.has(poolid)) die(`create pool failed: pool '${poolid}' already exists`);
-      c.pools.set(poolid, {
-        poolid,
-        ...(params.comment ? { comment: String(params.comment) } : {}),
-        members: new Set(),
-      });
-      return null;
-    },
-  },
-  {
-    method: 'GET',
-    path: '/pools/{poolid}',
-    handler: ({ c, auth, params }) => {
-      const p = c.pools.get(String(params.poolid));
-      if (!p) die(`pool '${params.poolid}' does not exist`);
-      requirePriv(c, auth, `/pool/${p.poolid}`, ['Pool.Audit']);
-      const members = [...p.members].map((m) => {
-        const vmid = Number(m.split('/')[1]);
-        const vm = c.vms.get(vmid);
-        return { id: m, type: 'qemu', vmid, node: vm?.node, name: vm?.config.name, status: vm?.status ?? 'unknown' };
-      });
-      return { ...(p.comment ? { comment: p.comment } : {}), members };
     },
   },
 ];

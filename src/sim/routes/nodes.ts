@@ -35,14 +35,6 @@ export const nodeRoutes: Route[] = [
   },
   {
     method: 'GET',
-    path: '/nodes/{node}',
-    handler: () =>
-      ['agent', 'capabilities', 'network', 'qemu', 'status', 'storage', 'tasks', 'version'].map((subdir) => ({
-        subdir,
-      })),
-  },
-  {
-    method: 'GET',
     path: '/nodes/{node}/status',
     perm: ({ c, auth, params }) => requirePriv(c, auth, `/nodes/${params.node}`, ['Sys.Audit']),
     handler: ({ c, params }) => {
@@ -64,7 +56,13 @@ export const nodeRoutes: Route[] = [
           user_hz: 100,
           flags: 'fpu vme de pse tsc msr pae mce cx8 apic sep mtrr vmx',
         },
-        memory: { total: n.memory, used: u.mem, free: n.memory - u.mem },
+        // 9.x adds `available` (MemAvailable), which the 9.2 schema requires.
+        memory: {
+          total: n.memory,
+          used: u.mem,
+          free: n.memory - u.mem,
+          ...(c.profile.profile === '9.2' ? { available: n.memory - u.mem } : {}),
+        },
         swap: { total: 8 * 1024 ** 3, used: 0, free: 8 * 1024 ** 3 },
         rootfs: { total: 100 * 1024 ** 3, used: 12 * 1024 ** 3, free: 88 * 1024 ** 3, avail: 83 * 1024 ** 3 },
         ksm: { shared: 0 },

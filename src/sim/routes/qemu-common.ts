@@ -49,6 +49,14 @@ export const DURATIONS = {
   linkedClone: 800,
   config: 150,
   template: 1500,
+  /** One disk's storage snapshot (lvcreate -s, zfs snapshot, rbd snap create, qemu-img snapshot). */
+  volumeSnapshot: 300,
+  /** savevm of a snapshot with RAM. */
+  savevm: 2000,
+  /** A backup of one VM (vzdump). */
+  vzdump: 3000,
+  /** A file copied into a storage (upload, download-url). */
+  fileCopy: 500,
 };
 
 /** qemu-server's load_config for a route: the VM on this node, or PVE's "does not exist". */

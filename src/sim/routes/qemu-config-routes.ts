@@ -36,6 +36,7 @@ import {
   vmPerm,
 } from './qemu-common.ts';
 import { executeDrives, planDrives, printDrive } from './qemu-drives.ts';
+import { snapshotSection } from './qemu-snapshot.ts';
 
 async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | null> {
   const { c, auth, params } = ctx;
@@ -135,8 +136,17 @@ export const configRoutes: Route[] = [
     path: '/nodes/{node}/qemu/{vmid}/config',
     perm: vmPerm('VM.Audit'),
     handler: ({ c, params }) => {
+      if (params.snapshot && params.current) {
+        const msg = "cannot use 'snapshot' parameter with 'current'";
+        paramError({ snapshot: msg, current: msg });
+      }
       const vm = loadVm(c, String(params.node), Number(params.vmid));
-      if (params.snapshot !== undefined) die(`snapshot '${params.snapshot}' does not exist`);
+      if (params.snapshot) {
+        // load_snapshot_config: the section, with the file's digest.
+        const s = vm.snapshots.get(String(params.snapshot));
+        if (!s) die(`snapshot '${params.snapshot}' does not exist`);
+        return { ...snapshotSection(c, s), digest: c.digest(vm) };
+      }
       const merged = params.current ? { ...vm.config } : { ...vm.config, ...vm.pending };
       if (!params.current) for (const k of vm.pendingDelete) delete merged[k];
       return { ...typedConfig(merged, c.profile), digest: c.digest(vm) };

@@ -66,8 +66,11 @@ export const createRoute: Route = {
       return die(`${emsg} ${e instanceof Error ? e.message : String(e)}`);
     }
     try {
+      // PVE::Cluster::check_vmid_unused: VMIDs are shared with containers (`CT N already exists`).
       const existing = c.vms.get(vmid);
       if (existing) die(`${emsg} VM ${vmid} already exists on node '${existing.node}'`);
+      const ct = c.containers.get(vmid);
+      if (ct) die(`${emsg} CT ${vmid} already exists on node '${ct.node}'`);
       vm = c.newVm(vmid, node, { lock: 'create' });
     } finally {
       unlockPlaceholder();

@@ -37,6 +37,10 @@ export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState): Promi
   vm.startedAt = c.clock.now();
   vm.agentReadyAt = c.clock.now() + c.clock.scaled(DURATIONS.agentBoot);
   vm.guest.interfaces = [];
+  // A new boot: no agent processes, file systems not frozen (written files stay on the disk).
+  vm.agent.procs.clear();
+  vm.agent.frozen = false;
+  vm.paused = false;
   const nets = Object.keys(vm.config)
     .filter((k) => NET_KEY_RE.test(k))
     .sort((a, b) => Number(a.slice(3)) - Number(b.slice(3)));

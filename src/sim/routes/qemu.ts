@@ -1,19 +1,23 @@
 /**
- * `/nodes/{node}/qemu`: the VM list and index, destroy and template here; create, clone, config,
- * power and the guest agent in their own modules (qemu-create.ts, qemu-clone.ts,
- * qemu-config-routes.ts, qemu-power.ts, qemu-agent.ts), all served as `qemuRoutes`.
+ * `/nodes/{node}/qemu`: the VM list, destroy and template here; create, clone, config, power,
+ * snapshots and the guest agent in their own modules (qemu-create.ts, qemu-clone.ts,
+ * qemu-config-routes.ts, qemu-power.ts, qemu-snapshot.ts, qemu-agent.ts, qemu-agent-exec.ts),
+ * all served as `qemuRoutes` (the VM's directory index is in indexes.ts).
  */
 import { hasPriv } from '../auth.ts';
 import { die } from '../errors.ts';
 import { DRIVE_KEY_RE, isCdrom, isCloudinit, parseDrive } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
+import type { TaskHandle } from '../tasks.ts';
 import { agentRoutes } from './qemu-agent.ts';
+import { agentExecRoutes } from './qemu-agent-exec.ts';
 import { cloneRoute } from './qemu-clone.ts';
 import { checkLock, checkSkiplock, DURATIONS, loadVm, vmPerm } from './qemu-common.ts';
 import { configRoutes } from './qemu-config-routes.ts';
 import { createRoute } from './qemu-create.ts';
 import { freeVmVolumes, printDrive } from './qemu-drives.ts';
 import { powerRoutes, vmStatus } from './qemu-power.ts';
+import { snapshotRoutes } from './qemu-snapshot.ts';
 
 export { DURATIONS, loadVm } from './qemu-common.ts';
 export { vmMaxDisk } from './qemu-power.ts';
@@ -31,15 +35,6 @@ const vmRoutes: Route[] = [
           delete s.ha;
           return s;
         }),
-  },
-  {
-    method: 'GET',
-    path: '/nodes/{node}/qemu/{vmid}',
-    perm: vmPerm('VM.Audit'),
-    handler: ({ c, params }) => {
-      loadVm(c, String(params.node), Number(params.vmid));
-      return ['agent', 'clone', 'config', 'pending', 'resize', 'status', 'template'].map((subdir) => ({ subdir }));
-    },
   },
   {
     method: 'DELETE',
@@ -62,6 +57,8 @@ const vmRoutes: Route[] = [
           checkLock(vm, skiplock);
           if (vm.status === 'running') throw new Error(`VM ${vmid} is running - destroy failed`);
           await t.sleep(DURATIONS.destroy);
+          // destroy_vm also removes the RAM state volumes of snapshots.
+          for (const snap of vm.snapshots.values()) if (snap.vmstate) c.freeVolume(node, snap.vmstate);
           for (const volid of freeVmVolumes(c, vm, Boolean(params['destroy-unreferenced-disks']))) {
             t.log(`  Logical volume "${volid.split(':')[1]}" successfully removed.`);
           }
@@ -86,8 +83,37 @@ const vmRoutes: Route[] = [
       let handed = false;
       try {
         checkLock(vm, false);
+        // $load_and_check (Qemu.pm `template`, e6352be).
+        if (vm.snapshots.size) die('unable to create template, because VM contains snapshots');
         if (vm.config.template === '1') die("you can't convert a template to a template");
         if (vm.status === 'running') die("you can't convert a VM to template if VM is running");
+        // `template: 1` is written first, then template_create renames the disks.
+        const renameDisks = async (t: TaskHandle) => {
+          vm.config.template = '1';
+          await t.sleep(DURATIONS.template);
+          for (const [k, v] of Object.entries(vm.config)) {
+            if (!DRIVE_KEY_RE.test(k)) continue;
+            const d = parseDrive(v);
+            if (isCdrom(d) || isCloudinit(d)) continue;
+            if (params.disk !== undefined && params.disk !== k) continue;
+            const vol = c.volume(node, d.file);
+            if (!vol) continue;
+            const s = c.storage(node, vol.storage)!;
+            s.volumes.delete(vol.volname);
+            vol.volname = vol.volname.replace(`vm-${vmid}-disk-`, `base-${vmid}-disk-`);
+            vol.volid = `${s.id}:${vol.volname}`;
+            s.volumes.set(vol.volname, vol);
+            vm.config[k] = printDrive(vol.volid, d, vol.size);
+            t.log(`  Renamed "vm-${vmid}-${k}" to "${vol.volname}"`);
+          }
+        };
+        if (c.profile.profile === '6.4') {
+          // qemu-server 6.4-2 (c948e143): the handler writes `template: 1` under the flock, forks
+          // the worker for the disks and returns nothing (`returns => { type => 'null' }`).
+          vm.config.template = '1';
+          ctx.tasks.start(node, 'qmtemplate', String(vmid), auth, renameDisks);
+          return null;
+        }
         handed = true;
         return ctx.tasks.start(
           node,
@@ -96,23 +122,7 @@ const vmRoutes: Route[] = [
           auth,
           async (t) => {
             try {
-              await t.sleep(DURATIONS.template);
-              for (const [k, v] of Object.entries(vm.config)) {
-                if (!DRIVE_KEY_RE.test(k)) continue;
-                const d = parseDrive(v);
-                if (isCdrom(d) || isCloudinit(d)) continue;
-                if (params.disk !== undefined && params.disk !== k) continue;
-                const vol = c.volume(node, d.file);
-                if (!vol) continue;
-                const s = c.storage(node, vol.storage)!;
-                s.volumes.delete(vol.volname);
-                vol.volname = vol.volname.replace(`vm-${vmid}-disk-`, `base-${vmid}-disk-`);
-                vol.volid = `${s.id}:${vol.volname}`;
-                s.volumes.set(vol.volname, vol);
-                vm.config[k] = printDrive(vol.volid, d, vol.size);
-                t.log(`  Renamed "vm-${vmid}-${k}" to "${vol.volname}"`);
-              }
-              vm.config.template = '1';
+              await renameDisks(t);
             } finally {
               unlock();
             }
@@ -137,4 +147,6 @@ export const qemuRoutes: Route[] = [
   ...configRoutes,
   ...powerRoutes,
   ...agentRoutes,
+  ...agentExecRoutes,
+  ...snapshotRoutes,
 ];

@@ -1,6 +1,7 @@
 /**
  * Per-profile Proxmox VE API parameter validation, driven by the schemas PVE publishes
- * (generated into ./generated/ by scripts/gen-pve-schema.ts; this module never reads ../shared).
+ * (generated into ./generated/ by scripts/gen-pve-schema.ts, plus the served methods it leaves out
+ * by ./gen-extra.ts; this module never reads ../shared).
  *
  * - matchMethod(): PVE's method lookup (RESTHandler find_handler) over the paths the simulator
  *   serves; undefined means PVE has no such method+path (the server answers 501).
@@ -9,6 +10,10 @@
  */
 
 import { hashFormat, PerlDie } from './formats.ts';
+import extra64 from './generated/extra-6.4.json' with { type: 'json' };
+import extra74 from './generated/extra-7.4.json' with { type: 'json' };
+import extra84 from './generated/extra-8.4.json' with { type: 'json' };
+import extra92 from './generated/extra-9.2.json' with { type: 'json' };
 import pve64 from './generated/pve-6.4.json' with { type: 'json' };
 import pve74 from './generated/pve-7.4.json' with { type: 'json' };
 import pve84 from './generated/pve-8.4.json' with { type: 'json' };
@@ -71,11 +76,15 @@ interface Family {
 interface Loaded {
   methods: MethodSchema[];
   tree: TreeNode;
+  /** The tree node of `/nodes/{node}/storage/{storage}/content` (see matchMethod). */
+  contentNode: TreeNode | undefined;
   ctx: FormatContext;
 }
 
 // JSON imports (not fs reads) so that `tsc -p tsconfig.build.json` copies them next to the output.
 const GENERATED = { '6.4': pve64, '7.4': pve74, '8.4': pve84, '9.2': pve92 } as unknown as Record<Profile, GenFile>;
+/** The served methods scripts/gen-pve-schema.ts does not keep (see ./gen-extra.ts); same form. */
+const EXTRA = { '6.4': extra64, '7.4': extra74, '8.4': extra84, '9.2': extra92 } as unknown as Record<Profile, GenFile>;
 
 const loaded = new Map<Profile, Loaded>();
 const familiesOf = new WeakMap<MethodSchema, Map<string, Family>>();
@@ -84,18 +93,13 @@ function newNode(): TreeNode {
   return { literal: new Map(), methods: new Map() };
 }
 
-function load(profile: Profile): Loaded {
-  const hit = loaded.get(profile);
-  if (hit) return hit;
-  if (!SCHEMA_PROFILES.includes(profile)) throw new Error(`unknown PVE schema profile '${profile}'`);
-  const file = GENERATED[profile];
-
+function addFile(profile: Profile, file: GenFile, tree: TreeNode, methods: MethodSchema[]): void {
   const formats = new Map<string, PropertyStringFormat>();
   const resolveFormat = (id: string): PropertyStringFormat => {
     let f = formats.get(id);
     if (f) return f;
     const src = file.formats[id];
-    if (!src) throw new Error(`pve-${profile}.json: unknown format reference #${id}`);
+    if (!src) throw new Error(`${profile} schema: unknown format reference #${id}`);
     const out: Record<string, ParamSchema> = {};
     formats.set(id, out); // before recursing: formats may share entries
     for (const [k, p] of Object.entries(src)) out[k] = resolveParam(p);
@@ -111,8 +115,6 @@ function load(profile: Profile): Loaded {
     return Object.freeze(r);
   };
 
-  const tree = newNode();
-  const methods: MethodSchema[] = [];
   for (const g of file.methods) {
     const params: Record<string, ParamSchema> = {};
     for (const [k, p] of Object.entries(g.params)) params[k] = resolveParam(p);
@@ -144,6 +146,16 @@ function load(profile: Profile): Loaded {
     }
     node.methods.set(g.method, m);
   }
+}
+
+function load(profile: Profile): Loaded {
+  const hit = loaded.get(profile);
+  if (hit) return hit;
+  if (!SCHEMA_PROFILES.includes(profile)) throw new Error(`unknown PVE schema profile '${profile}'`);
+  const tree = newNode();
+  const methods: MethodSchema[] = [];
+  // Format ids are per file: each file resolves its own `#id` references.
+  for (const file of [GENERATED[profile], EXTRA[profile]]) addFile(profile, file, tree, methods);
 
   let drives: Set<string> | undefined;
   let bootDevs: Set<string> | undefined;
@@ -175,7 +187,8 @@ function load(profile: Profile): Loaded {
     },
   };
 
-  const res: Loaded = { methods, tree, ctx };
+  const contentNode = tree.literal.get('nodes')?.param?.node.literal.get('storage')?.param?.node.literal.get('content');
+  const res: Loaded = { methods, tree, ctx, contentNode };
   loaded.set(profile, res);
   return res;
 }
@@ -222,10 +235,21 @@ export function matchMethod(
   method: HttpMethod,
   path: string,
 ): { schema: MethodSchema; template: string; pathParams: Record<string, string> } | undefined {
-  let node = load(profile).tree;
+  const loadedProfile = load(profile);
+  let node = loadedProfile.tree;
   const pathParams: Record<string, string> = {};
-  for (const comp of uriUnescape(path).split(/\/+/)) {
-    if (comp === '') continue;
+  const comps = uriUnescape(path)
+    .split(/\/+/)
+    .filter((x) => x !== '');
+  for (let i = 0; i < comps.length; i++) {
+    let comp = comps[i]!;
+    // pve-storage mounts Storage::Content at `{storage}/content` with `fragmentDelimiter => ''`
+    // (src/PVE/API2/Storage/Status.pm): below it the rest of the URI is one component, because
+    // volume ids contain '/' (RESTHandler map_path_to_methods joins the stack).
+    if (node === loadedProfile.contentNode && i < comps.length - 1) {
+      comp = comps.slice(i).join('/');
+      i = comps.length;
+    }
     const lit = node.literal.get(comp);
     if (lit) {
       node = lit;
