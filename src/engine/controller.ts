@@ -86,7 +86,7 @@ export class Controller<R extends Managed = Managed> {
         this.queue.addAfter(key, result.ms);
         break;
       case 'rateLimited':
-        this.queue.addRateLimited(key, result.schedule);
+        this.queue.addRateLimited(key, result.schedule, result.permanent);
         break;
     }
     this.onResult?.(key, result, this.queue.backoff.failuresOf(key));

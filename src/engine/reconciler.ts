@@ -48,7 +48,7 @@ export type ReconcileResult =
    */
   | { kind: 'requeueAfter'; ms: number; progress?: true }
   /** Back off (per-item exponential; `schedule` overrides the delays, e.g. for failed creates). */
-  | { kind: 'rateLimited'; schedule?: number[]; error?: Error };
+  | { kind: 'rateLimited'; schedule?: number[]; error?: Error; permanent?: boolean };
 
 export interface ReconcilerOptions {
   pollIntervalMs?: number;
@@ -475,6 +475,8 @@ export class ManagedReconciler<R extends Managed = Managed> {
     } catch (we) {
       if (!(we instanceof ConflictError)) this.o.log?.('warn', 'cannot write status', { error: String(we) });
     }
+    if (err instanceof ReasonedError && err.permanent && !err.createFailure)
+      return { kind: 'rateLimited', error: err, permanent: true };
     const steps = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
     if (!steps || (err instanceof ReasonedError && err.retryable)) return { kind: 'rateLimited', error: err };
     // The n-th failed create in a row waits the n-th step of the schedule (see createFailures).

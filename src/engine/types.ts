@@ -46,6 +46,12 @@ export class ReasonedError extends Error {
   /** Back off on the failed-create schedule (about 30 s, 1 m, 2 m, 5 m, 10 m). */
   createFailure = false;
   /**
+   * Nothing but a change elsewhere (the spec, the credentials, the cluster) can fix it: after one
+   * confirmation at the base delay, retried only at the backoff cap. The cluster-less runtime stops
+   * waiting for such a resource once it is confirmed.
+   */
+  permanent = false;
+  /**
    * A create that was sent but whose answer never came: it may exist. The reconciler records
    * neither success nor failure, so the next observe keeps looking for it at the same name.
    */

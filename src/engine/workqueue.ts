@@ -49,13 +49,21 @@ export class ItemBackoff {
     this.opts = { ...DEFAULT_BACKOFF, ...opts };
     this.random = random;
   }
-  /** The next delay for this key, counting one more failure. */
-  when(key: string, schedule?: number[]): number {
+  /**
+   * The next delay for this key, counting one more failure. `permanent`: a failure only a change
+   * elsewhere fixes: the first is looked at again after the base delay (a confirmation), every
+   * later one at the cap.
+   */
+  when(key: string, schedule?: number[], permanent = false): number {
     const n = this.failures.get(key) ?? 0;
     this.failures.set(key, n + 1);
     const base = schedule
       ? schedule[Math.min(n, schedule.length - 1)]!
-      : Math.min(this.opts.capMs, this.opts.baseMs * this.opts.factor ** n);
+      : permanent
+        ? n === 0
+          ? this.opts.baseMs
+          : this.opts.capMs
+        : Math.min(this.opts.capMs, this.opts.baseMs * this.opts.factor ** n);
     const j = this.opts.jitter;
     const d = Math.round(base * (1 - j + 2 * j * this.random()));
     // The cap is a cap: jitter may pull a capped delay down, never push it past the cap.
@@ -122,8 +130,8 @@ export class WorkQueue {
   }
 
   /** Add after the key's next backoff delay; returns the delay. */
-  addRateLimited(key: string, schedule?: number[]): number {
-    const d = this.backoff.when(key, schedule);
+  addRateLimited(key: string, schedule?: number[], permanent = false): number {
+    const d = this.backoff.when(key, schedule, permanent);
     this.addAfter(key, d);
     return d;
   }

@@ -12,7 +12,7 @@ import { AuthenticationError, PermissionError, PveError, TlsError, UnavailableEr
 import type { VmNeeds } from './manifests.ts';
 import { scrub } from './secret.ts';
 import { siteCredentials, siteTls } from './site.ts';
-import { probeCertificate, type TlsSettings, tlsMode } from './tls.ts';
+import { probeCertificate, type TlsSettings, tlsFix, tlsMode } from './tls.ts';
 import type { NodeListEntry, StorageEntry, StorageVolume, VmListEntry } from './types.ts';
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'skip';
@@ -161,16 +161,7 @@ async function checkEndpoint(
       };
     }
     if (e instanceof TlsError) {
-      const mode = tlsMode(site.tls);
-      const fp = e.presentedFingerprint ?? presented;
-      let fix: string;
-      if (mode === 'fingerprint') {
-        fix = `the node presents ${fp ?? 'an unknown certificate'}. If that is your node's certificate (compare with \`pvenode cert info\` on the node), put it in tls.fingerprint in ${site.where}; otherwise someone is in the middle`;
-      } else if (mode === 'ca-bundle') {
-        fix = `the certificate is not signed by tls.caBundle (or its name does not match ${u.hostname}); fix caBundle, or pin the certificate: tls: { fingerprint: "${fp ?? '...'}" } in ${site.where}`;
-      } else {
-        fix = `the node certificate is not trusted by the system CAs (PVE nodes use self-signed certificates). Pin it: tls: { fingerprint: "${fp ?? 'AB:CD:...'}" } in ${site.where} (check it with \`pvenode cert info\` on the node), or set tls.caBundle to the CA that signed it`;
-      }
+      const fix = tlsFix(tlsMode(site.tls), e.presentedFingerprint ?? presented, site.where, u.hostname);
       return { reachable: false, check: { id, status: 'fail', detail: `TLS: ${e.reason}`, fix } };
     }
     if (e instanceof UnavailableError) {

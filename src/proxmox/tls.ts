@@ -160,3 +160,20 @@ export async function probeCertificate(
     });
   });
 }
+
+/**
+ * What to do about a certificate that failed verification, by how the site verifies it
+ * (`doctor` and the ProxmoxVM conditions say the same). `where` names the config entry.
+ */
+export function tlsFix(
+  mode: 'fingerprint' | 'ca-bundle' | string,
+  presented: string | undefined,
+  where: string,
+  hostname?: string,
+): string {
+  if (mode === 'fingerprint')
+    return `the node presents ${presented ?? 'an unknown certificate'}. If that is your node's certificate (compare with \`pvenode cert info\` on the node), put it in tls.fingerprint in ${where}; otherwise someone is in the middle`;
+  if (mode === 'ca-bundle')
+    return `the certificate is not signed by tls.caBundle (or its name does not match ${hostname ?? 'the endpoint'}); fix caBundle, or pin the certificate: tls: { fingerprint: "${presented ?? '...'}" } in ${where}`;
+  return `the node certificate is not trusted by the system CAs (PVE nodes use self-signed certificates). Pin it: tls: { fingerprint: "${presented ?? 'AB:CD:...'}" } in ${where} (check it with \`pvenode cert info\` on the node), or set tls.caBundle to the CA that signed it`;
+}

@@ -7,10 +7,42 @@
 import type { AtProvider, ProxmoxVM } from '../api/proxmoxvm.ts';
 import { setCondition } from '../engine/resource.ts';
 import { ReasonedError } from '../engine/types.ts';
-import { PveError, UnavailableError } from '../proxmox/index.ts';
+import { PveError, TlsError, UnavailableError } from '../proxmox/index.ts';
+import { tlsFix } from '../proxmox/tls.ts';
+
+/**
+ * Reasons that no amount of retrying fixes: only a change of the spec, the credentials, the
+ * ProviderConfig or the cluster does. Backed off to the cap after one confirmation (the
+ * controller), and `apply` stops waiting for them.
+ */
+export const PERMANENT_REASONS: ReadonlySet<string> = new Set([
+  'InvalidSpec',
+  'InvalidExternalName',
+  'BridgeNotFound',
+  'ImageNotFound',
+  'ImageNotImportable',
+  'TemplateNotFound',
+  'StorageNotFound',
+  'StorageCannotHoldImages',
+  'NodeNotFound',
+  'InsufficientCapacity',
+  'VMIDConflict',
+  'VMIDRangeExhausted',
+  'SiteNotFound',
+  'SiteNotSpecified',
+  'ProviderConfigNotFound',
+  'CredentialsNotFound',
+  'PermissionDenied',
+  'AuthenticationFailed',
+  'TLSVerificationFailed',
+  'PlacementChangeRefused',
+  'CreateInterrupted',
+]);
 
 export function reason(r: string, msg: string, retryable = false): ReasonedError {
-  return new ReasonedError(r, msg, retryable);
+  const e = new ReasonedError(r, msg, retryable);
+  e.permanent = !retryable && PERMANENT_REASONS.has(r);
+  return e;
 }
 
 export function atProvider(r: ProxmoxVM): AtProvider {
@@ -74,6 +106,17 @@ export function outcomeUnknown(e: unknown): boolean {
   return e instanceof Error && (e.name === 'AbortError' || e.name === 'TimeoutError');
 }
 
+/**
+ * Credentials and certificate problems as the reasons they are (AuthenticationFailed,
+ * PermissionDenied, TLSVerificationFailed: permanent, with their fix), whichever step met them;
+ * any other error unchanged.
+ */
+export function credentialProblem(site: string, e: unknown): unknown {
+  if (e instanceof PveError && (e.kind === 'authentication' || e.kind === 'permission' || e.kind === 'tls'))
+    return explain(site, e);
+  return e;
+}
+
 /** A Proxmox client error as a reason with its fix. */
 export function explain(site: string, e: unknown): Error {
   if (e instanceof ReasonedError) return e;
@@ -84,6 +127,11 @@ export function explain(site: string, e: unknown): Error {
       return reason('PermissionDenied', `${e.message}. Fix: grant the privilege to the credentials of site ${site}`);
     if (e.kind === 'authentication')
       return reason('AuthenticationFailed', `${e.message}. Fix: check the credentials Secret of site ${site}`);
+    if (e instanceof TlsError)
+      return reason(
+        'TLSVerificationFailed',
+        `${e.message}. Fix: ${tlsFix('fingerprint', e.presentedFingerprint, `site ${site} of the ProviderConfig`)}; \`provider-proxmox doctor --config FILE\` shows the certificate`,
+      );
     if (e.kind === 'unsupported') return reason('ImageNotImportable', e.message);
   }
   return e instanceof Error ? e : new Error(String(e));

@@ -8,7 +8,7 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ExternalClient, ExternalObservation } from '../engine/types.ts';
-import { reason } from './conditions.ts';
+import { credentialProblem, reason } from './conditions.ts';
 import { type StepContext, stepContext, type VmClientOptions } from './context.ts';
 import { issueCreate } from './create.ts';
 import { deleteVm } from './delete.ts';
@@ -40,21 +40,30 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     return stepContext(this.site, r, this.options, this.signal);
   }
 
+  /** Whatever a step meets, credentials and certificate problems are reported as such. */
+  private async guard<T>(step: Promise<T>): Promise<T> {
+    try {
+      return await step;
+    } catch (e) {
+      throw credentialProblem(this.site.name, e);
+    }
+  }
+
   async observe(r: ProxmoxVM): Promise<ExternalObservation> {
     this.change = undefined;
-    const { obs, change } = await observe(this.ctx(r), r);
+    const { obs, change } = await this.guard(observe(this.ctx(r), r));
     this.change = change;
     return obs;
   }
 
   async preflight(r: ProxmoxVM): Promise<{ waitMs?: number; message?: string }> {
-    const { plan, ...rest } = await preflight(this.ctx(r), r);
+    const { plan, ...rest } = await this.guard(preflight(this.ctx(r), r));
     this.plan = plan;
     return rest;
   }
 
   prepareCreate(r: ProxmoxVM): Promise<{ externalName: string }> {
-    return chooseVmid(this.ctx(r), r);
+    return this.guard(chooseVmid(this.ctx(r), r));
   }
 
   async create(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
@@ -62,17 +71,17 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     const plan = this.plan;
     this.plan = undefined;
     if (!plan) throw reason('WaitingForSlot', 'no concurrency slot free yet', true);
-    return issueCreate(this.ctx(r), r, plan);
+    return this.guard(issueCreate(this.ctx(r), r, plan));
   }
 
   update(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
     const change = this.change;
     this.change = undefined;
-    return applyChange(this.ctx(r), r, change);
+    return this.guard(applyChange(this.ctx(r), r, change));
   }
 
   delete(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
-    return deleteVm(this.ctx(r), r);
+    return this.guard(deleteVm(this.ctx(r), r));
   }
 
   async disconnect(): Promise<void> {}

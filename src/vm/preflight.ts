@@ -90,6 +90,12 @@ export async function resolveNode(ctx: StepContext, r: ProxmoxVM): Promise<strin
     .filter((n) => n.free >= mem)
     .sort((x, y) => y.free - x.free);
   const best = candidates[0];
+  const biggest = Math.max(0, ...nodes.filter((n) => n.status === 'online').map((n) => n.maxmem ?? 0));
+  if (!best && nodes.some((n) => n.status === 'online') && mem > biggest)
+    throw reason(
+      'InsufficientCapacity',
+      `${(mem / GiB).toFixed(1)} GiB of memory requested, but the largest online node of site ${ctx.site.name} has ${(biggest / GiB).toFixed(1)} GiB in all; lower spec.forProvider.memory`,
+    );
   if (!best)
     throw reason(
       'InsufficientCapacity',
@@ -148,6 +154,13 @@ export function checkStorage(storages: StorageEntry[], id: string, bytes: number
   }
   if (s.active === 0 || s.enabled === 0)
     throw reason('StorageUnavailable', `storage '${id}' is not active on this node`, true);
+  if (s.total !== undefined && bytes > s.total) {
+    // Bigger than the whole storage: no amount of freeing space helps.
+    throw reason(
+      'InsufficientCapacity',
+      `${(bytes / GiB).toFixed(1)} GiB needed on storage '${id}', which holds ${(s.total / GiB).toFixed(1)} GiB in all; make ${field} smaller or pick a larger storage`,
+    );
+  }
   if (s.avail !== undefined && bytes > s.avail) {
     throw reason(
       'StorageFull',
@@ -172,6 +185,12 @@ export async function checkCapacity(ctx: StepContext, r: ProxmoxVM, node: string
   const mem = memoryBytes(fp) ?? 0;
   const inf = ctx.site.inflight.get(node);
   const free = (n.maxmem ?? 0) - (n.mem ?? 0) - (inf && !inf.holders.has(r.metadata.uid) ? inf.memory : 0);
+  if (n.maxmem !== undefined && mem > n.maxmem) {
+    throw reason(
+      'InsufficientCapacity',
+      `${(mem / GiB).toFixed(1)} GiB memory requested but node ${node} has ${(n.maxmem / GiB).toFixed(1)} GiB in all; lower spec.forProvider.memory or pick another node`,
+    );
+  }
   if (n.maxmem !== undefined && mem > free) {
     throw reason(
       'InsufficientCapacity',

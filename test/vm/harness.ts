@@ -34,6 +34,11 @@ export function startSim(opts: SimulatorOptions = {}): Promise<Simulator> {
 
 /** The ProviderConfig for the simulator, with the token (default) or root@pam password credentials. */
 export function simConfig(sim: Simulator, auth: 'token' | 'password' = 'token'): LoadedProviderConfig {
+  return parseProviderConfig(stringifyConfig(sim, auth), 'test.yaml');
+}
+
+/** The simulator's ProviderConfig + Secret as YAML, with token or root@pam password credentials. */
+function stringifyConfig(sim: Simulator, auth: 'token' | 'password' = 'token'): string {
   let text = providerConfigYaml(sim);
   if (auth === 'password') {
     const docs = parseAllDocuments(text).map((d) => d.toJS() as Record<string, unknown>);
@@ -41,7 +46,7 @@ export function simConfig(sim: Simulator, auth: 'token' | 'password' = 'token'):
     secret.stringData = { username: 'root@pam', password: ROOT_PASSWORD };
     text = docs.map((d) => stringify(d)).join('---\n');
   }
-  return parseProviderConfig(text, 'test.yaml');
+  return text;
 }
 
 export interface EngineOptions {
@@ -59,6 +64,8 @@ export interface EngineOptions {
   siteTtlMs?: number;
   /** The installation of this process (default: the CLI's, `cli-<config name>`). */
   installation?: string;
+  /** Rewrites the simulator's ProviderConfig YAML (a wrong token, another fingerprint...). */
+  configYaml?: (yaml: string) => string;
 }
 
 export interface Attempt {
@@ -82,7 +89,9 @@ export class Engine {
 
   constructor(sim: Simulator, opts: EngineOptions = {}) {
     this.sim = sim;
-    this.config = simConfig(sim, opts.auth);
+    this.config = opts.configYaml
+      ? parseProviderConfig(opts.configYaml(stringifyConfig(sim, opts.auth)), 'test.yaml')
+      : simConfig(sim, opts.auth);
     this.store = opts.store ?? new MemoryStore<ProxmoxVM>();
     this.connector = new VmConnector(new FileConfigSource(this.config), {
       taskPollMs: 10,
@@ -124,8 +133,8 @@ export class Engine {
     // Record the backoff delay of every rate-limited requeue.
     const q = this.controller.queue;
     const orig = q.addRateLimited.bind(q);
-    q.addRateLimited = (key: string, schedule?: number[]) => {
-      const d = orig(key, schedule);
+    q.addRateLimited = (key: string, schedule?: number[], permanent?: boolean) => {
+      const d = orig(key, schedule, permanent);
       this.pendingDelay.set(key, d);
       return d;
     };

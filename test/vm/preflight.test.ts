@@ -114,6 +114,20 @@ describe('the seed\'s "Potential Issues": refused before anything is created, wi
     assert.match(message, /GiB memory requested/);
   });
 
+  it('a disk bigger than the whole storage -> InsufficientCapacity, confirmed once, then retried only at the backoff cap', async () => {
+    const { key, message } = await refused('disk-too-big', { disk: '2Ti' }, 'InsufficientCapacity', 4);
+    assert.match(message, /2048\.0 GiB needed on storage 'local-lvm', which holds .* GiB in all/);
+    const delays = eng!
+      .attemptsOf(key)
+      .map((a) => a.delay)
+      .filter((d): d is number => d !== undefined);
+    assert.ok(delays[0]! < CAP / 4, `the confirmation comes soon: ${delays.join(', ')}`);
+    assert.ok(
+      delays.slice(1).every((d) => d >= CAP * 0.85),
+      `then at the cap: ${delays.join(', ')}`,
+    );
+  });
+
   it('storage full (storage-full fault) -> StorageFull; created once space is freed', async () => {
     const c = sim.cluster(SITE1);
     const fault = c.addFault({ kind: 'storage-full', node: NODE1, storage: 'local-lvm' });
