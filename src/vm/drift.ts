@@ -51,7 +51,7 @@ function decodeSshKeys(v: string | undefined): string {
   }
 }
 
-/** The first difference between spec and VM, as one change to make. */
+/** The first difference between spec and VM, as one change to make (one mutation per reconcile). */
 export function diff(
   ctx: StepContext,
   r: ProxmoxVM,
@@ -59,6 +59,22 @@ export function diff(
   cfg: Record<string, string>,
   state: string,
 ): Change | undefined {
+  return changes(ctx, r, found, cfg, state)[0];
+}
+
+/**
+ * Every difference between spec and VM, in the order they are made: the config (one POST), disks
+ * grown or added, then the power state (the VM starts with its final config). `plan` shows them
+ * all; a reconcile makes the first.
+ */
+export function changes(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  found: ObservedVm,
+  cfg: Record<string, string>,
+  state: string,
+): Change[] {
+  const out: Change[] = [];
   const fp = r.spec.forProvider;
   const set: Record<string, string | number> = {};
   const del: string[] = [];
@@ -109,12 +125,12 @@ export function diff(
   if (ci?.dns?.searchDomain) want('searchdomain', ci.dns.searchDomain);
   if (ci?.userDataSnippet) want('cicustom', `user=${ci.userDataSnippet}`);
   if (Object.keys(set).length || del.length) {
-    return {
+    out.push({
       kind: 'config',
       why: `updating ${[...Object.keys(set), ...del].join(', ')}`,
       set,
       ...(del.length ? { del } : {}),
-    };
+    });
   }
   // Disks: grow scsi0 to the requested size (never shrink).
   const wantDisk = diskBytes(fp);
@@ -122,12 +138,12 @@ export function diff(
   if (wantDisk && d0) {
     const size = driveSize(d0);
     if (size !== undefined && size < wantDisk) {
-      return {
+      out.push({
         kind: 'resize',
         why: `growing scsi0 to ${Math.round(wantDisk / GiB)}G`,
         disk: 'scsi0',
         size: `${Math.round(wantDisk / GiB)}G`,
-      };
+      });
     }
     if (size !== undefined && size > wantDisk + GiB / 2) {
       setCondition(
@@ -149,19 +165,20 @@ export function diff(
     const cur = cfg[slot];
     if (!cur) {
       const storage = d.storage ?? fp.storage ?? 'local-lvm';
-      return {
+      out.push({
         kind: 'config',
         why: `adding disk ${slot}`,
         set: { [slot]: [`${storage}:${Math.ceil(bytes / GiB)}`, ...diskOptions(d)].join(',') },
-      };
+      });
+      continue;
     }
     const size = driveSize(cur);
     if (size !== undefined && size < bytes)
-      return { kind: 'resize', why: `growing ${slot}`, disk: slot, size: `${Math.ceil(bytes / GiB)}G` };
+      out.push({ kind: 'resize', why: `growing ${slot}`, disk: slot, size: `${Math.ceil(bytes / GiB)}G` });
   }
   // Power state last: the VM starts with its final config.
   const power = fp.powerState ?? 'running';
-  if (power === 'running' && state !== 'running') return { kind: 'start', why: `starting VM ${found.vmid}` };
-  if (power === 'stopped' && state === 'running') return { kind: 'stop', why: `stopping VM ${found.vmid}` };
-  return undefined;
+  if (power === 'running' && state !== 'running') out.push({ kind: 'start', why: `starting VM ${found.vmid}` });
+  if (power === 'stopped' && state === 'running') out.push({ kind: 'stop', why: `stopping VM ${found.vmid}` });
+  return out;
 }

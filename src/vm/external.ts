@@ -7,13 +7,14 @@
  * (site-cache.ts), so nothing here can leak.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import type { ExternalClient, ExternalObservation } from '../engine/types.ts';
+import { type ExternalClient, type ExternalObservation, ReasonedError } from '../engine/types.ts';
 import { credentialProblem, reason } from './conditions.ts';
 import { type StepContext, stepContext, type VmClientOptions } from './context.ts';
 import { issueCreate } from './create.ts';
 import { deleteVm } from './delete.ts';
 import type { Change } from './drift.ts';
 import { observe } from './observe.ts';
+import { planResource, type ResourcePlan } from './plan.ts';
 import { type CreatePlan, preflight } from './preflight.ts';
 import type { SiteContext } from './site-cache.ts';
 import { applyChange } from './update.ts';
@@ -82,6 +83,15 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
 
   delete(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
     return this.guard(deleteVm(this.ctx(r), r));
+  }
+
+  /** What a reconcile would do, changing nothing (see plan.ts). */
+  planFor(r: ProxmoxVM, key: string): Promise<ResourcePlan> {
+    return this.guard(planResource(this.ctx(r), r, key)).catch((e) => {
+      if (e instanceof ReasonedError)
+        return { key, action: 'refused' as const, changes: [], pending: [], reason: e.reason, message: e.message };
+      throw e;
+    });
   }
 
   async disconnect(): Promise<void> {}

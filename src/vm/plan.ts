@@ -1,0 +1,218 @@
+/**
+ * What reconciling a ProxmoxVM would do, read from the live VM and changing nothing: create,
+ * adopt (its installation's VM found by marker), update in place, update that waits for a reboot,
+ * reboot (rebootPolicy: IfNeeded), no-op, or refused (with the reason). The fields come from the
+ * same drift computation a reconcile uses (drift.ts changes), so the plan and what apply does
+ * cannot disagree.
+ *
+ * Whether a changed key waits for a reboot follows qemu-server: on a running VM only the "fast
+ * plug" options (`$fast_plug_option` in PVE/QemuServer.pm: name, description, onboot, startup,
+ * tags, protection, agent...), a NIC whose model stays, and hot-plugged disks apply at once;
+ * cores, sockets and memory (without CPU/memory hotplug) and cloud-init values wait for the next
+ * boot. Proxmox's own pending list is the truth once the change is made (PendingReboot).
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { externalName } from '../engine/resource.ts';
+import { ReasonedError } from '../engine/types.ts';
+import type { ClusterResource } from '../proxmox/types.ts';
+import type { StepContext } from './context.ts';
+import { type Change, changes } from './drift.ts';
+import { observe } from './observe.ts';
+import { driveSize, parseNetValue } from './spec.ts';
+
+export type PlanAction = 'create' | 'adopt' | 'update' | 'update-reboot' | 'reboot' | 'no-op' | 'refused';
+
+export interface FieldChange {
+  /** The Proxmox config key (`memory`, `net0`, `scsi0`...) or `powerState`. */
+  key: string;
+  /** The spec field it comes from, where there is one. */
+  field?: string;
+  from?: string;
+  to: string;
+  /** Applied only when the VM next boots. */
+  reboot: boolean;
+}
+
+export interface ResourcePlan {
+  key: string;
+  action: PlanAction;
+  vmid?: number;
+  node?: string;
+  state?: string;
+  changes: FieldChange[];
+  /** Keys Proxmox already holds until the next boot. */
+  pending: string[];
+  reason?: string;
+  message?: string;
+}
+
+const SPEC_FIELD: Array<[RegExp, string]> = [
+  [/^cores$/, 'cpu'],
+  [/^sockets$/, 'sockets'],
+  [/^memory$/, 'memory'],
+  [/^name$/, 'name'],
+  [/^tags$/, 'tags'],
+  [/^description$/, 'description'],
+  [/^onboot$/, 'onBoot'],
+  [/^startup$/, 'startup'],
+  [/^agent$/, 'agent'],
+  [/^net\d+$/, 'networks'],
+  [/^ipconfig\d+$/, 'cloudInit.ipConfig'],
+  [/^(ciuser|sshkeys|cipassword)$/, 'cloudInit'],
+  [/^(nameserver|searchdomain)$/, 'cloudInit.dns'],
+  [/^cicustom$/, 'cloudInit.userDataSnippet'],
+  [/^(scsi|virtio|sata|ide)\d+$/, 'disks'],
+];
+
+/** Keys a running VM takes at once (qemu-server `$fast_plug_option`). */
+const FAST_PLUG = /^(name|description|onboot|startup|tags|protection|agent|lock|hookscript|vmstatestorage)$/;
+/** Values that never reach a plan (PVE reads them back masked anyway). */
+const SECRET_KEYS = /^(cipassword)$/;
+
+function waitsForBoot(key: string, from: string | undefined, to: string, running: boolean): boolean {
+  if (!running || FAST_PLUG.test(key)) return false;
+  if (/^net\d+$/.test(key)) return !from || parseNetValue(from).model !== parseNetValue(to).model;
+  if (/^(scsi|virtio|sata)\d+$/.test(key)) return false; // disk hotplug is on by default
+  return true;
+}
+
+function fieldOf(key: string): string | undefined {
+  return SPEC_FIELD.find(([re]) => re.test(key))?.[1];
+}
+
+function show(key: string, v: string | number | undefined): string | undefined {
+  if (v === undefined) return undefined;
+  if (SECRET_KEYS.test(key)) return '(secret)';
+  const s = String(v);
+  return key === 'sshkeys' ? `${s.split('\n').filter(Boolean).length} key(s)` : s;
+}
+
+/** One Change as the fields it touches. */
+function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): FieldChange[] {
+  switch (c.kind) {
+    case 'config': {
+      const out: FieldChange[] = [];
+      for (const [k, v] of Object.entries(c.set ?? {})) {
+        const from = show(k, cfg[k]);
+        const to = show(k, v)!;
+        const field = fieldOf(k);
+        out.push({
+          key: k,
+          ...(field ? { field } : {}),
+          ...(from !== undefined ? { from } : {}),
+          to,
+          reboot: waitsForBoot(k, cfg[k], String(v), running),
+        });
+      }
+      for (const k of c.del ?? []) {
+        const field = fieldOf(k);
+        out.push({
+          key: k,
+          ...(field ? { field } : {}),
+          from: show(k, cfg[k]) ?? '',
+          to: '(removed)',
+          reboot: running && !FAST_PLUG.test(k) && !/^net\d+$/.test(k),
+        });
+      }
+      return out;
+    }
+    case 'resize': {
+      const cur = driveSize(cfg[c.disk!] ?? '');
+      return [
+        {
+          key: c.disk!,
+          field: c.disk === 'scsi0' ? 'disk' : 'disks',
+          ...(cur !== undefined ? { from: `${Math.round(cur / 1024 ** 3)}G` } : {}),
+          to: c.size!,
+          reboot: false,
+        },
+      ];
+    }
+    case 'start':
+      return [{ key: 'status', field: 'powerState', from: 'stopped', to: 'running', reboot: false }];
+    case 'stop':
+      return [{ key: 'status', field: 'powerState', from: 'running', to: 'stopped', reboot: false }];
+    default:
+      return [];
+  }
+}
+
+/**
+ * The plan for one resource. Reads only: observe runs on a copy (whatever it would record stays
+ * there), then the VM's config is read once more for the complete list of changes.
+ */
+export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string): Promise<ResourcePlan> {
+  const copy = structuredClone(r);
+  let observed: Awaited<ReturnType<typeof observe>>;
+  try {
+    observed = await observe(ctx, copy);
+  } catch (e) {
+    if (!(e instanceof ReasonedError)) throw e;
+    return { key, action: 'refused', changes: [], pending: [], reason: e.reason, message: e.message };
+  }
+  const a = copy.status?.atProvider ?? {};
+  const vmidText = externalName(copy);
+  if (!observed.obs.exists) return { key, action: 'create', changes: [], pending: [] };
+  const vmid = Number(vmidText);
+  const node = a.node;
+  const adopted = vmidText !== externalName(r);
+  if (!node || !Number.isInteger(vmid))
+    return {
+      key,
+      action: adopted ? 'adopt' : 'no-op',
+      changes: [],
+      pending: [],
+      ...(a.step ? { message: a.step } : {}),
+    };
+  const cfg = (await ctx.client.vmConfig(node, vmid)).values;
+  const state = a.state ?? 'unknown';
+  const running = state === 'running';
+  const found = { vmid, node, entry: { id: `qemu/${vmid}`, type: 'qemu', vmid, node } as ClusterResource };
+  const fields = changes(ctx, copy, found, cfg, state).flatMap((c) => fieldsOf(c, cfg, running));
+  const pending = running ? (a.pendingChanges ?? []) : [];
+  const reboots = fields.some((f) => f.reboot) || pending.length > 0;
+  const action: PlanAction = adopted
+    ? 'adopt'
+    : fields.length
+      ? reboots
+        ? 'update-reboot'
+        : 'update'
+      : pending.length
+        ? r.spec.forProvider.rebootPolicy === 'IfNeeded'
+          ? 'reboot'
+          : 'update-reboot'
+        : 'no-op';
+  return { key, action, vmid, node, state, changes: fields, pending };
+}
+
+/** Plans for many resources, a few at a time; each gets its own reconcile-like connection. */
+export async function planResources(
+  resources: ProxmoxVM[],
+  connect: (r: ProxmoxVM) => Promise<{ planFor(r: ProxmoxVM, key: string): Promise<ResourcePlan> }>,
+  keyOf: (r: ProxmoxVM) => string,
+  parallel = 4,
+): Promise<ResourcePlan[]> {
+  const out: ResourcePlan[] = new Array(resources.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < resources.length) {
+      const i = next++;
+      const r = resources[i]!;
+      try {
+        out[i] = await (await connect(r)).planFor(r, keyOf(r));
+      } catch (e) {
+        const reason = e instanceof ReasonedError ? e.reason : 'PlanFailed';
+        out[i] = {
+          key: keyOf(r),
+          action: 'refused',
+          changes: [],
+          pending: [],
+          reason,
+          message: e instanceof Error ? e.message : String(e),
+        };
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(parallel, resources.length) }, worker));
+  return out;
+}

@@ -1,0 +1,86 @@
+/**
+ * The per-resource plan read from the live VMs (what `plan` and `apply` print before acting):
+ * create, adopt, update in place, update that waits for a reboot, no-op, refused; and the plan
+ * itself changes nothing in Proxmox.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { keyOf } from '../../src/engine/resource.ts';
+import type { Simulator } from '../../src/sim/index.ts';
+import { planResources } from '../../src/vm/plan.ts';
+import { Engine, mutations, SITE1, startSim, vm } from './harness.ts';
+
+describe('plan: what a reconcile would do, from the live VMs', () => {
+  let sim: Simulator;
+  let eng: Engine;
+  before(async () => {
+    sim = await startSim();
+    eng = await new Engine(sim).start();
+  });
+  after(async () => {
+    await eng.stop();
+    await sim.close();
+  });
+
+  /** Plan the store's copy of each named resource with the given spec changes. */
+  async function plan(...rs: ReturnType<typeof vm>[]) {
+    const c = sim.cluster(SITE1);
+    const before = JSON.stringify(mutations(c));
+    const withState = rs.map((r) => {
+      const cur = eng.store.getSync(`default/${r.metadata.name}`);
+      return cur ? { ...cur, spec: r.spec } : { ...r, metadata: { ...r.metadata, namespace: 'default', uid: 'u-new' } };
+    });
+    const out = await planResources(withState, (r) => eng.connector.connect(r), keyOf);
+    assert.equal(JSON.stringify(mutations(c)), before, 'planning changes nothing');
+    return out;
+  }
+
+  it('no-op, update in place, update that waits for a reboot, create', async () => {
+    const r = await eng.waitReady(eng.apply(vm('plan-1')));
+    const vmid = r.status!.atProvider!.vmId!;
+    const [same] = await plan(vm('plan-1'));
+    assert.equal(same!.action, 'no-op');
+    assert.deepEqual(same!.changes, []);
+
+    const [tags] = await plan(vm('plan-1', { tags: ['web'] }));
+    assert.equal(tags!.action, 'update');
+    assert.deepEqual(
+      tags!.changes.map((f) => [f.key, f.field, f.reboot]),
+      [['tags', 'tags', false]],
+    );
+
+    const [mem] = await plan(vm('plan-1', { memory: '2Gi', cpu: 2 }));
+    assert.equal(mem!.action, 'update-reboot');
+    assert.deepEqual(mem!.changes.map((f) => [f.key, f.from, f.to, f.reboot]).sort(), [
+      ['cores', '1', '2', true],
+      ['memory', '1024', '2048', true],
+    ]);
+    assert.equal(mem!.vmid, vmid);
+
+    const [disk] = await plan(vm('plan-1', { disk: '16Gi' }));
+    assert.equal(disk!.action, 'update');
+    assert.deepEqual(
+      disk!.changes.map((f) => [f.key, f.field, f.from, f.to]),
+      [['scsi0', 'disk', '8G', '16G']],
+    );
+
+    const [fresh] = await plan(vm('plan-new'));
+    assert.equal(fresh!.action, 'create');
+  });
+
+  it('a resource with no state whose VM exists is adopted; a refused one says why', async () => {
+    await eng.waitReady(eng.apply(vm('plan-adopt')));
+    const lost = { ...vm('plan-adopt'), metadata: { ...vm('plan-adopt').metadata, namespace: 'default', uid: 'u-2' } };
+    // Another runtime whose state does not hold it (a lost or other state file).
+    const other = new Engine(sim);
+    const [adopt] = await planResources([lost], (r) => other.connector.connect(r), keyOf).finally(() => other.stop());
+    assert.equal(adopt!.action, 'adopt');
+
+    const [bad] = await plan(vm('plan-bad', { cpu: 64 }));
+    // Not created yet: observe cannot refuse it, creation would (capacity is the plan command's part).
+    assert.equal(bad!.action, 'create');
+    const [site] = await plan(vm('plan-1', { site: 'site-2', node: 'r630-01' }));
+    assert.equal(site!.action, 'refused');
+    assert.equal(site!.reason, 'PlacementChangeRefused');
+  });
+});
