@@ -1,0 +1,170 @@
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import {
+  loadFleetFile,
+  manifestKey,
+  nextAdmissions,
+  PHASE_ANNOTATION,
+  planRollout,
+  RolloutError,
+  type RolloutPlan,
+} from '../fleet/phases.ts';
+import type { ManifestDoc } from './manifests.ts';
+import { formatRows, Progress } from './render.ts';
+import {
+  type ApplyArgs,
+  chooseState,
+  cliInstallationOf,
+  configAmong,
+  loadConfigArg,
+  loadVms,
+  openRuntime,
+  resolveConfig,
+  stateFileFor,
+  UsageError,
+  write,
+} from './setup.ts';
+import { readStateFile } from './store.ts';
+
+/**
+ * Reconcile the manifests phase by phase until every VM is Ready (exit 0) or failed clearly
+ * (exit 1), as reconciles of this run observed them: every resource is reconciled on every run, so
+ * what changed in Proxmox since the state file was written (a VM stopped, resized or destroyed by
+ * hand) is repaired, not taken for Ready.
+ */
+export async function applyCommand(args: ApplyArgs): Promise<number> {
+  const { vms, others } = loadVms(args.files);
+  if (!vms.length) throw new UsageError(`no ProxmoxVM in ${args.files.join(', ')}`);
+  let plan: RolloutPlan;
+  try {
+    plan = planRollout(vms, {
+      ...(args.fleet ? { fleet: loadFleetFile(args.fleet) } : {}),
+      ...(args.maxParallel ? { maxParallel: args.maxParallel } : {}),
+    });
+  } catch (e) {
+    if (e instanceof RolloutError) throw new UsageError(e.message);
+    throw e;
+  }
+  const byKey = new Map(vms.map((v) => [manifestKey(v), v]));
+  const keys = [...byKey.keys()];
+  // With a fleet file the phase comes from the file: record it where `status` shows it.
+  if (args.fleet)
+    for (const p of plan.phases)
+      for (const k of p.members) {
+        const vm = byKey.get(k)!;
+        vm.metadata.annotations = { ...vm.metadata.annotations, [PHASE_ANNOTATION]: p.name };
+      }
+  if (args.dryRun) return dryRun(args, plan, byKey, others);
+  const config = await resolveConfig(args, others);
+  const rt = openRuntime(config, chooseState(args, config), args, others);
+  const progress = new Progress(args.out);
+  const abort = new AbortController();
+  const onSignal = () => abort.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  if (args.signal?.aborted) abort.abort();
+  args.signal?.addEventListener('abort', onSignal, { once: true });
+  try {
+    // Resume: what an earlier run already started keeps going, with the manifests' current spec.
+    rt.applyManifests(keys.filter((k) => rt.store.getSync(k)).map((k) => byKey.get(k)!));
+    const started = Date.now();
+    let blocked: string | undefined;
+    let lastPhaseLine = '';
+    const out = args.out ?? process.stdout;
+    const tty = Boolean(out.isTTY) && process.env.TERM !== 'dumb';
+    const res = await rt.runUntil({
+      timeoutMs: args.timeoutMs ?? 30 * 60_000,
+      signal: abort.signal,
+      check: () => {
+        const adm = nextAdmissions(plan, (k) => rt.stateOf(k), { noWait: Boolean(args.noWait) });
+        if (adm.admit.length) rt.applyManifests(adm.admit.map((k) => byKey.get(k)!));
+        blocked = adm.blocked?.reason;
+        args.onTick?.(new Map(keys.map((k) => [k, rt.stateOf(k)])));
+        if (!args.quiet) {
+          const rows = rt.rows().filter((r) => byKey.has(r.key));
+          const ready = keys.filter((k) => rt.stateOf(k) === 'ready').length;
+          const phases = plan.phases
+            .map((p) => `${p.name}:${p.members.filter((m) => rt.stateOf(m) === 'ready').length}/${p.members.length}`)
+            .join(' ');
+          // Not a terminal: the per-VM lines, and a line whenever the phases move on (when there are phases).
+          const phaseLine = `phases ${phases}${blocked ? ` — waiting: ${blocked}` : ''}`;
+          if (!tty && plan.phases.length > 1 && phaseLine !== lastPhaseLine)
+            write(args.out, `[${((Date.now() - started) / 1000).toFixed(1).padStart(6)}s] ${phaseLine}`);
+          lastPhaseLine = phaseLine;
+          progress.update(
+            rows,
+            `${args.header ?? 'Applying'} ${keys.length} VMs, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) ${phaseLine}`,
+          );
+        }
+        const states = keys.map((k) => rt.stateOf(k));
+        if (states.every((x) => x === 'ready')) return 'ok';
+        if (adm.stuck) return 'fail';
+        return 'continue';
+      },
+    });
+    progress.done();
+    const rows = rt.rows().filter((r) => byKey.has(r.key));
+    write(args.out, `\n${formatRows(rows, args.output ?? 'table')}`);
+    const notStarted = keys.filter((k) => !rt.store.getSync(k));
+    const failed = rows.filter((r) => !(r.ready === 'True' && r.synced === 'True'));
+    if (abort.signal.aborted) write(args.out, '\ninterrupted: run apply again to continue where it stopped');
+    // Not ready: as this run saw them (a row may still show an earlier run's Ready).
+    else if (res.timedOut)
+      write(args.out, `\ntimed out with ${keys.filter((k) => rt.stateOf(k) !== 'ready').length} VM(s) not ready`);
+    else if (failed.length || notStarted.length) {
+      write(args.out, `\n${failed.length} VM(s) failed; the MESSAGE column says why and how to fix it`);
+      if (notStarted.length) {
+        // Why: the gate of an earlier phase (one line), or a dependency that is not Ready (one line each).
+        const name = (k: string) => k.split('/')[1]!;
+        const lines = [`${notStarted.length} VM(s) not started: ${blocked ?? 'an earlier phase did not become Ready'}`];
+        for (const k of notStarted) {
+          const bad = (plan.dependsOn.get(k) ?? []).filter((d) => rt.stateOf(d) !== 'ready');
+          if (bad.length)
+            lines.push(
+              `  ${name(k)} waits for ${bad.map((d) => `${name(d)} (${rt.stateOf(d) === 'absent' ? 'not started' : rt.stateOf(d)})`).join(', ')}`,
+            );
+        }
+        write(args.out, lines.join('\n'));
+      }
+    } else write(args.out, `\nall ${rows.length} VMs ready`);
+    return res.ok ? 0 : 1;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    args.signal?.removeEventListener('abort', onSignal);
+    await rt.close();
+  }
+}
+
+async function dryRun(
+  args: ApplyArgs,
+  plan: RolloutPlan,
+  byKey: Map<string, ProxmoxVM>,
+  others: ManifestDoc[],
+): Promise<number> {
+  // The state file says create or update; it is found as apply finds it (the config, when there is
+  // one, names the installation: loading it contacts nothing).
+  const config = args.loadedConfig ?? (args.config ? await loadConfigArg(args.config) : configAmong(others));
+  const where = stateFileFor({
+    state: args.state,
+    installation: config ? cliInstallationOf(config) : undefined,
+    cwd: args.cwd,
+  });
+  if ('file' in where && where.note) write(args.err ?? process.stderr, where.note);
+  const data = 'file' in where ? readStateFile<ProxmoxVM>(where.file) : undefined;
+  const existing = new Set((data?.objects ?? []).map(manifestKey));
+  const lines: string[] = ['Dry run: nothing is contacted or changed.', ''];
+  for (const p of plan.phases) {
+    lines.push(
+      `phase ${p.name}${p.maxParallel ? ` (at most ${p.maxParallel} at once)` : ''}: ${p.members.length} VM(s)${plan.phases[0] === p ? '' : args.noWait ? ', at once (--no-wait)' : ', after the previous phase is Ready'}`,
+    );
+    for (const k of p.members) {
+      const fp = byKey.get(k)!.spec.forProvider;
+      const deps = plan.dependsOn.get(k);
+      lines.push(
+        `  ${existing.has(k) ? 'update' : 'create'} ${k}: ${fp.cpu ?? 1} cpu, ${fp.memory ?? '2048Mi'}, disk ${fp.disk ?? '(image size)'} on ${fp.site ?? '(only site)'}/${fp.node ?? '(placed)'}${fp.storage ? `:${fp.storage}` : ''}${deps ? `; after ${deps.join(', ')}` : ''}`,
+      );
+    }
+  }
+  write(args.out, lines.join('\n'));
+  return 0;
+}
