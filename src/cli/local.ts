@@ -1,6 +1,7 @@
 /** `apply`, `delete`, `status`, `demo`: commander wiring for src/local/commands.ts. */
 import { type Command, Option } from 'commander';
 import { duration, durationOption, outputOption, positive, runCommand, STATE_HELP } from './args.ts';
+import { confirmer } from './confirm.ts';
 
 /** Loaded on use, so that every command starts fast. */
 const local = () => import('../local/commands.ts');
@@ -18,6 +19,12 @@ function pollArgs(ms: number | undefined): { taskPollMs?: number; agentPollMs?: 
 }
 
 const output = outputOption;
+
+/** The confirmation to ask before changing anything, unless --yes. */
+function confirmArg(yes: boolean | undefined, command: string, question: string): { confirm?: () => Promise<boolean> } {
+  const confirm = confirmer({ yes, command, question });
+  return confirm ? { confirm } : {};
+}
 
 export function registerLocal(program: Command): void {
   program
@@ -39,7 +46,18 @@ export function registerLocal(program: Command): void {
     )
     .option('--no-wait', 'start every phase at once instead of waiting for the previous one to be Ready')
     .option('--max-parallel <n>', 'at most N VMs of a phase in progress at once', positive)
-    .option('--dry-run', 'print the phases and what would be created or updated; contact nothing')
+    .option(
+      '--dry-run',
+      'print the phases and, read from Proxmox, what would be created, adopted or changed, field by field; change nothing',
+    )
+    .option('-y, --yes', 'apply without asking (needed when stdin is not a terminal)')
+    .option('--auto-approve', 'the same as --yes (as Terraform names it)')
+    .addOption(
+      new Option(
+        '--reboot-policy <policy>',
+        'for manifests without spec.forProvider.rebootPolicy: IfNeeded reboots a running VM to apply changes Proxmox holds until its next boot; Never (the default) only reports them (PendingReboot)',
+      ).choices(['Never', 'IfNeeded']),
+    )
     .addOption(taskPoll())
     .addOption(output())
     .option('-q, --quiet', 'no live progress, only the final table')
@@ -52,6 +70,10 @@ earlier phase is Ready, so a failing VM in phase 1 holds phase 2.
 
 Every run reconciles every VM: apply is done when each was observed Ready in this run (or failed
 for good), so a VM stopped, resized or destroyed by hand since the last run is repaired.
+
+Before anything changes, apply prints the plan read from Proxmox (create, adopt, update, update
+that waits for a reboot, reboot, unchanged) and asks for 'yes' on a terminal; without a terminal it
+needs --yes.
 
 Killing apply at any moment is safe: run it again and it continues from the state file, with exactly
 one VM per manifest. The state file is one per installation (the ProviderConfig's spec.installation,
@@ -77,10 +99,15 @@ Example:
         maxParallel?: number;
         dryRun?: boolean;
         taskPoll?: number;
+        yes?: boolean;
+        autoApprove?: boolean;
+        rebootPolicy?: 'Never' | 'IfNeeded';
       }) =>
         run(async () =>
           (await local()).applyCommand({
             files: o.filename,
+            ...confirmArg(o.yes || o.autoApprove, 'apply', 'Apply these changes?'),
+            ...(o.rebootPolicy ? { rebootPolicy: o.rebootPolicy } : {}),
             ...(o.fleet ? { fleet: o.fleet } : {}),
             noWait: !o.wait,
             ...(o.maxParallel ? { maxParallel: o.maxParallel } : {}),
@@ -98,12 +125,16 @@ Example:
 
   program
     .command('delete')
-    .description('Delete the VMs the manifests own (stop, destroy with purge, confirm gone).')
+    .description(
+      'Delete the VMs the manifests own: shows which VMs will be destroyed and asks, then stops them, destroys them with purge and confirms they are gone.',
+    )
     .requiredOption('-f, --filename <path...>', 'manifest files or directories')
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', STATE_HELP)
     .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
     .option('-q, --quiet', 'no live progress')
+    .option('--dry-run', 'print which VMs would be destroyed (read from Proxmox); destroy nothing')
+    .option('-y, --yes', 'delete without asking (needed when stdin is not a terminal)')
     .addOption(taskPoll())
     .action(
       (o: {
@@ -113,10 +144,14 @@ Example:
         timeout: number;
         quiet?: boolean;
         taskPoll?: number;
+        dryRun?: boolean;
+        yes?: boolean;
       }) =>
         run(async () =>
           (await local()).deleteCommand({
             files: o.filename,
+            dryRun: Boolean(o.dryRun),
+            ...confirmArg(o.yes, 'delete', 'Destroy these VMs?'),
             ...(o.config ? { config: o.config } : {}),
             ...(o.state ? { state: o.state } : {}),
             timeoutMs: o.timeout,

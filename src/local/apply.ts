@@ -1,4 +1,5 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { getCondition, keyOf } from '../engine/resource.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -8,6 +9,7 @@ import {
   RolloutError,
   type RolloutPlan,
 } from '../fleet/phases.ts';
+import { describePlans, planResources, plansChange, type ResourcePlan } from '../vm/plan.ts';
 import type { ManifestDoc } from './manifests.ts';
 import { formatRows, Progress } from './render.ts';
 import {
@@ -18,6 +20,7 @@ import {
   loadConfigArg,
   loadVms,
   openRuntime,
+  planTarget,
   resolveConfig,
   stateFileFor,
   UsageError,
@@ -53,9 +56,36 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
         const vm = byKey.get(k)!;
         vm.metadata.annotations = { ...vm.metadata.annotations, [PHASE_ANNOTATION]: p.name };
       }
+  if (args.rebootPolicy) for (const vm of vms) vm.spec.forProvider.rebootPolicy ??= args.rebootPolicy;
   if (args.dryRun) return dryRun(args, plan, byKey, others);
   const config = await resolveConfig(args, others);
   const rt = openRuntime(config, chooseState(args, config), args, others);
+  // The plan, read from Proxmox before anything changes; the human part never goes to a JSON stdout.
+  const planOut = (args.output ?? 'table') === 'table' ? args.out : (args.err ?? process.stderr);
+  let planned: ResourcePlan[];
+  try {
+    planned = await planResources(
+      keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)),
+      (r) => rt.connector.connect(r),
+      keyOf,
+    );
+  } catch (e) {
+    await rt.close();
+    throw e;
+  }
+  if (!args.quiet) write(planOut, ['Changes, read from Proxmox:', ...describePlans(planned), ''].join('\n'));
+  if (
+    args.confirm &&
+    plansChange(planned) &&
+    !(await args.confirm(planned).catch(async (e) => {
+      await rt.close();
+      throw e;
+    }))
+  ) {
+    write(planOut, 'Apply cancelled: nothing was changed.');
+    await rt.close();
+    return 1;
+  }
   const progress = new Progress(args.out);
   const abort = new AbortController();
   const onSignal = () => abort.abort();
@@ -126,6 +156,14 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
         write(args.out, lines.join('\n'));
       }
     } else write(args.out, `\nall ${rows.length} VMs ready`);
+    if (!args.quiet)
+      write(
+        planOut,
+        done(
+          planned,
+          keys.map((k) => rt.store.getSync(k)),
+        ),
+      );
     return res.ok ? 0 : 1;
   } finally {
     process.off('SIGINT', onSignal);
@@ -135,14 +173,35 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   }
 }
 
+/** What apply did, by the plan's actions and where each resource ended (pending reboots named). */
+function done(planned: ResourcePlan[], after: Array<ProxmoxVM | undefined>): string {
+  const n = (a: string) => planned.filter((p) => p.action === a).length;
+  const waiting = after.filter(
+    (r): r is ProxmoxVM => r !== undefined && getCondition(r, 'PendingReboot')?.status === 'True',
+  );
+  const lines = [
+    `Done: ${n('create')} created, ${n('adopt')} adopted, ${n('update') + n('update-reboot')} updated, ${n('reboot')} rebooted, ${n('no-op')} unchanged.`,
+  ];
+  if (waiting.length)
+    lines.push(
+      `${waiting.length} VM(s) run with changes Proxmox applies only at the next boot: ${waiting.map((r) => `${r.metadata.name} (${(r.status?.atProvider?.pendingChanges ?? []).join(', ')})`).join('; ')}. Reboot them, or apply with --reboot-policy IfNeeded (spec.forProvider.rebootPolicy).`,
+    );
+  return lines.join('\n');
+}
+
+/** `phase 1 (at most 2 at once): 3 VM(s), after the previous phase is Ready`. */
+function phaseLine(p: RolloutPlan['phases'][number], first: boolean, noWait: boolean): string {
+  return `phase ${p.name}${p.maxParallel ? ` (at most ${p.maxParallel} at once)` : ''}: ${p.members.length} VM(s)${first ? '' : noWait ? ', at once (--no-wait)' : ', after the previous phase is Ready'}`;
+}
+
 async function dryRun(
   args: ApplyArgs,
   plan: RolloutPlan,
   byKey: Map<string, ProxmoxVM>,
   others: ManifestDoc[],
 ): Promise<number> {
-  // The state file says create or update; it is found as apply finds it (the config, when there is
-  // one, names the installation: loading it contacts nothing).
+  // The state file is found as apply finds it (the config, when there is one, names the
+  // installation); it is only read, and Proxmox only asked.
   const config = args.loadedConfig ?? (args.config ? await loadConfigArg(args.config) : configAmong(others));
   const where = stateFileFor({
     state: args.state,
@@ -152,11 +211,39 @@ async function dryRun(
   if ('file' in where && where.note) write(args.err ?? process.stderr, where.note);
   const data = 'file' in where ? readStateFile<ProxmoxVM>(where.file) : undefined;
   const existing = new Set((data?.objects ?? []).map(manifestKey));
-  const lines: string[] = ['Dry run: nothing is contacted or changed.', ''];
+  if (config) {
+    const stored = new Map((data?.objects ?? []).map((o) => [manifestKey(o), o]));
+    const rt = openRuntime(config, undefined, args, others);
+    try {
+      const planned = await planResources(
+        [...byKey.entries()].map(([k, m]) => planTarget(stored.get(k), m)),
+        (r) => rt.connector.connect(r),
+        keyOf,
+      );
+      const lines = ['Dry run: Proxmox was only read; nothing was changed.', ''];
+      const byPlan = new Map(planned.map((p) => [p.key, p]));
+      for (const p of plan.phases) {
+        lines.push(phaseLine(p, plan.phases[0] === p, Boolean(args.noWait)));
+        lines.push(
+          ...describePlans(
+            p.members.map((k) => byPlan.get(k)!),
+            {
+              unchanged: true,
+              summary: false,
+              suffix: (x) => (plan.dependsOn.get(x.key) ? `; after ${plan.dependsOn.get(x.key)!.join(', ')}` : ''),
+            },
+          ),
+        );
+      }
+      write(args.out, [...lines, describePlans(planned).at(-1)!].join('\n'));
+    } finally {
+      await rt.close();
+    }
+    return 0;
+  }
+  const lines: string[] = ['Dry run without a ProviderConfig: from the manifests and the state file alone.', ''];
   for (const p of plan.phases) {
-    lines.push(
-      `phase ${p.name}${p.maxParallel ? ` (at most ${p.maxParallel} at once)` : ''}: ${p.members.length} VM(s)${plan.phases[0] === p ? '' : args.noWait ? ', at once (--no-wait)' : ', after the previous phase is Ready'}`,
-    );
+    lines.push(phaseLine(p, plan.phases[0] === p, Boolean(args.noWait)));
     for (const k of p.members) {
       const fp = byKey.get(k)!.spec.forProvider;
       const deps = plan.dependsOn.get(k);

@@ -1,16 +1,53 @@
-import { externalName } from '../engine/resource.ts';
+import { externalName, keyOf } from '../engine/resource.ts';
 import { manifestKey } from '../fleet/phases.ts';
+import { planResources, type ResourcePlan } from '../vm/plan.ts';
 import { Progress, table } from './render.ts';
-import { type ApplyArgs, chooseState, loadVms, openRuntime, resolveConfig, write } from './setup.ts';
+import { type ApplyArgs, chooseState, loadVms, openRuntime, planTarget, resolveConfig, write } from './setup.ts';
 
-/** Delete what the manifests own: stop, destroy, confirm gone. */
+/** Which VMs a delete destroys, and which resources have none (or one that is not theirs). */
+function describeDeletion(planned: ResourcePlan[]): string[] {
+  const lines = ['Would destroy, read from Proxmox:'];
+  let n = 0;
+  for (const p of planned) {
+    if (p.action === 'refused') lines.push(`  ! ${p.key}: kept, ${p.reason}: ${p.message ?? ''}`);
+    else if (p.vmid === undefined || p.action === 'create')
+      lines.push(`    ${p.key}: no VM in Proxmox (nothing to destroy)`);
+    else {
+      n++;
+      lines.push(
+        `  - ${p.key}: VM ${p.vmid}${p.node ? ` on ${p.node}` : ''} (${p.state ?? 'unknown'})${p.action === 'adopt' ? ', found by its ownership marker' : ''}`,
+      );
+    }
+  }
+  lines.push(`${n} VM(s) to destroy.`);
+  return lines;
+}
+
+/**
+ * Delete what the manifests own: which VMs that means is read from Proxmox and shown first
+ * (`--dry-run` stops there), confirmed (a prompt, or --yes), then each is stopped, destroyed and
+ * confirmed gone.
+ */
 export async function deleteCommand(args: ApplyArgs): Promise<number> {
   const { vms, others } = loadVms(args.files);
   const config = await resolveConfig(args, others);
-  const rt = openRuntime(config, chooseState(args, config), args, others);
+  const rt = openRuntime(config, args.dryRun ? undefined : chooseState(args, config), args, others);
   const progress = new Progress(args.out);
   try {
     const keys = vms.map(manifestKey);
+    const byKey = new Map(vms.map((v) => [manifestKey(v), v]));
+    const planned = await planResources(
+      keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)),
+      (r) => rt.connector.connect(r),
+      keyOf,
+    );
+    const doomed = planned.filter((p) => p.vmid !== undefined && p.action !== 'refused' && p.action !== 'create');
+    if (!args.quiet || args.dryRun) write(args.out, describeDeletion(planned).join('\n'));
+    if (args.dryRun) return 0;
+    if (doomed.length && args.confirm && !(await args.confirm(planned))) {
+      write(args.out, 'Delete cancelled: nothing was destroyed.');
+      return 1;
+    }
     const known = new Set(keys.filter((k) => rt.store.getSync(k)));
     // Which resources turned out to have a VM (held or adopted by marker), for the summary.
     const hadVm = new Set<string>();

@@ -16,6 +16,7 @@ import {
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ReconcileResult } from '../engine/reconciler.ts';
 import type { ResourceState } from '../fleet/phases.ts';
+import type { ResourcePlan } from '../vm/plan.ts';
 import { loadManifests, type ManifestDoc, ManifestError } from './manifests.ts';
 import { LocalRuntime } from './runtime.ts';
 import { defaultStateFile, installationsWithState, LEGACY_STATE_FILE, readStateFile, stateRoot } from './store.ts';
@@ -126,6 +127,13 @@ export interface ApplyArgs {
   err?: NodeJS.WriteStream;
   /** Where the legacy `./.provider-proxmox/state.json` is looked for; default the current directory. */
   cwd?: string;
+  /**
+   * Asked, with the plan, before anything changes (the CLI: a prompt on a terminal; without one,
+   * --yes is needed); false cancels. Without it apply goes ahead (demo, tests, embedding).
+   */
+  confirm?: (plans: ResourcePlan[]) => Promise<boolean>;
+  /** Where a manifest sets no spec.forProvider.rebootPolicy: this one. */
+  rebootPolicy?: 'Never' | 'IfNeeded';
 }
 
 /** Write `s` as one or more whole lines. */
@@ -186,14 +194,14 @@ export function manifestSecrets(others: ManifestDoc[]): Map<string, Record<strin
 
 export function openRuntime(
   config: LoadedProviderConfig,
-  state: string,
+  state: string | undefined,
   args: ApplyArgs,
   others: ManifestDoc[] = [],
 ): LocalRuntime {
-  mkdirSync(dirname(resolve(state)), { recursive: true });
+  if (state) mkdirSync(dirname(resolve(state)), { recursive: true });
   return new LocalRuntime({
     config,
-    stateFile: state,
+    ...(state ? { stateFile: state } : {}),
     secrets: manifestSecrets(others),
     ...(args.workers ? { workers: args.workers } : {}),
     ...(args.taskPollMs !== undefined ? { taskPollMs: args.taskPollMs } : {}),
@@ -201,4 +209,24 @@ export function openRuntime(
     ...(args.creationGraceMs !== undefined ? { creationGraceMs: args.creationGraceMs } : {}),
     ...(args.onResult ? { onResult: args.onResult } : {}),
   });
+}
+
+/**
+ * What the plan sees of a manifest: the state's copy of the resource (uid, VMID, status) with the
+ * manifest's spec, labels and annotations, or the manifest alone for a resource the state does not
+ * hold (the plan then looks for its VM by marker, as apply does).
+ */
+export function planTarget(stored: ProxmoxVM | undefined, manifest: ProxmoxVM): ProxmoxVM {
+  const m = structuredClone(manifest);
+  m.metadata.namespace ??= 'default';
+  if (!stored) return { ...m, metadata: { ...m.metadata, uid: m.metadata.uid || '' } };
+  return {
+    ...stored,
+    spec: m.spec,
+    metadata: {
+      ...stored.metadata,
+      labels: { ...m.metadata.labels },
+      annotations: { ...stored.metadata.annotations, ...m.metadata.annotations },
+    },
+  };
 }

@@ -143,12 +143,18 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
  */
 export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string): Promise<ResourcePlan> {
   const copy = structuredClone(r);
+  // What observe remembers of the resource (its last full read) must not make the next real
+  // reconcile skip the full read it would have made: the plan leaves the memory as it found it.
+  const lastFull = ctx.memory.lastFull;
   let observed: Awaited<ReturnType<typeof observe>>;
   try {
     observed = await observe(ctx, copy);
   } catch (e) {
     if (!(e instanceof ReasonedError)) throw e;
     return { key, action: 'refused', changes: [], pending: [], reason: e.reason, message: e.message };
+  } finally {
+    if (lastFull) ctx.memory.lastFull = lastFull;
+    else delete ctx.memory.lastFull;
   }
   const a = copy.status?.atProvider ?? {};
   const vmidText = externalName(copy);
@@ -215,4 +221,58 @@ export async function planResources(
   };
   await Promise.all(Array.from({ length: Math.min(parallel, resources.length) }, worker));
   return out;
+}
+
+const MARK: Record<PlanAction, string> = {
+  create: '+',
+  adopt: '=',
+  update: '~',
+  'update-reboot': '~',
+  reboot: '↻',
+  'no-op': ' ',
+  refused: '!',
+};
+
+function describeChange(f: FieldChange): string {
+  const what = f.field && f.field !== f.key ? `${f.key} (${f.field})` : f.key;
+  return `${what}: ${f.from ?? '(unset)'} -> ${f.to}${f.reboot ? ' (at the next boot)' : ''}`;
+}
+
+/**
+ * The plan as an operator reads it: one line per resource that changes (with `unchanged`, every
+ * resource), its fields below it, then the counts (unless `summary: false`). `suffix` adds to a
+ * resource's line (the rollout's "after ...").
+ */
+export function describePlans(
+  plans: ResourcePlan[],
+  opts: { unchanged?: boolean; summary?: boolean; suffix?: (p: ResourcePlan) => string } = {},
+): string[] {
+  const lines: string[] = [];
+  for (const p of plans) {
+    if (p.action === 'no-op' && !opts.unchanged) continue;
+    const where = p.vmid !== undefined ? ` (VM ${p.vmid}${p.node ? ` on ${p.node}` : ''})` : '';
+    const head = `  ${MARK[p.action]} ${p.action.padEnd(13)} ${p.key}${where}${opts.suffix?.(p) ?? ''}`;
+    if (p.action === 'refused') lines.push(`${head}: ${p.reason}: ${p.message ?? ''}`);
+    else if (p.action === 'adopt') lines.push(`${head}: found by its ownership marker; nothing is created`);
+    else if (p.action === 'create' || p.action === 'no-op') lines.push(head);
+    else if (p.action === 'reboot')
+      lines.push(`${head}: reboots to apply ${p.pending.join(', ')} (rebootPolicy: IfNeeded)`);
+    else {
+      lines.push(head);
+      for (const f of p.changes) lines.push(`      ${describeChange(f)}`);
+      if (p.pending.length) lines.push(`      already pending until the next boot: ${p.pending.join(', ')}`);
+    }
+  }
+  if (opts.summary === false) return lines;
+  const n = (a: PlanAction) => plans.filter((p) => p.action === a).length;
+  const reboots = n('update-reboot');
+  lines.push(
+    `Plan: ${n('create')} to create, ${n('adopt')} to adopt, ${n('update') + reboots} to update${reboots ? ` (${reboots} only at the next boot)` : ''}, ${n('reboot')} to reboot, ${n('no-op')} unchanged${n('refused') ? `, ${n('refused')} refused` : ''}.`,
+  );
+  return lines;
+}
+
+/** Whether applying the plans changes anything. */
+export function plansChange(plans: ResourcePlan[]): boolean {
+  return plans.some((p) => p.action !== 'no-op' && p.action !== 'refused');
 }

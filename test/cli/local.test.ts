@@ -53,7 +53,7 @@ describe('provider-proxmox apply / delete / status', () => {
     mkdirSync(m);
     writeManifests(m, [{ name: 'web-1' }, { name: 'web-2', template: 9000 }]);
     const state = join(dir, 'ok.state.json');
-    const res = await cli(['apply', '-f', m, '--config', config, '--state', state, ...POLL]);
+    const res = await cli(['apply', '--yes', '-f', m, '--config', config, '--state', state, ...POLL]);
     assert.equal(res.code, 0, res.stdout + res.stderr);
     assert.match(res.stdout, /all 2 VMs ready/);
     assert.match(res.stdout, /^NAME\s+SITE\s+NODE\s+VMID\s+STATE\s+IP\s+READY\s+SYNCED\s+AGE/m);
@@ -82,11 +82,11 @@ describe('provider-proxmox apply / delete / status', () => {
 
     // Applying again changes nothing in Proxmox.
     for (const c of sim.clusters) c.resetCounters();
-    const again = await cli(['apply', '-f', m, '--config', config, '--state', state, ...POLL]);
+    const again = await cli(['apply', '--yes', '-f', m, '--config', config, '--state', state, ...POLL]);
     assert.equal(again.code, 0, again.stdout + again.stderr);
     assert.equal(mutations(), 0, 'a second apply of the same manifests mutates nothing');
 
-    const del = await cli(['delete', '-f', m, '--config', config, '--state', state, ...POLL]);
+    const del = await cli(['delete', '--yes', '-f', m, '--config', config, '--state', state, ...POLL]);
     assert.equal(del.code, 0, del.stdout + del.stderr);
     assert.match(del.stdout, /deleted 2 VM\(s\)/);
     assert.deepEqual(vms(), [], 'no VM left but the templates');
@@ -103,7 +103,7 @@ describe('provider-proxmox apply / delete / status', () => {
     writeManifests(m, [{ name: 'lost-1', network: 'vmbr9' }]);
     const state = join(dir, 'bad-bridge.state.json');
     const before = vms().length;
-    const res = await cli(['apply', '-f', m, '--config', config, '--state', state, ...POLL]);
+    const res = await cli(['apply', '--yes', '-f', m, '--config', config, '--state', state, ...POLL]);
     assert.equal(res.code, 1, res.stdout + res.stderr);
     const final = res.stdout.slice(res.stdout.lastIndexOf('\nNAME'));
     assert.match(final, /^lost-1\s.*\sFalse\s.*BridgeNotFound: .*bridge 'vmbr9' does not exist on node ml110-01/m);
@@ -119,11 +119,11 @@ describe('provider-proxmox apply / delete / status', () => {
     mkdirSync(m);
     writeManifests(m, [{ name: 'u-1' }]);
     const state = join(dir, 'usage.state.json');
-    const noF = await cli(['apply', '--config', config, '--state', state]);
+    const noF = await cli(['apply', '--yes', '--config', config, '--state', state]);
     assert.equal(noF.code, 2, noF.stderr);
     assert.match(noF.stderr, /required option '-f, --filename <path...>' not specified/);
 
-    const noConfig = await cli(['apply', '-f', m, '--state', state]);
+    const noConfig = await cli(['apply', '--yes', '-f', m, '--state', state]);
     assert.equal(noConfig.code, 2, noConfig.stderr);
     assert.match(noConfig.stderr, /no ProviderConfig: pass --config FILE/);
 
@@ -132,7 +132,7 @@ describe('provider-proxmox apply / delete / status', () => {
       secretOnly,
       'apiVersion: v1\nkind: Secret\nmetadata:\n  name: proxmox-credentials\n  namespace: crossplane-system\nstringData:\n  token: x\n',
     );
-    const badConfig = await cli(['apply', '-f', m, '--config', secretOnly, '--state', state]);
+    const badConfig = await cli(['apply', '--yes', '-f', m, '--config', secretOnly, '--state', state]);
     assert.equal(badConfig.code, 2, badConfig.stdout + badConfig.stderr);
     assert.match(badConfig.stderr, /ProviderConfig/);
     assert.equal(vms().filter((v) => v.uid).length, 0, 'nothing was created');
@@ -151,7 +151,7 @@ describe('provider-proxmox apply / delete / status', () => {
       'apiVersion: proxmox.sankofa.io/v1alpha1\nkind: ProxmoxVM\nmetadata: {name: [\n',
     );
     for (const c of sim.clusters) c.resetCounters();
-    const res = await cli(['apply', '-f', m, '--config', config, '--state', join(dir, 'broken.state.json')]);
+    const res = await cli(['apply', '--yes', '-f', m, '--config', config, '--state', join(dir, 'broken.state.json')]);
     assert.equal(res.code, 1, res.stdout + res.stderr);
     const lines = res.stderr.trim().split('\n');
     assert.ok(

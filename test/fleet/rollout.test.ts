@@ -87,6 +87,18 @@ describe('phased rollout (apply)', () => {
     return sim.clusters.reduce((n, c) => n + Object.values(c.counters()).reduce((a, b) => a + b, 0), 0);
   }
 
+  /** Requests that change something (not logging in). */
+  function mutating(): number {
+    return sim.clusters.reduce(
+      (n, c) =>
+        n +
+        Object.entries(c.counters())
+          .filter(([k]) => !k.startsWith('GET ') && k !== 'POST /access/ticket')
+          .reduce((a, [, v]) => a + v, 0),
+      0,
+    );
+  }
+
   async function apply(
     files: string,
     extra: Partial<Parameters<typeof applyCommand>[0]> = {},
@@ -212,7 +224,19 @@ describe('phased rollout (apply)', () => {
     const site1 = sim.cluster('site-1');
     // The third start is the first of phase 2: it hangs until the fault is removed.
     const stall = site1.addFault({ kind: 'task', type: 'qmstart', action: 'stall', nth: 3 });
-    const child = spawnCli(['apply', '-f', d, '--config', configFile, '--state', state, '--task-poll', '20ms', '-q']);
+    const child = spawnCli([
+      'apply',
+      '--yes',
+      '-f',
+      d,
+      '--config',
+      configFile,
+      '--state',
+      state,
+      '--task-poll',
+      '20ms',
+      '-q',
+    ]);
     child.stdout.resume();
     child.stderr?.resume();
     const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_c, sig) => resolve(sig)));
@@ -266,7 +290,7 @@ describe('phased rollout (apply)', () => {
     assert.deepEqual(simVms('cyc-'), []);
   });
 
-  it('--dry-run prints the phases and contacts nothing; a fleet file overrides the annotations', async () => {
+  it('--dry-run prints the phases and the plan read from Proxmox, changing nothing; a fleet file overrides the annotations', async () => {
     const d = fleet('dry', [
       { name: 'dry-a', phase: '1' },
       { name: 'dry-b', phase: '2', dependsOn: 'dry-a' },
@@ -285,14 +309,15 @@ describe('phased rollout (apply)', () => {
     assert.equal(
       c1.text(),
       [
-        'Dry run: nothing is contacted or changed.',
+        'Dry run: Proxmox was only read; nothing was changed.',
         '',
         'phase 0: 1 VM(s)',
-        '  create default/dry-c: 1 cpu, 512Mi, disk 4Gi on site-1/ml110-01:local-lvm',
+        '  + create        default/dry-c',
         'phase 1: 1 VM(s), after the previous phase is Ready',
-        '  create default/dry-a: 1 cpu, 512Mi, disk 4Gi on site-1/ml110-01:local-lvm',
+        '  + create        default/dry-a',
         'phase 2: 1 VM(s), after the previous phase is Ready',
-        '  create default/dry-b: 1 cpu, 512Mi, disk 4Gi on site-1/ml110-01:local-lvm; after default/dry-a',
+        '  + create        default/dry-b; after default/dry-a',
+        'Plan: 3 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged.',
         '',
       ].join('\n'),
     );
@@ -314,17 +339,18 @@ describe('phased rollout (apply)', () => {
     assert.equal(
       c2.text(),
       [
-        'Dry run: nothing is contacted or changed.',
+        'Dry run: Proxmox was only read; nothing was changed.',
         '',
         'phase core (at most 1 at once): 2 VM(s)',
-        '  create default/dry-a: 1 cpu, 512Mi, disk 4Gi on site-1/ml110-01:local-lvm',
-        '  create default/dry-c: 1 cpu, 512Mi, disk 4Gi on site-1/ml110-01:local-lvm',
+        '  + create        default/dry-a',
+        '  + create        default/dry-c',
         'phase apps: 1 VM(s), after the previous phase is Ready',
-        '  create default/dry-b: 1 cpu, 512Mi, disk 4Gi on site-1/ml110-01:local-lvm; after default/dry-a',
+        '  + create        default/dry-b; after default/dry-a',
+        'Plan: 3 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged.',
         '',
       ].join('\n'),
     );
-    assert.equal(counters(), 0, 'the simulator saw no request');
+    assert.equal(mutating(), 0, 'the simulator saw only reads');
     assert.deepEqual(simVms('dry-'), []);
   });
 });

@@ -125,6 +125,8 @@ export interface VmManifest {
   network?: string;
   image?: string;
   template?: number;
+  /** Default 1Gi. */
+  memory?: string;
   extra?: string;
 }
 
@@ -141,7 +143,7 @@ spec:
     site: ${m.site ?? 'site-1'}
     node: ${m.node ?? 'ml110-01'}
     cpu: 1
-    memory: 1Gi
+    memory: ${m.memory ?? '1Gi'}
     disk: 4Gi
     storage: local-lvm
     network: ${m.network ?? 'vmbr0'}

@@ -140,7 +140,7 @@ describe('apply killed with SIGKILL, then run again', () => {
     ]);
     const state = join(dir, `${prefix}.state.json`);
     stateFiles.push(state);
-    const apply = ['apply', '-f', manifests, '--config', config, '--state', state, '--task-poll', '20ms'];
+    const apply = ['apply', '--yes', '-f', manifests, '--config', config, '--state', state, '--task-poll', '20ms'];
     const lockFile = `${state}.lock`;
 
     const kills: string[] = [];

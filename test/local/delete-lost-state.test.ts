@@ -36,7 +36,7 @@ describe('delete with a lost state file', () => {
     const applied = join(dir, 'applied');
     mkdirSync(applied);
     writeManifests(applied, [{ name: 'lost-1' }, { name: 'lost-2' }]);
-    const first = await cli(['apply', '-f', applied, '--config', config, '--state', join(dir, 'a.json'), ...POLL]);
+    const first = await cli(['apply', '--yes', '-f', applied, '--config', config, '--state', join(dir, 'a.json'), ...POLL]);
     assert.equal(first.code, 0, first.stdout + first.stderr);
     assert.equal(ours('lost-1').length + ours('lost-2').length, 2);
 
@@ -45,7 +45,7 @@ describe('delete with a lost state file', () => {
     mkdirSync(all);
     writeManifests(all, [{ name: 'lost-1' }, { name: 'lost-2' }, { name: 'never-applied' }]);
     const creates = sim.clusters.reduce((n, c) => n + (c.counters()['POST /nodes/{node}/qemu'] ?? 0), 0);
-    const del = await cli(['delete', '-f', all, '--config', config, '--state', join(dir, 'b.json'), ...POLL]);
+    const del = await cli(['delete', '--yes', '-f', all, '--config', config, '--state', join(dir, 'b.json'), ...POLL]);
     assert.equal(del.code, 0, del.stdout + del.stderr);
     assert.match(del.stdout, /3 of these resources are not in the state file/);
     assert.match(del.stdout, /deleted 2 VM\(s\); 1 resource\(s\) had no VM in Proxmox/);

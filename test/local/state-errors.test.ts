@@ -101,9 +101,9 @@ describe('an unusable state file stops every command (exit 1, the file named, le
     const mtime = statSync(file).mtimeMs;
     for (const c of sim.clusters) c.resetCounters();
     const commands: Array<[string, string[]]> = [
-      ['apply', ['apply', '-f', manifests, '--config', config, '--state', file, '--task-poll', '20ms']],
-      ['apply --dry-run', ['apply', '-f', manifests, '--config', config, '--state', file, '--dry-run']],
-      ['delete', ['delete', '-f', manifests, '--config', config, '--state', file]],
+      ['apply', ['apply', '--yes', '-f', manifests, '--config', config, '--state', file, '--task-poll', '20ms']],
+      ['apply --dry-run', ['apply', '--yes', '-f', manifests, '--config', config, '--state', file, '--dry-run']],
+      ['delete', ['delete', '--yes', '-f', manifests, '--config', config, '--state', file]],
       ['status', ['status', '--state', file]],
     ];
     const results = await Promise.all(commands.map(([, args]) => cli(args)));
@@ -123,8 +123,8 @@ describe('an unusable state file stops every command (exit 1, the file named, le
     writeFileSync(file, text);
     for (const c of sim.clusters) c.resetCounters();
     const [apply, del] = await Promise.all([
-      cli(['apply', '-f', manifests, '--config', config, '--state', file]),
-      cli(['delete', '-f', manifests, '--config', config, '--state', file]),
+      cli(['apply', '--yes', '-f', manifests, '--config', config, '--state', file]),
+      cli(['delete', '--yes', '-f', manifests, '--config', config, '--state', file]),
     ]);
     for (const r of [apply, del]) {
       assert.equal(r.code, 1, r.stdout + r.stderr);

@@ -127,7 +127,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
   const ok = (r: CliResult, what: string) => assert.equal(r.code, 0, `${what}: ${r.stdout}${r.stderr}`);
 
   it('apply from two directories: one state file under XDG_STATE_HOME, the second apply creates nothing', async () => {
-    const first = await cli(['apply', '-f', manifests, '--config', config, ...POLL], { cwd: workdir('a') });
+    const first = await cli(['apply', '--yes', '-f', manifests, '--config', config, ...POLL], { cwd: workdir('a') });
     ok(first, 'apply from a');
     assert.equal(first.stderr, '', 'no note: there is no legacy state file');
     const file = join(ROOT_DIR, 'cli-default', 'state.json');
@@ -136,7 +136,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     assert.equal(vms('where-').length, 2);
 
     for (const c of sim.clusters) c.resetCounters();
-    const second = await cli(['apply', '-f', manifests, '--config', config, ...POLL], { cwd: workdir('b') });
+    const second = await cli(['apply', '--yes', '-f', manifests, '--config', config, ...POLL], { cwd: workdir('b') });
     ok(second, 'apply from b');
     assert.match(second.stdout, /all 2 VMs ready/);
     assert.deepEqual(
@@ -162,7 +162,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
   it('two installations: status without --config is a usage error listing them; --config picks one', async () => {
     const m = workdir('team-b-manifests');
     writeManifests(m, [{ name: 'where-b1' }]);
-    ok(await cli(['apply', '-f', m, '--config', teamB, ...POLL], { cwd: workdir('d') }), 'apply team-b');
+    ok(await cli(['apply', '--yes', '-f', m, '--config', teamB, ...POLL], { cwd: workdir('d') }), 'apply team-b');
     assert.ok(existsSync(join(ROOT_DIR, 'team-b', 'state.json')));
 
     const ambiguous = await cli(['status'], { cwd: workdir('d') });
@@ -184,7 +184,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
       ['where-1', 'where-2'],
     );
     // delete finds the same file: the VMs of team-b go, cli-default's stay.
-    ok(await cli(['delete', '-f', m, '--config', teamB, ...POLL], { cwd: workdir('e') }), 'delete team-b');
+    ok(await cli(['delete', '--yes', '-f', m, '--config', teamB, ...POLL], { cwd: workdir('e') }), 'delete team-b');
     assert.deepEqual(vms('where-b'), []);
     assert.equal(vms('where-').length, 2);
   });
@@ -215,7 +215,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     const beforeMtime = statSync(newDefault).mtimeMs;
 
     for (const c of sim.clusters) c.resetCounters();
-    const res = await cli(['apply', '-f', manifests, '--config', config, ...POLL], { cwd: old });
+    const res = await cli(['apply', '--yes', '-f', manifests, '--config', config, ...POLL], { cwd: old });
     ok(res, 'apply in the old directory');
     const notes = res.stderr.trim().split('\n');
     assert.equal(notes.length, 1, res.stderr);
@@ -258,7 +258,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     const uids = vms('where-').map((v) => v.uid);
     rmSync(file);
     for (const c of sim.clusters) c.resetCounters();
-    const res = await cli(['apply', '-f', manifests, '--config', config, ...POLL], { cwd: workdir('g') });
+    const res = await cli(['apply', '--yes', '-f', manifests, '--config', config, ...POLL], { cwd: workdir('g') });
     ok(res, 'apply without its state file');
     assert.deepEqual(
       vms('where-').map((v) => v.name),

@@ -30,7 +30,7 @@ describe('two state files, one fleet', () => {
       names.map((name) => ({ name })),
     );
     const run = (state: string) =>
-      cli(['apply', '-f', manifests, '--config', fx.config, '--state', join(fx.dir, state), '-q', ...POLL]);
+      cli(['apply', '--yes', '-f', manifests, '--config', fx.config, '--state', join(fx.dir, state), '-q', ...POLL]);
     const [a, b] = await Promise.all([run('a.json'), run('b.json')]);
     assert.equal(a.code, 0, a.stdout + a.stderr);
     assert.equal(b.code, 0, b.stdout + b.stderr);

@@ -1,0 +1,31 @@
+/**
+ * The confirmation apply and delete ask for before they change anything, as Terraform does: on a
+ * terminal a prompt that takes only "yes"; without a terminal (CI, a pipe) --yes is required, so
+ * that nothing is changed by a command nobody could answer.
+ */
+import { createInterface } from 'node:readline/promises';
+
+export function confirmer(opts: {
+  yes?: boolean | undefined;
+  /** `apply`, `delete`. */
+  command: string;
+  /** The question, e.g. "Apply these changes?". */
+  question: string;
+}): (() => Promise<boolean>) | undefined {
+  if (opts.yes) return undefined;
+  return async () => {
+    if (!process.stdin.isTTY) {
+      const { UsageError } = await import('../local/commands.ts');
+      throw new UsageError(
+        `${opts.command} would change VMs and there is no terminal to confirm it: pass --yes (or --auto-approve) to go ahead without a prompt`,
+      );
+    }
+    const rl = createInterface({ input: process.stdin, output: process.stderr });
+    try {
+      const answer = await rl.question(`${opts.question} Only 'yes' is accepted: `);
+      return answer.trim() === 'yes';
+    } finally {
+      rl.close();
+    }
+  };
+}

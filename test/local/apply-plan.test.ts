@@ -1,0 +1,85 @@
+/**
+ * `apply` and `delete` as an operator expects (issue 11): the plan read from Proxmox first, field
+ * by field; no change without a confirmation (a prompt on a terminal, --yes without one); what was
+ * done at the end, with the VMs that wait for a reboot; `--reboot-policy IfNeeded` reboots them;
+ * `delete --dry-run` lists what would be destroyed.
+ */
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { parseMarker } from '../../src/vm/spec.ts';
+import { type CliFixture, cli, cliFixture, writeManifests } from '../helpers/cli.ts';
+
+const POLL = ['--task-poll', '20ms'];
+
+describe('apply and delete: plan, confirmation, summary', () => {
+  let fx: CliFixture;
+  let m: string;
+  let state: string;
+  before(async () => {
+    fx = await cliFixture('pp-apply-plan-');
+    m = join(fx.dir, 'm');
+    mkdirSync(m);
+    state = join(fx.dir, 'state.json');
+  });
+  after(async () => {
+    await fx.close();
+  });
+
+  const vms = (name: string) =>
+    fx.sim.clusters
+      .flatMap((c) => [...c.state.vms.values()])
+      .filter((v) => parseMarker(v.config.description)?.name === name);
+  const run = (cmd: string, ...extra: string[]) =>
+    cli([cmd, '-f', m, '--config', fx.config, '--state', state, ...POLL, ...extra]);
+
+  it('without a terminal and without --yes, apply changes nothing and says how to go ahead (exit 2)', async () => {
+    writeManifests(m, [{ name: 'plan-a' }, { name: 'plan-b' }]);
+    const res = await run('apply');
+    assert.equal(res.code, 2, res.stdout + res.stderr);
+    assert.match(res.stdout, /\+ create\s+default\/plan-a/);
+    assert.match(res.stderr, /pass --yes \(or --auto-approve\)/);
+    assert.equal(vms('plan-a').length + vms('plan-b').length, 0);
+  });
+
+  it('apply --yes: the plan, then what was done', async () => {
+    const res = await run('apply', '--yes');
+    assert.equal(res.code, 0, res.stdout + res.stderr);
+    assert.match(res.stdout, /Changes, read from Proxmox:/);
+    assert.match(res.stdout, /Plan: 2 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged\./);
+    assert.match(res.stdout, /Done: 2 created, 0 adopted, 0 updated, 0 rebooted, 0 unchanged\./);
+    assert.equal(vms('plan-a').length, 1);
+  });
+
+  it('a memory change on a running VM: shown as waiting for the next boot, named at the end; IfNeeded reboots', async () => {
+    writeManifests(m, [{ name: 'plan-a', memory: '2Gi' }, { name: 'plan-b' }]);
+    const res = await run('apply', '--yes');
+    assert.equal(res.code, 0, res.stdout + res.stderr);
+    assert.match(res.stdout, /~ update-reboot\s+default\/plan-a \(VM \d+ on ml110-01\)/);
+    assert.match(res.stdout, /memory: 1024 -> 2048 \(at the next boot\)/);
+    assert.match(res.stdout, /1 VM\(s\) run with changes Proxmox applies only at the next boot: plan-a \(memory\)/);
+    const vm = vms('plan-a')[0]!;
+    assert.equal(vm.config.memory, '1024', 'pending, not applied');
+
+    const reboot = await run('apply', '--yes', '--reboot-policy', 'IfNeeded');
+    assert.equal(reboot.code, 0, reboot.stdout + reboot.stderr);
+    assert.match(reboot.stdout, /↻ reboot\s+default\/plan-a/);
+    assert.doesNotMatch(reboot.stdout, /applies only at the next boot/);
+    assert.equal(vms('plan-a')[0]!.config.memory, '2048');
+  });
+
+  it('delete --dry-run lists the VMs it would destroy; delete needs --yes without a terminal', async () => {
+    const dry = await run('delete', '--dry-run');
+    assert.equal(dry.code, 0, dry.stdout + dry.stderr);
+    assert.match(dry.stdout, /- default\/plan-a: VM \d+ on ml110-01 \(running\)/);
+    assert.match(dry.stdout, /2 VM\(s\) to destroy\./);
+    assert.equal(vms('plan-a').length, 1, 'nothing destroyed');
+    const refused = await run('delete');
+    assert.equal(refused.code, 2, refused.stdout + refused.stderr);
+    assert.equal(vms('plan-a').length, 1, 'nothing destroyed');
+    const del = await run('delete', '--yes');
+    assert.equal(del.code, 0, del.stdout + del.stderr);
+    assert.equal(vms('plan-a').length + vms('plan-b').length, 0);
+  });
+});
