@@ -28,14 +28,25 @@ export function registerFleet(program: Command): void {
   program
     .command('plan')
     .description(
-      'Capacity plan: requested CPU, memory and disk per site, node and storage against what Proxmox has (read live). Exit 1 on hard violations.',
+      'What apply would do, read live and changing nothing: capacity per site, node and storage (requested CPU, memory and disk against what Proxmox has), then per VM create, adopt, update (field by field, and what waits for a reboot), reboot or unchanged. Exit 1 on hard violations or refused changes.',
     )
     .requiredOption('-f, --filename <path...>', 'manifest files or directories')
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
+    .option('--state <file>', "state file (default: the one apply writes for the config's installation)")
+    .option(
+      '--detailed-exitcode',
+      'exit 3 when the plan changes something, 0 when there is nothing to do (1: violations or refusals, 2: usage errors)',
+    )
     .addOption(output())
-    .action((o: { filename: string[]; config?: string; output: 'table' }) =>
+    .action((o: { filename: string[]; config?: string; state?: string; output: 'table'; detailedExitcode?: boolean }) =>
       run(async () =>
-        (await fleet()).planCommand({ files: o.filename, ...(o.config ? { config: o.config } : {}), output: o.output }),
+        (await fleet()).planCommand({
+          files: o.filename,
+          ...(o.config ? { config: o.config } : {}),
+          ...(o.state ? { state: o.state } : {}),
+          output: o.output,
+          detailedExitCode: Boolean(o.detailedExitcode),
+        }),
       ),
     );
 

@@ -2,9 +2,19 @@
 import { stringify } from 'yaml';
 import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { chooseState, configAmong, write as emit, loadConfigArg, UsageError } from '../local/commands.ts';
+import { keyOf } from '../engine/resource.ts';
+import {
+  chooseState,
+  configAmong,
+  write as emit,
+  loadConfigArg,
+  openRuntime,
+  planTarget,
+  UsageError,
+} from '../local/commands.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../local/manifests.ts';
 import { readStateFile, type StateFile, StateFileError } from '../local/store.ts';
+import { describePlans, planResources, plansChange, type ResourcePlan } from '../vm/plan.ts';
 import { collect, formatGc, type GcFinding, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } from './gc.ts';
 import { RolloutError } from './phases.ts';
 import { formatPlan, type PlanResult, planFleet } from './plan.ts';
@@ -47,11 +57,21 @@ export async function validateCommand(args: {
 }
 
 /** Exit 0 when the fleet fits, 1 on hard violations. */
+/** `plan --detailed-exitcode`: no violation, no refusal, but something would change. */
+export const CHANGES_PENDING = 3;
+
+/**
+ * Capacity (requested against what Proxmox has) and, per resource, what apply would do, field by
+ * field, read from the live VMs. Exit 1 on hard violations or refused changes; with
+ * `detailedExitCode`, 3 when the plan changes something (0: nothing to do).
+ */
 export async function planCommand(args: {
   files: string[];
   config?: string;
+  state?: string;
   output?: Output;
   out?: NodeJS.WriteStream;
+  detailedExitCode?: boolean;
 }): Promise<number> {
   const m = loadManifests(args.files);
   if (m.problems.length) throw new ManifestError(m.problems);
@@ -66,11 +86,34 @@ export async function planCommand(args: {
     if (e instanceof RolloutError) throw new UsageError(e.message); // a dependency cycle: fix the manifests
     throw e;
   }
+  // What apply would do to each resource: the state file's view of it (as apply finds the file),
+  // with the manifest's spec, observed against Proxmox without changing anything.
+  const stored = readStateFile<ProxmoxVM>(chooseState({ state: args.state }, config));
+  const byKey = new Map((stored?.objects ?? []).map((o) => [keyOf(o), o]));
+  const rt = openRuntime(config, undefined, { files: args.files }, m.others);
+  let changes: ResourcePlan[];
+  try {
+    changes = await planResources(
+      vms.map((v) =>
+        planTarget(
+          byKey.get(keyOf({ ...v, metadata: { ...v.metadata, namespace: v.metadata.namespace ?? 'default' } })),
+          v,
+        ),
+      ),
+      (r) => rt.connector.connect(r),
+      keyOf,
+    );
+  } finally {
+    await rt.close();
+  }
   emit(
     args.out,
-    render(p, args.output ?? 'table', () => formatPlan(p)),
+    render({ ...p, changes }, args.output ?? 'table', () =>
+      [formatPlan(p), '', 'Changes, read from Proxmox:', ...describePlans(changes)].join('\n'),
+    ),
   );
-  return p.findings.some((f) => f.severity === 'violation') ? 1 : 0;
+  if (p.findings.some((f) => f.severity === 'violation') || changes.some((c) => c.action === 'refused')) return 1;
+  return args.detailedExitCode && plansChange(changes) ? CHANGES_PENDING : 0;
 }
 
 /**

@@ -258,7 +258,11 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
     const c = capture();
     assert.equal(await planCommand({ files: [d], config: configFile, out: c.out }), 1);
     const text = c.text();
-    const violations = text.slice(text.indexOf('violations (apply would fail):')).trim().split('\n').slice(1);
+    const violations = text
+      .slice(text.indexOf('violations (apply would fail):'), text.indexOf('Changes, read from Proxmox:'))
+      .trim()
+      .split('\n')
+      .slice(1);
     assert.deepEqual(violations, [
       "  - on-local: storage 'local' cannot hold VM disks (content: backup,import,iso,snippets,vztmpl)",
       '  - wide: 8 vCPUs but ml110-01 has 5; Proxmox will not start it',
@@ -266,6 +270,29 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
       '  - site-2/ceph-fs (shared): 10240 GiB of disks requested, 8192 GiB free of 8192 GiB',
     ]);
     assert.match(text, /^ {2}local +\[.*\] .*\(cannot hold VM disks\)$/m);
+    assert.match(text, /Plan: 3 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged\./);
+  });
+
+  it('per VM, what apply would do (read live); --detailed-exitcode: 3 when something changes, 0 when nothing', async () => {
+    const d = join(dir, 'detailed');
+    mkdirSync(d);
+    writeFileSync(
+      join(d, 'one.yaml'),
+      vmYaml(
+        'detailed-one',
+        '    site: site-1\n    node: ml110-01\n    cpu: 1\n    memory: 1Gi\n    disk: 4Gi\n    storage: local-lvm\n',
+      ),
+    );
+    const c = capture();
+    assert.equal(await planCommand({ files: [d], config: configFile, out: c.out, detailedExitCode: true }), 3);
+    assert.match(c.text(), /\+ create\s+default\/detailed-one/);
+    const j = capture();
+    assert.equal(await planCommand({ files: [d], config: configFile, out: j.out, output: 'json' }), 0);
+    const parsed = JSON.parse(j.text()) as { changes: Array<{ key: string; action: string }> };
+    assert.deepEqual(
+      parsed.changes.map((x) => [x.key, x.action]),
+      [['default/detailed-one', 'create']],
+    );
   });
 
   it('a full storage (storage-full fault) is a hard violation for the seed fleet', async () => {
