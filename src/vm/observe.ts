@@ -272,6 +272,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       at: ctx.site.now(),
       generation: r.metadata.generation,
       digest: found.config!.digest,
+      ...(found.entry.name !== undefined ? { name: found.entry.name } : {}),
+      ...(found.entry.tags !== undefined ? { tags: found.entry.tags } : {}),
     };
   }
   if (state === 'running' && cfg && /^(1|enabled=1)/.test(cfg.agent ?? '')) {
@@ -430,6 +432,9 @@ function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): bo
   if (r.status?.atProvider?.step !== 'Ready') return true;
   if (found.entry.lock) return true;
   if ((found.entry.status ?? '') !== (r.status?.atProvider?.state ?? '')) return true;
+  // Renamed or re-tagged (by hand), or another VM at our VMID: the bulk list shows it at once.
+  if ((found.entry.name ?? '') !== (last.name ?? found.entry.name ?? '')) return true;
+  if ((found.entry.tags ?? '') !== (last.tags ?? found.entry.tags ?? '')) return true;
   return ctx.site.now() - last.at > (ctx.options.driftIntervalMs ?? 300_000);
 }
 

@@ -16,8 +16,11 @@ const MARKER_TTL_MS = 30_000;
 
 /** What a resource remembers between reconciles (one entry per resource uid). */
 export interface ResourceMemory {
-  /** The last full observation (config read): when, for which generation, and the config digest. */
-  lastFull?: { at: number; generation: number; digest: string };
+  /**
+   * The last full observation (config read): when, for which generation, the config digest, and
+   * the name and tags the bulk list showed (a change there means a changed or another VM).
+   */
+  lastFull?: { at: number; generation: number; digest: string; name?: string; tags?: string };
   /** Cloud-init values from Secret references, and when and for which references they were read. */
   secrets: { password?: string; sshKeys: string[] };
   secretsLoaded?: { at: number; refs: string };

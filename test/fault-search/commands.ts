@@ -68,6 +68,9 @@ export class Delete extends Step {
   }
   protected async act(_m: Model, w: World): Promise<void> {
     w.store.markDeleted(keyOfName(this.name));
+    // The user deleted the manifest: the other state file's apply is run without it too. (One
+    // state file deleting a VM while another keeps starting it is the user's conflict.)
+    w.otherStore?.markDeleted(keyOfName(this.name));
   }
   toString(): string {
     return `delete ${this.name}`;

@@ -307,6 +307,9 @@ export class World {
 
   /** The other state file gets the manifest of `name` (as the user last applied it), if it has none. */
   applyOther(name: Name): void {
+    // A manifest the user deleted is not applied with the other state file either.
+    const main = this.store.getSync(keyOfName(name));
+    if (!main || main.metadata.deletionTimestamp) return;
     const store = this.storeOf(2);
     const m = manifest(name, this.lastEdit.get(name) ?? { cpu: 1, memory: '1Gi' });
     if (!store.getSync(keyOf(m))) store.apply(m);
