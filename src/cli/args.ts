@@ -31,8 +31,11 @@ export function duration(v: string): number {
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
 }
 
+/** `-o`: with json or yaml, stdout holds the document alone (docs/output.md). */
 export const outputOption = () =>
-  new Option('-o, --output <format>', 'output format').choices(['table', 'json', 'yaml']).default('table');
+  new Option('-o, --output <format>', 'output format; json and yaml leave stdout to the document alone')
+    .choices(['table', 'json', 'yaml'])
+    .default('table');
 
 /** Run a command: its result is the exit code; errors print one clean line (usage errors exit 2). */
 export async function runCommand(fn: () => Promise<number> | number): Promise<void> {

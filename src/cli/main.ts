@@ -1,10 +1,15 @@
 /** The `provider-proxmox` command line: commander wiring only. */
 import { Command, CommanderError } from 'commander';
+import { registerCompletion } from './completion.ts';
 import { registerController } from './controller.ts';
 import { registerDoctor } from './doctor.ts';
 import { registerFleet } from './fleet.ts';
 import { registerLocal } from './local.ts';
+import { exitOnClosedPipe } from './pipes.ts';
 import { registerSim } from './sim.ts';
+
+// `provider-proxmox ... | head -1`: exit 141 when the reader goes away (src/cli/pipes.ts says why).
+exitOnClosedPipe();
 
 export const program = new Command('provider-proxmox')
   .description(
@@ -19,6 +24,7 @@ registerLocal(program);
 registerDoctor(program);
 registerFleet(program);
 registerController(program);
+registerCompletion(program);
 
 try {
   await program.parseAsync(process.argv);

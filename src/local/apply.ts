@@ -11,7 +11,8 @@ import {
 } from '../fleet/phases.ts';
 import { describePlans, planResources, plansChange, type ResourcePlan } from '../vm/plan.ts';
 import type { ManifestDoc } from './manifests.ts';
-import { formatRows, Progress } from './render.ts';
+import { outputFor } from './output.ts';
+import { formatRows } from './render.ts';
 import {
   type ApplyArgs,
   chooseState,
@@ -60,8 +61,8 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   if (args.dryRun) return dryRun(args, plan, byKey, others);
   const config = await resolveConfig(args, others);
   const rt = openRuntime(config, chooseState(args, config), args, others);
-  // The plan, read from Proxmox before anything changes; the human part never goes to a JSON stdout.
-  const planOut = (args.output ?? 'table') === 'table' ? args.out : (args.err ?? process.stderr);
+  // stdout: the table or, with -o json|yaml, the document alone; the human lines go to o.say (src/local/output.ts).
+  const o = outputFor(args);
   let planned: ResourcePlan[];
   try {
     planned = await planResources(
@@ -73,7 +74,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     await rt.close();
     throw e;
   }
-  if (!args.quiet) write(planOut, ['Changes, read from Proxmox:', ...describePlans(planned), ''].join('\n'));
+  if (!args.quiet) o.say(['Changes, read from Proxmox:', ...describePlans(planned), ''].join('\n'));
   if (
     args.confirm &&
     plansChange(planned) &&
@@ -82,11 +83,11 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       throw e;
     }))
   ) {
-    write(planOut, 'Apply cancelled: nothing was changed.');
+    o.say('Apply cancelled: nothing was changed.');
     await rt.close();
     return 1;
   }
-  const progress = new Progress(args.out);
+  const progress = o.progress();
   const abort = new AbortController();
   const onSignal = () => abort.abort();
   process.once('SIGINT', onSignal);
@@ -98,9 +99,6 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     rt.applyManifests(keys.filter((k) => rt.store.getSync(k)).map((k) => byKey.get(k)!));
     const started = Date.now();
     let blocked: string | undefined;
-    let lastPhaseLine = '';
-    const out = args.out ?? process.stdout;
-    const tty = Boolean(out.isTTY) && process.env.TERM !== 'dumb';
     const res = await rt.runUntil({
       timeoutMs: args.timeoutMs ?? 30 * 60_000,
       signal: abort.signal,
@@ -117,9 +115,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
             .join(' ');
           // Not a terminal: the per-VM lines, and a line whenever the phases move on (when there are phases).
           const phaseLine = `phases ${phases}${blocked ? ` — waiting: ${blocked}` : ''}`;
-          if (!tty && plan.phases.length > 1 && phaseLine !== lastPhaseLine)
-            write(args.out, `[${((Date.now() - started) / 1000).toFixed(1).padStart(6)}s] ${phaseLine}`);
-          lastPhaseLine = phaseLine;
+          if (plan.phases.length > 1) progress.log(phaseLine);
           progress.update(
             rows,
             `${args.header ?? 'Applying'} ${keys.length} VMs, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) ${phaseLine}`,
@@ -133,15 +129,15 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     });
     progress.done();
     const rows = rt.rows().filter((r) => byKey.has(r.key));
-    write(args.out, `\n${formatRows(rows, args.output ?? 'table')}`);
+    o.result(o.machine ? formatRows(rows, o.format) : `\n${formatRows(rows, 'table')}`);
     const notStarted = keys.filter((k) => !rt.store.getSync(k));
     const failed = rows.filter((r) => !(r.ready === 'True' && r.synced === 'True'));
-    if (abort.signal.aborted) write(args.out, '\ninterrupted: run apply again to continue where it stopped');
+    if (abort.signal.aborted) o.say('\ninterrupted: run apply again to continue where it stopped');
     // Not ready: as this run saw them (a row may still show an earlier run's Ready).
     else if (res.timedOut)
-      write(args.out, `\ntimed out with ${keys.filter((k) => rt.stateOf(k) !== 'ready').length} VM(s) not ready`);
+      o.say(`\ntimed out with ${keys.filter((k) => rt.stateOf(k) !== 'ready').length} VM(s) not ready`);
     else if (failed.length || notStarted.length) {
-      write(args.out, `\n${failed.length} VM(s) failed; the MESSAGE column says why and how to fix it`);
+      o.say(`\n${failed.length} VM(s) failed; the MESSAGE column says why and how to fix it`);
       if (notStarted.length) {
         // Why: the gate of an earlier phase (one line), or a dependency that is not Ready (one line each).
         const name = (k: string) => k.split('/')[1]!;
@@ -153,12 +149,11 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
               `  ${name(k)} waits for ${bad.map((d) => `${name(d)} (${rt.stateOf(d) === 'absent' ? 'not started' : rt.stateOf(d)})`).join(', ')}`,
             );
         }
-        write(args.out, lines.join('\n'));
+        o.say(lines.join('\n'));
       }
-    } else write(args.out, `\nall ${rows.length} VMs ready`);
+    } else o.say(`\nall ${rows.length} VMs ready`);
     if (!args.quiet)
-      write(
-        planOut,
+      o.say(
         done(
           planned,
           keys.map((k) => rt.store.getSync(k)),

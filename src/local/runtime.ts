@@ -75,8 +75,16 @@ export interface RuntimeOptions {
   onResult?: (key: string, result: ReconcileResult, failures: number) => void;
 }
 
+/**
+ * One resource as the status table, the live views and the JSON/YAML documents show it (see
+ * docs/output.md). The string fields are what the table prints (`ready`: `True`, `False`,
+ * `Unknown`; `vmid`, `site`... `''` when not known yet); the typed document is made from them by
+ * statusItem (src/local/status-list.ts).
+ */
 export interface Row {
+  /** `namespace/name`. */
   key: string;
+  namespace: string;
   name: string;
   phase?: string;
   site: string;
@@ -84,14 +92,24 @@ export interface Row {
   vmid: string;
   step: string;
   state: string;
+  /** The first address (the IP column). */
   ip: string;
+  /** Every address the guest agent reported. */
+  ipAddresses: string[];
   ready: string;
   synced: string;
+  /** The creation time (RFC 3339) the AGE column counts from; `''` when not known. */
+  createdAt: string;
   age: string;
+  /** Fields Proxmox holds as pending until the VM's next boot (status.atProvider.pendingChanges). */
+  pendingChanges: string[];
+  /** Whether the VM must be rebooted for its spec to take effect (pending changes, or the PendingReboot condition). */
+  pendingReboot: boolean;
   message: string;
   reason: string;
 }
 
+/** The AGE column: `42s`, `18m`, `5h`, `3d` (as kubectl prints it); `''` without a time. */
 export function age(ts: string | undefined, now = Date.now()): string {
   if (!ts) return '';
   const s = Math.max(0, Math.floor((now - Date.parse(ts)) / 1000));
@@ -107,8 +125,10 @@ export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
   const sy = getCondition(r, 'Synced');
   const bad = sy?.status === 'False' ? sy : rd?.status === 'False' ? rd : undefined;
   const phase = r.metadata.annotations?.[PHASE_ANNOTATION];
+  const pendingChanges = [...(a.pendingChanges ?? [])];
   return {
     key: keyOf(r),
+    namespace: r.metadata.namespace ?? 'default',
     name: r.metadata.name,
     ...(phase ? { phase } : {}),
     site: a.site ?? r.spec.forProvider.site ?? '',
@@ -119,9 +139,13 @@ export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
       : (a.step ?? 'Pending'),
     state: a.state ?? '',
     ip: a.ipAddresses?.[0] ?? '',
+    ipAddresses: [...(a.ipAddresses ?? [])],
     ready: rd?.status ?? 'Unknown',
     synced: sy?.status ?? 'Unknown',
+    createdAt: r.metadata.creationTimestamp ?? '',
     age: age(r.metadata.creationTimestamp, now),
+    pendingChanges,
+    pendingReboot: pendingChanges.length > 0 || getCondition(r, 'PendingReboot')?.status === 'True',
     message: bad?.message ?? '',
     reason: bad?.reason ?? '',
   };

@@ -3,7 +3,8 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName, keyOf } from '../engine/resource.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import { classify, inventory } from '../vm/inventory.ts';
-import { formatLive, formatRows, type LiveView, STATUS_COLUMNS, table } from './render.ts';
+import { outputFor } from './output.ts';
+import { formatLive, formatRows, formatRowsLine, isLiveTerminal, type LiveView, StatusScreen } from './render.ts';
 import { type Row, rowOf, sortRows } from './runtime.ts';
 import { chooseState, cliInstallationOf, loadConfigArg, stateFileFor, UsageError, write } from './setup.ts';
 import { readStateFile, stateRoot } from './store.ts';
@@ -94,7 +95,14 @@ export async function statusCommand(args: StatusArgs): Promise<number> {
     if ('file' in src && src.note) write(args.err ?? process.stderr, src.note);
     r = 'none' in src ? { missing: src.none } : readStatus(src.file, src.missing);
   }
-  write(args.out, 'missing' in r ? r.missing : formatRows(r.rows, args.output ?? 'table'));
+  // With -o json|yaml stdout is always a StatusList (empty when nothing was applied); the why on stderr.
+  const o = outputFor(args);
+  if (!('missing' in r)) o.result(formatRows(r.rows, o.format));
+  else if (!o.machine) o.result(r.missing);
+  else {
+    o.note(r.missing);
+    o.result(formatRows([], o.format));
+  }
   return 0;
 }
 
@@ -109,7 +117,7 @@ export async function watchStatus(args: StatusArgs): Promise<number> {
   const out = args.out ?? process.stdout;
   const output = args.output ?? 'table';
   const interval = args.intervalMs ?? 2000;
-  const tty = Boolean(out.isTTY) && process.env.TERM !== 'dumb' && output === 'table';
+  const screen = isLiveTerminal(out) && output === 'table' ? new StatusScreen(out) : undefined;
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   process.once('SIGINT', onSignal);
@@ -138,18 +146,13 @@ export async function watchStatus(args: StatusArgs): Promise<number> {
       }
       // What counts as a change: everything but the age, which changes every second.
       const key = 'missing' in r ? r.missing : JSON.stringify(r.rows.map(({ age: _age, ...rest }) => rest));
-      if (tty) {
-        const body =
-          'missing' in r
-            ? r.missing
-            : r.rows.length
-              ? table(r.rows, STATUS_COLUMNS, out.columns ?? 160)
-              : 'No resources.';
+      if (screen) {
         const head = `Every ${interval / 1000}s: ${where}  ${new Date().toISOString().replace(/\.\d+Z$/, 'Z')}  (Ctrl-C to stop)`;
-        out.write(`\x1b[H\x1b[2J${head}\n\n${body}\n`);
+        screen.draw(head, 'missing' in r ? r.missing : r.rows);
       } else if (key !== last) {
-        if ('missing' in r) out.write(`${r.missing}\n`);
-        else if (output === 'json') out.write(`${JSON.stringify(r.rows)}\n`);
+        // JSON Lines / YAML documents on stdout: what to say instead goes to stderr.
+        if ('missing' in r) (output === 'table' ? out : (args.err ?? process.stderr)).write(`${r.missing}\n`);
+        else if (output === 'json') out.write(`${formatRowsLine(r.rows)}\n`);
         else if (output === 'yaml') out.write(`---\n${formatRows(r.rows, 'yaml')}`);
         else out.write(`${last === undefined ? '' : '\n'}${formatRows(r.rows, 'table')}\n`);
       }
@@ -167,6 +170,7 @@ export async function watchStatus(args: StatusArgs): Promise<number> {
       });
     }
   } finally {
+    screen?.done();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     args.signal?.removeEventListener('abort', onSignal);

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
 import { markerUid } from '../../src/vm/spec.ts';
-import { type CliFixture, cli, cliFixture, type StatusRow, writeManifests } from '../helpers/cli.ts';
+import { type CliFixture, cli, cliFixture, statusItems, writeManifests } from '../helpers/cli.ts';
 
 const POLL = ['--task-poll', '20ms'];
 
@@ -68,10 +68,10 @@ describe('provider-proxmox apply / delete / status', () => {
     assert.match(table.stdout, /^web-2\s.*\sTrue\s+True\s/m);
     const json = await cli(['status', '--state', state, '-o', 'json']);
     assert.equal(json.code, 0, json.stderr);
-    const rows = JSON.parse(json.stdout) as StatusRow[];
+    const rows = statusItems(json.stdout);
     assert.deepEqual(rows.map((r) => [r.name, r.ready, r.synced]).sort(), [
-      ['web-1', 'True', 'True'],
-      ['web-2', 'True', 'True'],
+      ['web-1', true, true],
+      ['web-2', true, true],
     ]);
     assert.deepEqual(
       rows.map((r) => Number(r.vmid)).sort(),
@@ -94,7 +94,7 @@ describe('provider-proxmox apply / delete / status', () => {
     assert.equal(after.code, 0);
     assert.match(after.stdout, /No resources\./);
     const afterJson = await cli(['status', '--state', state, '-o', 'json']);
-    assert.deepEqual(JSON.parse(afterJson.stdout), []);
+    assert.deepEqual(statusItems(afterJson.stdout), []);
   });
 
   it('apply: exit 1 when a VM fails for good (missing bridge), with the reason and the fix in the final table', async () => {
@@ -110,7 +110,7 @@ describe('provider-proxmox apply / delete / status', () => {
     assert.match(final, /create it in Proxmox or fix the network of spec\.forProvider/, 'the fix is shown in full');
     assert.match(final, /1 VM\(s\) failed/);
     assert.equal(vms().length, before, 'no VM was created');
-    const json = JSON.parse((await cli(['status', '--state', state, '-o', 'json'])).stdout) as StatusRow[];
+    const json = statusItems((await cli(['status', '--state', state, '-o', 'json'])).stdout);
     assert.equal(json[0]?.reason, 'BridgeNotFound');
   });
 

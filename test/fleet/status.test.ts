@@ -10,9 +10,10 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { statusCommand } from '../../src/local/commands.ts';
-import type { Row } from '../../src/local/runtime.ts';
+import { parseStatusList } from '../../src/local/status-list.ts';
 import { capture } from '../helpers/capture.ts';
 import { spawnCli } from '../helpers/cli.ts';
+import { testTerminal } from '../helpers/terminal.ts';
 
 const LONG_AGO = '2025-12-13T10:00:00Z';
 
@@ -102,11 +103,11 @@ describe('status', () => {
     const j = capture();
     await statusCommand({ state: f, output: 'json', out: j.out });
     assert.deepEqual(
-      (JSON.parse(j.text()) as Row[]).map((r) => [r.name, r.phase, r.vmid, r.ready]),
+      parseStatusList(j.text()).items.map((r) => [r.name, r.phase, r.vmid, r.ready]),
       [
-        ['broken', '2', '', 'False'],
-        ['web', '2', '102', 'True'],
-        ['late', '10', '110', 'True'],
+        ['broken', '2', null, false],
+        ['web', '2', 102, true],
+        ['late', '10', 110, true],
       ],
     );
   });
@@ -133,25 +134,29 @@ describe('status', () => {
     assert.equal(await done, 0);
   });
 
-  it('--watch on a terminal: redrawn in place every interval (clear + home), table cut to the width', async () => {
+  it('--watch on a terminal: redrawn in place (one head line however many frames), fitted to the width', async () => {
     const f = join(dir, 'tty.json');
     writeState(f, [vm('a', '1', { vmid: '100' })]);
-    const c = capture(true);
+    const t = testTerminal(80, 24);
     const stop = new AbortController();
-    const done = statusCommand({ state: f, watch: true, intervalMs: 10, signal: stop.signal, out: c.out });
-    await until(() => c.writes.length >= 3, 'three frames');
+    const done = statusCommand({ state: f, watch: true, intervalMs: 10, signal: stop.signal, out: t.stream });
+    await until(() => t.writes.length >= 1, 'the first frame');
+    writeState(f, [vm('a', '1', { vmid: '100' }), vm('b', '2', { vmid: '101' })]);
+    await until(() => t.writes.join('').includes('\nb '), 'the frame with b');
     stop.abort();
     assert.equal(await done, 0);
-    for (const w of c.writes) {
-      assert.ok(w.startsWith('\x1b[H\x1b[2J'), JSON.stringify(w.slice(0, 20)));
-      assert.match(w, /Every 0\.01s: .*tty\.json .*\(Ctrl-C to stop\)\n\nNAME\s+PHASE/);
-      assert.ok(w.split('\n').every((l) => l.length <= 200));
-    }
+    const lines = await t.lines();
+    assert.equal(lines.filter((l) => /^Every 0\.01s: .*tty\.json /.test(l)).length, 1, lines.join('\n'));
+    assert.match(lines.slice(1).join('\n'), /^\nNAME\s+.*READY\s+SYNCED.*\na\s+.*\nb\s+/);
+    assert.equal(await t.scrolledOff(), 0);
+    assert.equal(await t.wrapped(), false);
+    t.dispose();
   });
 
   it('--watch -o json: one line per change; a state file that appears later is picked up', async () => {
     const f = join(dir, 'later.json');
     const c = capture();
+    const e = capture();
     const stop = new AbortController();
     const done = statusCommand({
       state: f,
@@ -160,17 +165,18 @@ describe('status', () => {
       output: 'json',
       signal: stop.signal,
       out: c.out,
+      err: e.out,
     });
-    await until(() => c.writes.length === 1, 'the no-state-file message');
-    assert.match(c.writes[0]!, /^no state file at .*later\.json: nothing has been applied from here/);
+    await until(() => e.writes.length === 1, 'the no-state-file message (stderr: stdout holds JSON lines only)');
+    assert.match(e.writes[0]!, /^no state file at .*later\.json: nothing has been applied from here/);
     writeState(f, [vm('a', '1')]);
-    await until(() => c.writes.length === 2, 'the rows');
+    await until(() => c.writes.length === 1, 'the rows');
     writeState(f, [vm('a', '1'), vm('b', '1')]);
-    await until(() => c.writes.length === 3, 'the changed rows');
+    await until(() => c.writes.length === 2, 'the changed rows');
     stop.abort();
     await done;
     assert.deepEqual(
-      c.writes.slice(1).map((l) => (JSON.parse(l) as Row[]).map((r) => r.name)),
+      c.writes.map((l) => parseStatusList(l).items.map((r) => r.name)),
       [['a'], ['a', 'b']],
     );
   });

@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseStatusList, type StatusItem } from '../../src/local/status-list.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { startTestSim } from './sim.ts';
@@ -161,14 +162,10 @@ export function writeManifests(dir: string, vms: VmManifest[]): string[] {
   });
 }
 
-/** The status rows as `status -o json` prints them. */
-export interface StatusRow {
-  key: string;
-  name: string;
-  vmid: string;
-  ready: string;
-  synced: string;
-  step: string;
-  reason: string;
-  message: string;
+/** One VM as `status -o json` prints it (docs/output.md). */
+export type StatusRow = StatusItem;
+
+/** The items of `status -o json` (or apply's -o json document); throws when it is no valid StatusList. */
+export function statusItems(stdout: string): StatusItem[] {
+  return parseStatusList(stdout).items;
 }

@@ -18,6 +18,7 @@ import { MESSAGES } from '../../src/api/proxmoxvm.ts';
 import { KubeApi, loadKubeConfig } from '../../src/kube/api.ts';
 import { ProviderController } from '../../src/kube/controller.ts';
 import { statusCommand } from '../../src/local/commands.ts';
+import { parseStatusList } from '../../src/local/status-list.ts';
 import { type Simulator, startSimulator } from '../../src/sim/index.ts';
 import { type Kube, startKube } from './harness.ts';
 import {
@@ -270,17 +271,11 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       await statusCommand({ kubeconfig: kube.kubeconfigPath, namespace: 'default', output: 'json', out }),
       0,
     );
-    const rows = JSON.parse(chunks.join('')) as Array<{
-      name: string;
-      phase?: string;
-      site: string;
-      ip: string;
-      ready: string;
-    }>;
+    const rows = parseStatusList(chunks.join('')).items;
     assert.equal(rows.length, 30);
     for (const r of rows) {
-      assert.equal(r.ready, 'True', r.name);
-      assert.match(r.ip, /^\d+\.\d+\.\d+\.\d+$/);
+      assert.equal(r.ready, true, r.name);
+      assert.match(r.ipAddresses[0] ?? '', /^\d+\.\d+\.\d+\.\d+$/);
       assert.ok(r.phase && r.site, r.name);
     }
   });

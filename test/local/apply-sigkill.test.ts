@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { markerUid } from '../../src/vm/spec.ts';
-import { cli, ROOT, type StatusRow, spawnCli, writeManifests } from '../helpers/cli.ts';
+import { cli, ROOT, spawnCli, statusItems, writeManifests } from '../helpers/cli.ts';
 
 const TEMPLATE_VMID = 9000;
 
@@ -213,9 +213,9 @@ describe('apply killed with SIGKILL, then run again', () => {
     for (const n of names) assert.match(table.stdout, new RegExp(`^${n}\\s.*\\srunning\\s.*\\sTrue\\s+True\\s`, 'm'));
     const json = await cli(['status', '--state', state, '-o', 'json']);
     assert.equal(json.code, 0, json.stderr);
-    const rows = JSON.parse(json.stdout) as StatusRow[];
+    const rows = statusItems(json.stdout);
     assert.deepEqual(rows.map((r) => r.name).sort(), names);
-    assert.ok(rows.every((r) => r.ready === 'True' && r.synced === 'True'));
+    assert.ok(rows.every((r) => r.ready === true && r.synced === true));
   }
 
   it('killed after the 1st, 3rd, 5th... line of progress: one VM per manifest, no orphan, stale lock taken over', async (t) => {

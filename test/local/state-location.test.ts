@@ -30,7 +30,7 @@ import { defaultStateFile, stateRoot } from '../../src/local/store.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { markerUid } from '../../src/vm/spec.ts';
-import { type CliFixture, type CliResult, cli, cliFixture, type StatusRow, writeManifests } from '../helpers/cli.ts';
+import { type CliFixture, type CliResult, cli, cliFixture, statusItems, writeManifests } from '../helpers/cli.ts';
 
 // The CLI children inherit this environment: the state root is a temporary XDG_STATE_HOME.
 const HOME = mkdtempSync(join(tmpdir(), 'pp-location-home-'));
@@ -151,10 +151,10 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     const res = await cli(['status', '-o', 'json'], { cwd: workdir('c') });
     ok(res, 'status');
     assert.deepEqual(
-      (JSON.parse(res.stdout) as StatusRow[]).map((r) => [r.name, r.ready]),
+      statusItems(res.stdout).map((r) => [r.name, r.ready]),
       [
-        ['where-1', 'True'],
-        ['where-2', 'True'],
+        ['where-1', true],
+        ['where-2', true],
       ],
     );
   });
@@ -175,12 +175,12 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     const b = await cli(['status', '--config', teamB, '-o', 'json'], { cwd: workdir('d') });
     ok(b, 'status --config team-b');
     assert.deepEqual(
-      (JSON.parse(b.stdout) as StatusRow[]).map((r) => r.name),
+      statusItems(b.stdout).map((r) => r.name),
       ['where-b1'],
     );
     const a = await cli(['status', '--config', config, '-o', 'json'], { cwd: workdir('d') });
     assert.deepEqual(
-      (JSON.parse(a.stdout) as StatusRow[]).map((r) => r.name),
+      statusItems(a.stdout).map((r) => r.name),
       ['where-1', 'where-2'],
     );
     // delete finds the same file: the VMs of team-b go, cli-default's stay.
@@ -230,7 +230,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     const status = await cli(['status', '-o', 'json'], { cwd: old });
     ok(status, 'status in the old directory');
     assert.match(status.stderr, /^note: using .*\.provider-proxmox\/state\.json, the state file's old default place/);
-    assert.equal((JSON.parse(status.stdout) as StatusRow[]).length, 2);
+    assert.equal(statusItems(status.stdout).length, 2);
     // --state still overrides it: no note.
     const explicit = await cli(['status', '--state', newDefault], { cwd: old });
     ok(explicit, 'status --state');

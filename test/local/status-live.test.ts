@@ -14,7 +14,7 @@ import { parse } from 'yaml';
 import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { applyCommand, statusCommand, UsageError } from '../../src/local/commands.ts';
-import type { LiveView } from '../../src/local/render.ts';
+import { type LiveStatus, LiveStatusSchema, schemaErrors } from '../../src/local/status-list.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { capture } from '../helpers/capture.ts';
@@ -133,43 +133,51 @@ describe('status --live', () => {
   it('-o json and -o yaml: the same view as data', async () => {
     const j = capture();
     assert.equal(await statusCommand({ live: true, config: configFile, state, output: 'json', out: j.out }), 0);
-    const view = JSON.parse(j.text()) as LiveView;
+    const view = JSON.parse(j.text()) as LiveStatus;
+    assert.deepEqual(schemaErrors(LiveStatusSchema, view), []);
     assert.equal(view.installation, 'cli-default');
     assert.equal(view.stateFile, state);
     assert.deepEqual(
-      view.vms.map((v) => [v.name, v.vmid, v.inState, v.marker]),
+      view.items.map((v) => [`${v.namespace}/${v.name}`, v.vmid, v.inState, v.marker]),
       [
-        ['default/live-1', vmidOf.get('live-1'), 'yes', 'current'],
-        ['default/live-2', vmidOf.get('live-2'), 'yes', 'current'],
-        ['default/live-3', vmidOf.get('live-3'), 'no', 'current'],
-        ['default/old-1', LEGACY_VMID, 'no', 'legacy'],
+        ['default/live-1', vmidOf.get('live-1'), true, 'current'],
+        ['default/live-2', vmidOf.get('live-2'), true, 'current'],
+        ['default/live-3', vmidOf.get('live-3'), false, 'current'],
+        ['default/old-1', LEGACY_VMID, false, 'legacy'],
       ],
     );
     const stored = (JSON.parse(readFileSync(state, 'utf8')) as { objects: ProxmoxVM[] }).objects;
-    assert.equal(view.vms[0]!.uid, stored.find((o) => o.metadata.name === 'live-1')!.metadata.uid);
+    assert.equal(view.items[0]!.uid, stored.find((o) => o.metadata.name === 'live-1')!.metadata.uid);
     assert.deepEqual(view.elsewhere, [{ installation: 'team-b', site: 'site-1', vms: 2 }]);
     assert.deepEqual(view.copies, [
-      { site: 'site-1', node: NODE, vmid: COPY_VMID, name: 'default/live-1', writtenFor: vmidOf.get('live-1') },
+      {
+        site: 'site-1',
+        node: NODE,
+        vmid: COPY_VMID,
+        namespace: 'default',
+        name: 'live-1',
+        writtenFor: vmidOf.get('live-1'),
+      },
     ]);
     assert.deepEqual(view.errors, []);
     const y = capture();
     assert.equal(await statusCommand({ live: true, config: configFile, state, output: 'yaml', out: y.out }), 0);
-    assert.deepEqual(parse(y.text()), view);
+    assert.deepEqual({ ...parse(y.text()), generatedAt: view.generatedAt }, view);
   });
 
   it('without any state file: every VM still listed, IN STATE —', async () => {
     // No --state and nothing under the state root: the installation's default file does not exist.
     const res = await cli(['status', '--live', '--config', configFile, '-o', 'json'], { cwd: dir });
     assert.equal(res.code, 0, res.stdout + res.stderr);
-    const view = JSON.parse(res.stdout) as LiveView;
-    assert.equal(view.stateFile, undefined);
+    const view = JSON.parse(res.stdout) as LiveStatus;
+    assert.equal(view.stateFile, null);
     assert.deepEqual(
-      view.vms.map((v) => [v.name, v.inState]),
+      view.items.map((v) => [`${v.namespace}/${v.name}`, v.inState]),
       [
-        ['default/live-1', '—'],
-        ['default/live-2', '—'],
-        ['default/live-3', '—'],
-        ['default/old-1', '—'],
+        ['default/live-1', null],
+        ['default/live-2', null],
+        ['default/live-3', null],
+        ['default/old-1', null],
       ],
     );
     const table = await cli(['status', '--live', '--config', configFile], { cwd: dir });
