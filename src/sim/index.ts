@@ -20,6 +20,7 @@ import { poolRoutes } from './routes/pools.ts';
 import { qemuRoutes, vmMaxDisk } from './routes/qemu.ts';
 import { storageRoutes } from './routes/storage.ts';
 import { taskRoutes } from './routes/tasks.ts';
+import { vzdumpRoutes } from './routes/vzdump.ts';
 import { ApiHandler, type Route } from './server.ts';
 import { ClusterState, MiB } from './state.ts';
 import { TaskRunner } from './tasks.ts';
@@ -43,6 +44,7 @@ export const ROUTES: Route[] = [
   ...storageRoutes,
   ...taskRoutes,
   ...qemuRoutes,
+  ...vzdumpRoutes,
 ];
 
 export interface SimulatorOptions {

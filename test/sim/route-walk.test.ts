@@ -185,7 +185,29 @@ function script(fileUrl: string): Step[] {
     { method: 'POST', path: `${v}/300/status/reboot` },
     { method: 'POST', path: `${v}/300/status/shutdown` },
     { method: 'POST', path: `${v}/300/status/start` },
+    // suspend to RAM and back, then to disk (hibernate) and back
+    { method: 'POST', path: `${v}/300/status/suspend` },
+    { method: 'POST', path: `${v}/300/status/resume` },
+    { method: 'POST', path: `${v}/300/status/suspend`, form: { todisk: '1' } },
+    { method: 'POST', path: `${v}/300/status/resume` },
     { method: 'POST', path: `${v}/300/status/stop` },
+    { method: 'GET', path: `${v}/100/migrate` },
+    { method: 'GET', path: `${v}/101/migrate` },
+    // a backup, listed and deleted
+    { method: 'POST', path: `/nodes/${N}/vzdump`, form: { vmid: '101', storage: 'local', compress: 'zstd' } },
+    { method: 'GET', path: `/nodes/${N}/storage/local/content?content=backup` },
+    {
+      method: 'DELETE',
+      path: `/nodes/${N}/storage/local/content/backup`,
+      send: async (url) => {
+        const list = await raw(url, 'GET', `/nodes/${N}/storage/local/content?content=backup`);
+        const volid = (list.json as { data: Array<{ volid: string }> }).data[0]?.volid ?? 'local:backup/none';
+        return fetch(`${url}/api2/json/nodes/${N}/storage/local/content/${q(volid)}`, {
+          method: 'DELETE',
+          headers: { Authorization: `PVEAPIToken=root@pam!test=c0ffee00-0000-4000-8000-000000000001` },
+        });
+      },
+    },
     // snapshots
     { method: 'POST', path: `${v}/101/snapshot`, form: { snapname: 'walk', description: 'first' } },
     { method: 'GET', path: `${v}/101/snapshot` },

@@ -185,6 +185,10 @@ export const nodeRoutes: Route[] = [
           size: v.size,
           ctime: v.ctime,
           ...(v.vmid !== undefined ? { vmid: v.vmid } : {}),
+          // Plugin.pm $get_subdir_files: a backup's guest type from archive_info.
+          ...(v.content === 'backup'
+            ? { subtype: /^backup\/vzdump-(lxc|openvz|qemu)-/.exec(v.volname)?.[1] ?? 'unknown' }
+            : {}),
           ...(v.parent ? { parent: v.parent.split(':')[1] } : {}),
           ...(v.content === 'images' ? { used: s.type === 'lvmthin' ? Math.round(v.size * 0.1) : v.size } : {}),
         }));

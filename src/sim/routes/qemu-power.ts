@@ -2,6 +2,8 @@
  * VM power and status: `status/current`, start/stop/shutdown/reboot workers, the boot (NIC
  * bridges, DHCP leases, guest interfaces) and `maxdisk`.
  */
+
+import { die } from '../errors.ts';
 import {
   configCpus,
   configMemoryMiB,
@@ -18,9 +20,13 @@ import type { TaskHandle } from '../tasks.ts';
 import { agentEnabled } from './qemu-agent.ts';
 import { checkLock, checkSkiplock, DURATIONS, loadVm, vmPerm } from './qemu-common.ts';
 
-/** Start a VM: runs in qmstart workers (and create's start=1, reboot). */
-export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState): Promise<void> {
-  applyPending(vm);
+/**
+ * Start a VM: runs in qmstart workers (and create's start=1, reboot). `resume`: from a hibernation
+ * state (vm_start_nolock `$resume`): the pending section stays pending, and the guest continues
+ * where it was (its agent processes and a running agent), as it was when its RAM was saved.
+ */
+export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState, resume = false): Promise<void> {
+  if (!resume) applyPending(vm);
   for (const [k, v] of Object.entries(vm.config)) {
     if (!NET_KEY_RE.test(k)) continue;
     const bridge = getOpt(parseNic(v).p, 'bridge');
@@ -35,11 +41,13 @@ export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState): Promi
   await t.sleep(DURATIONS.start);
   vm.status = 'running';
   vm.startedAt = c.clock.now();
-  vm.agentReadyAt = c.clock.now() + c.clock.scaled(DURATIONS.agentBoot);
+  vm.agentReadyAt = resume ? c.clock.now() : c.clock.now() + c.clock.scaled(DURATIONS.agentBoot);
   vm.guest.interfaces = [];
   // A new boot: no agent processes, file systems not frozen (written files stay on the disk).
-  vm.agent.procs.clear();
-  vm.agent.frozen = false;
+  if (!resume) {
+    vm.agent.procs.clear();
+    vm.agent.frozen = false;
+  }
   vm.paused = false;
   const nets = Object.keys(vm.config)
     .filter((k) => NET_KEY_RE.test(k))
@@ -101,7 +109,8 @@ export function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> 
     vmid: vm.vmid,
     name: vm.config.name ?? `VM ${vm.vmid}`,
     status: vm.status,
-    qmpstatus: vm.status,
+    // `qm suspend` without todisk leaves QEMU paused: still `running`, qmpstatus `paused`.
+    qmpstatus: running && vm.paused ? 'paused' : vm.status,
     cpus: configCpus(vm.config),
     cpu: running ? 0.013 : 0,
     maxmem: mem,
@@ -125,16 +134,38 @@ export function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> 
   };
 }
 
+/**
+ * vm_start (QemuServer.pm): a `lock: suspended` (hibernated) VM passes the lock check and resumes
+ * from its `vmstate`; a `lock: backup` VM that still runs is resumed in its QEMU instance.
+ */
 export async function startWorker(c: ClusterState, t: TaskHandle, vm: VmState, skiplock: boolean): Promise<void> {
   const unlock = await vm.flock.acquire(10_000);
   try {
     if (vm.config.template === '1') throw new Error("you can't start a vm if it's a template");
-    checkLock(vm, skiplock);
+    const suspended = vm.config.lock === 'suspended';
+    if (vm.config.lock === 'backup' && vm.status === 'running') {
+      vm.paused = false; // RunState::vm_resume
+      return;
+    }
+    if (!suspended) checkLock(vm, skiplock);
+    const resume = suspended || vm.config.vmstate !== undefined;
     if (vm.status === 'running') throw new Error(`VM ${vm.vmid} already running`);
-    await bootVm(c, t, vm);
+    if (resume) t.log('Resuming suspended VM');
+    await bootVm(c, t, vm, resume);
+    if (resume) finishResume(c, t, vm);
   } finally {
     unlock();
   }
+}
+
+/**
+ * vm_start_nolock's `$resume` end: "Resumed VM, removing state", the state volume freed, `lock`,
+ * `vmstate`, `runningmachine`, `runningcpu` and `running-nets-host-mtu` dropped from the config.
+ */
+function finishResume(c: ClusterState, t: TaskHandle, vm: VmState): void {
+  t.log('Resumed VM, removing state');
+  if (vm.config.vmstate) c.freeVolume(vm.node, vm.config.vmstate);
+  for (const k of ['lock', 'vmstate', 'running-nets-host-mtu', 'runningmachine', 'runningcpu']) delete vm.config[k];
 }
 
 export const powerRoutes: Route[] = [
@@ -166,6 +197,12 @@ export const powerRoutes: Route[] = [
         const vmid = Number(params.vmid);
         const skiplock = checkSkiplock(auth, params);
         const vm = loadVm(c, node, vmid);
+        // vm_shutdown / vm_reboot: a paused VM would get the ACPI request only once resumed.
+        let forceStopPaused = false;
+        if ((action === 'shutdown' || action === 'reboot') && vm.status === 'running' && vm.paused) {
+          if (action === 'reboot' || !params.forceStop) die('VM is paused - cannot shutdown');
+          forceStopPaused = true;
+        }
         if (vm.haManaged && (action === 'start' || action === 'stop' || action === 'shutdown')) {
           return ctx.tasks.start(node, action === 'start' ? 'hastart' : 'hastop', String(vmid), auth, async (t) => {
             t.log(`Requesting HA ${action} for VM ${vmid}`);
@@ -185,8 +222,11 @@ export const powerRoutes: Route[] = [
               return;
             }
             if (vm.status !== 'running') return;
-            await t.sleep(action === 'stop' ? DURATIONS.stop : DURATIONS.shutdown);
+            // (forceStop on a paused VM: the handler's "stop instead of shutdown" warning goes to
+            // the API daemon's log, not the task's.)
+            await t.sleep(action === 'stop' || forceStopPaused ? DURATIONS.stop : DURATIONS.shutdown);
             vm.status = 'stopped';
+            vm.paused = false;
             vm.agentReadyAt = 0;
             vm.guest.interfaces = [];
             applyPending(vm);

@@ -73,7 +73,7 @@ function canSnapshot(c: ClusterState, vm: VmState, vol: Volume | undefined): boo
 }
 
 /** find_vmstate_storage (QemuConfig.pm): `vmstatestorage`, else a shared disk storage, else a local one (file based preferred), else `local`. */
-function vmstateStorage(c: ClusterState, vm: VmState): string {
+export function vmstateStorage(c: ClusterState, vm: VmState): string {
   if (vm.config.vmstatestorage) return vm.config.vmstatestorage;
   let shared: string | undefined;
   let local: string | undefined;

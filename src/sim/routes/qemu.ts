@@ -1,7 +1,8 @@
 /**
  * `/nodes/{node}/qemu`: the VM list, destroy and template here; create, clone, config, power,
- * snapshots and the guest agent in their own modules (qemu-create.ts, qemu-clone.ts,
- * qemu-config-routes.ts, qemu-power.ts, qemu-snapshot.ts, qemu-agent.ts, qemu-agent-exec.ts),
+ * suspend/resume, the migration precondition, snapshots and the guest agent in their own modules
+ * (qemu-create.ts, qemu-clone.ts, qemu-config-routes.ts, qemu-power.ts, qemu-suspend.ts,
+ * qemu-migrate.ts, qemu-snapshot.ts, qemu-agent.ts, qemu-agent-exec.ts),
  * all served as `qemuRoutes` (the VM's directory index is in indexes.ts).
  */
 import { hasPriv } from '../auth.ts';
@@ -16,8 +17,10 @@ import { checkLock, checkSkiplock, DURATIONS, loadVm, vmPerm } from './qemu-comm
 import { configRoutes } from './qemu-config-routes.ts';
 import { createRoute } from './qemu-create.ts';
 import { freeVmVolumes, printDrive } from './qemu-drives.ts';
+import { migrateRoutes } from './qemu-migrate.ts';
 import { powerRoutes, vmStatus } from './qemu-power.ts';
 import { snapshotRoutes } from './qemu-snapshot.ts';
+import { suspendRoutes } from './qemu-suspend.ts';
 
 export { DURATIONS, loadVm } from './qemu-common.ts';
 export { vmMaxDisk } from './qemu-power.ts';
@@ -54,9 +57,12 @@ const vmRoutes: Route[] = [
       return ctx.tasks.start(node, 'qmdestroy', String(vmid), auth, async (t) => {
         const unlock = await vm.flock.acquire(10_000);
         try {
-          checkLock(vm, skiplock);
+          // destroy_vm (QemuServer.pm): a hibernated VM (`lock: suspended`) may be destroyed.
+          if (vm.config.lock !== 'suspended') checkLock(vm, skiplock);
           if (vm.status === 'running') throw new Error(`VM ${vmid} is running - destroy failed`);
           await t.sleep(DURATIONS.destroy);
+          // Its `vmstate` is an owned volume (foreach_volume_full with extra_keys vmstate).
+          if (vm.config.vmstate) c.freeVolume(node, vm.config.vmstate);
           // destroy_vm also removes the RAM state volumes of snapshots.
           for (const snap of vm.snapshots.values()) if (snap.vmstate) c.freeVolume(node, snap.vmstate);
           for (const volid of freeVmVolumes(c, vm, Boolean(params['destroy-unreferenced-disks']))) {
@@ -146,6 +152,8 @@ export const qemuRoutes: Route[] = [
   cloneRoute,
   ...configRoutes,
   ...powerRoutes,
+  ...suspendRoutes,
+  ...migrateRoutes,
   ...agentRoutes,
   ...agentExecRoutes,
   ...snapshotRoutes,

@@ -2,7 +2,7 @@
  * Generates src/sim/schema/generated/extra-<profile>.json: the parameter schemas of the methods the
  * simulator serves that scripts/gen-pve-schema.ts leaves out of pve-<profile>.json (its
  * `keepPath` drops the directory indexes `/`, `/access`, `/cluster`, `lxc`, `subscription` and
- * `replication` under a node, and `/cluster/backup-info`). The loader (./index.ts) reads
+ * `replication` under a node, `/cluster/backup-info`, and `vzdump`). The loader (./index.ts) reads
  * both files; a path is in one or the other, never both. Run: `npm run gen:sim-coverage` (which
  * runs this first), or `node src/sim/schema/gen-extra.ts`.
  *
@@ -30,6 +30,7 @@ export const EXTRA_METHODS: readonly string[] = [
   'GET /nodes/{node}/lxc',
   'GET /nodes/{node}/replication',
   'GET /nodes/{node}/subscription',
+  'POST /nodes/{node}/vzdump',
 ];
 
 /**
