@@ -64,7 +64,20 @@ describe('machine output and pipes', () => {
   after(() => fx.close());
 
   it('apply -q -o json: stdout is one StatusList document, the summary on stderr', async () => {
-    const res = await cli(['apply', '--yes', '-f', m, '--config', fx.config, '--state', state, '-q', '-o', 'json', ...POLL]);
+    const res = await cli([
+      'apply',
+      '--yes',
+      '-f',
+      m,
+      '--config',
+      fx.config,
+      '--state',
+      state,
+      '-q',
+      '-o',
+      'json',
+      ...POLL,
+    ]);
     assert.equal(res.code, 0, res.stderr);
     const doc = parseStatusList(res.stdout);
     assert.deepEqual(
