@@ -36,7 +36,17 @@ describe('delete with a lost state file', () => {
     const applied = join(dir, 'applied');
     mkdirSync(applied);
     writeManifests(applied, [{ name: 'lost-1' }, { name: 'lost-2' }]);
-    const first = await cli(['apply', '--yes', '-f', applied, '--config', config, '--state', join(dir, 'a.json'), ...POLL]);
+    const first = await cli([
+      'apply',
+      '--yes',
+      '-f',
+      applied,
+      '--config',
+      config,
+      '--state',
+      join(dir, 'a.json'),
+      ...POLL,
+    ]);
     assert.equal(first.code, 0, first.stdout + first.stderr);
     assert.equal(ours('lost-1').length + ours('lost-2').length, 2);
 
