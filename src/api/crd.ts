@@ -152,11 +152,11 @@ function managedSpec(spec: JsonSchema): JsonSchema {
   const props = spec.properties as Record<string, JsonSchema>;
   props.forProvider!.description = 'The desired state of the Proxmox VE virtual machine.';
   props.initProvider!.description =
-    'Fields applied only when the VM is created (e.g. values managed elsewhere afterwards); same schema as forProvider, all optional.';
+    "Crossplane's initProvider: the fields of forProvider, all optional, with the same limits. Accepted but not read by this version of the provider: set every field in forProvider.";
   props.providerConfigRef = {
     type: 'object',
     description:
-      'The ProviderConfig (same namespace) or ClusterProviderConfig with the Proxmox VE sites and credentials.',
+      'The ProviderConfig (same namespace) or ClusterProviderConfig with the Proxmox VE sites and credentials. Default: the ClusterProviderConfig named default.',
     default: { ...DEFAULT_PROVIDER_CONFIG_REF },
     properties: {
       kind: {
@@ -172,13 +172,13 @@ function managedSpec(spec: JsonSchema): JsonSchema {
   const mp = props.managementPolicies!;
   mp.default = ['*'];
   mp.description =
-    'What the provider may do with the VM: Observe, Create, Update, Delete, LateInitialize, or * (all, the default). Without Delete the VM is left in place when the resource is deleted; [] pauses.';
+    'What the provider may do with the VM: Observe, Create, Update, Delete, LateInitialize, or * (all, the default), in the combinations crossplane-runtime supports (others: Synced=False). Without Create and Update the VM at the external name is only observed; without Delete it is left in place when the resource is deleted; [] pauses. LateInitialize changes nothing: the provider late-initializes no field.';
   props.deletionPolicy!.description =
     'Legacy (Crossplane v1): Orphan leaves the VM in place when the resource is deleted. Prefer managementPolicies without Delete.';
   props.writeConnectionSecretToRef = {
     type: 'object',
     description:
-      'A Secret in the namespace of the resource that receives the connection details (endpoint, node, vmid, IP addresses, user).',
+      'A Secret in the namespace of the resource that the controller writes the connection details to (keys endpoint, node and vmid; ip and ipAddresses once the guest agent reported addresses; user when cloudInit.user is set); owned by the resource. `apply` writes none.',
     properties: { name: { ...objectName(), description: 'Name of the Secret.' } },
     required: ['name'],
   };
@@ -190,56 +190,106 @@ function managedSpec(spec: JsonSchema): JsonSchema {
 // --- status schemas ---------------------------------------------------------------------------------
 
 /** `status.atProvider` of a ProxmoxVM (the AtProvider interface, checked below). */
-export const ProxmoxVMAtProviderSchema = Type.Object({
-  vmId: Type.Optional(Type.Integer({ description: 'The Proxmox VE VMID.' })),
-  node: Type.Optional(Type.String({ description: 'The node the VM is on.' })),
-  site: Type.Optional(Type.String({ description: 'The site (ProviderConfig entry) the VM is in.' })),
-  state: Type.Optional(Type.String({ description: 'running, stopped, ...' })),
-  qmpStatus: Type.Optional(Type.String({ description: 'The QEMU monitor status.' })),
-  ipAddresses: Type.Optional(Type.Array(Type.String(), { description: 'Addresses the guest agent reports.' })),
-  lock: Type.Optional(Type.String({ description: 'A Proxmox VE lock held on the VM (clone, migrate, ...).' })),
-  task: Type.Optional(Type.String({ description: 'The in-flight Proxmox VE task (UPID).' })),
-  step: Type.Optional(Type.String({ description: 'What the provider is doing now (create, import, start...).' })),
-  pendingChanges: Type.Optional(Type.Array(Type.String(), { description: 'Fields waiting for a reboot.' })),
-  createOutcome: Type.Optional(
-    Type.String({
-      description:
-        'Unknown while a create was sent but its answer never came; the VM may exist or appear later at the VMID of the external name.',
-    }),
-  ),
-  unknownCreateSince: Type.Optional(
-    Type.String({
-      description:
-        'When the earliest create of unknown outcome at this VMID was sent; until the wait after it has passed, the resource is neither created again nor let go.',
-    }),
-  ),
-  smbiosUuid: Type.Optional(
-    Type.String({
-      description:
-        "The SMBIOS UUID of the VM confirmed as this resource's own: a VM at the same VMID with another UUID is another VM.",
-    }),
-  ),
-});
+export const ProxmoxVMAtProviderSchema = Type.Object(
+  {
+    vmId: Type.Optional(
+      Type.Integer({
+        description:
+          'The VMID of the VM, set once the provider saw its ownership marker there (observe-only: once it found the VM). The external name holds the VMID from before the create.',
+      }),
+    ),
+    node: Type.Optional(
+      Type.String({ description: 'The node the VM is on (before the create: the node chosen for it).' }),
+    ),
+    site: Type.Optional(
+      Type.String({ description: 'The site (spec.sites[].name of the ProviderConfig) the VM is in.' }),
+    ),
+    state: Type.Optional(
+      Type.String({
+        description: 'The VM status Proxmox VE reports: running, stopped, ...; absent when there is no VM.',
+      }),
+    ),
+    qmpStatus: Type.Optional(
+      Type.String({ description: 'The QEMU monitor status (running, paused, prelaunch, ...).' }),
+    ),
+    ipAddresses: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          'The addresses the guest agent reports for a running VM: IPv4 first, then IPv6, without loopback and link-local ones.',
+      }),
+    ),
+    lock: Type.Optional(
+      Type.String({
+        description:
+          'A Proxmox VE lock on the VM (create, clone, backup, migrate, snapshot, ...): the provider waits for it; it clears only the create/clone lock of its own interrupted create.',
+      }),
+    ),
+    task: Type.Optional(Type.String({ description: 'The in-flight Proxmox VE task (UPID) the provider waits for.' })),
+    step: Type.Optional(
+      Type.String({
+        description:
+          'What the provider is doing now: CheckingNode, Placing, CheckingBridge, CheckingStorage, ResolvingImage, WaitingForSlot, ReservingVMID, Creating, Importing, Cloning, Configuring, Resizing, Starting, Stopping, Rebooting, WaitingForAgent, Ready, Destroying, ...; Failed after a failed task.',
+      }),
+    ),
+    pendingChanges: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          'Config keys Proxmox VE holds for a running VM until its next boot (see spec.forProvider.rebootPolicy and the PendingReboot condition).',
+      }),
+    ),
+    createOutcome: Type.Optional(
+      Type.String({
+        description:
+          'Unknown while a create was sent but its answer never came; the VM may exist or appear later at the VMID of the external name.',
+      }),
+    ),
+    unknownCreateSince: Type.Optional(
+      Type.String({
+        description:
+          'When the earliest create of unknown outcome at this VMID was sent; until the wait after it has passed, the resource is neither created again nor let go.',
+      }),
+    ),
+    smbiosUuid: Type.Optional(
+      Type.String({
+        description:
+          "The SMBIOS UUID of the VM confirmed as this resource's own: a VM at the same VMID with another UUID is another VM.",
+      }),
+    ),
+  },
+  { description: 'What Proxmox VE holds, as the provider last observed it.' },
+);
 
 type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 /** Fails to compile when AtProvider (proxmoxvm.ts) and its CRD schema drift apart. */
 export const AT_PROVIDER_IN_SYNC: Equals<Static<typeof ProxmoxVMAtProviderSchema>, AtProvider> = true;
 
-const ManagedStatusSchema = Type.Object({
-  atProvider: Type.Optional(ProxmoxVMAtProviderSchema),
-  conditions: Type.Optional(ConditionsSchema),
-  observedGeneration: Type.Optional(
-    Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last reconciled.' }),
-  ),
-  lastHandledReconcileAt: Type.Optional(
-    Type.String({ description: 'The last crossplane.io/reconcile-requested-at value handled.' }),
-  ),
-});
+const ManagedStatusSchema = Type.Object(
+  {
+    atProvider: Type.Optional(ProxmoxVMAtProviderSchema),
+    conditions: Type.Optional(ConditionsSchema),
+    observedGeneration: Type.Optional(
+      Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last reconciled.' }),
+    ),
+    lastHandledReconcileAt: Type.Optional(
+      Type.String({ description: 'The last crossplane.io/reconcile-requested-at value handled.' }),
+    ),
+  },
+  { description: 'The observed state, written by the provider.' },
+);
 
-const ProviderConfigStatusSchema = Type.Object({
-  conditions: Type.Optional(ConditionsSchema),
-  users: Type.Optional(Type.Integer({ format: 'int64', minimum: 0, description: 'Resources using this config.' })),
-});
+const ProviderConfigStatusSchema = Type.Object(
+  {
+    conditions: Type.Optional(ConditionsSchema),
+    users: Type.Optional(
+      Type.Integer({
+        format: 'int64',
+        minimum: 0,
+        description: 'How many resources use this config (their ProviderConfigUsages).',
+      }),
+    ),
+  },
+  { description: 'The observed state, written by the controller.' },
+);
 
 // --- provider configs -------------------------------------------------------------------------------
 
@@ -374,7 +424,9 @@ function usageCrd(cluster: boolean): CrdSpec {
     listKind: `${kind}List`,
     scope: cluster ? 'Cluster' : 'Namespaced',
     categories: PROVIDER_CATEGORIES,
-    description: `A ${kind} records that a resource uses a ${cluster ? 'ClusterProviderConfig' : 'ProviderConfig'}; while one exists the config cannot be deleted.`,
+    description: cluster
+      ? 'A ClusterProviderConfigUsage records that a cluster-scoped resource uses a provider config. This provider has no cluster-scoped resources and never writes one: a ProxmoxVM records its use of either kind of config in a namespaced ProviderConfigUsage. Defined for Crossplane compatibility.'
+      : 'A ProviderConfigUsage records that a ProxmoxVM (the usage is named after its UID) uses a ProviderConfig or ClusterProviderConfig; while one names a config, the config keeps the in-use.crossplane.io finalizer and its deletion waits.',
     properties: body.properties as Record<string, JsonSchema>,
     required: body.required as string[],
     columns: [
@@ -460,7 +512,10 @@ const ROOT_DOCS = {
     description:
       'Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. In CamelCase.',
   },
-  metadata: { type: 'object' },
+  metadata: {
+    type: 'object',
+    description: 'Standard object metadata (name, namespace, labels, annotations, ...).',
+  },
 };
 
 export function toCrd(c: CrdSpec): CustomResourceDefinition {

@@ -47,14 +47,26 @@ const NODE_RE = '^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$';
 
 export const SecretReference = Type.Object(
   {
-    name: Type.String({ minLength: 1, maxLength: DNS1123_SUBDOMAIN_MAX, pattern: DNS1123_SUBDOMAIN_PATTERN }),
+    name: Type.String({
+      minLength: 1,
+      maxLength: DNS1123_SUBDOMAIN_MAX,
+      pattern: DNS1123_SUBDOMAIN_PATTERN,
+      description: 'Name of the Secret.',
+    }),
     namespace: Type.Optional(
-      Type.String({ minLength: 1, maxLength: DNS1123_LABEL_MAX, pattern: DNS1123_LABEL_PATTERN }),
+      Type.String({
+        minLength: 1,
+        maxLength: DNS1123_LABEL_MAX,
+        pattern: DNS1123_LABEL_PATTERN,
+        description:
+          "Namespace of the Secret: required in a ClusterProviderConfig; refused in a ProviderConfig, which reads the Secret from its own namespace. (In a file for the CLI, default: the config's metadata.namespace, else `default`.)",
+      }),
     ),
   },
   {
     additionalProperties: false,
-    description: 'A Kubernetes Secret with the keys tokenid + token, or username + password.',
+    description:
+      'A Kubernetes Secret with the credentials: the keys tokenid (USER@REALM!TOKENID) + token (the secret) of an API token, or username (USER@REALM) + password.',
   },
 );
 
@@ -83,7 +95,7 @@ export const TlsConfig = Type.Object(
   {
     additionalProperties: false,
     description:
-      'Default (empty): verify against the system CAs. At most one of fingerprint, caBundle, insecureSkipTLSVerify.',
+      "How the endpoints' certificates are verified: at most one of fingerprint, caBundle, insecureSkipTLSVerify. Default (empty): against the system CAs, which a Proxmox VE node's self-signed certificate fails.",
   },
 );
 
@@ -93,25 +105,43 @@ export const ConcurrencyConfig = Type.Object(
       Type.Integer({
         minimum: 1,
         maximum: 64,
-        description: 'Heavy operations (clone, import, resize) at once per node. Default 2.',
+        description:
+          'Creates (blank, import or clone) and disk resizes at once per node, each held until its Proxmox VE task ends. Default: 2.',
       }),
     ),
     perStorage: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: 64, description: 'Heavy operations at once per storage. Default 2.' }),
+      Type.Integer({
+        minimum: 1,
+        maximum: 64,
+        description:
+          'Creates at once per storage (of the boot disk), each held until its Proxmox VE task ends. Default: 2.',
+      }),
     ),
     requests: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: 256, description: 'HTTP requests in flight per site. Default 16.' }),
+      Type.Integer({
+        minimum: 1,
+        maximum: 256,
+        description: 'Keep-alive connections, so HTTP requests in flight, per endpoint. Default: 16.',
+      }),
     ),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    description:
+      "Limits of parallel work. spec.concurrency: for every site; a site's own: its fields override those, field by field.",
+  },
 );
 
 export const VmidRange = Type.Object(
   {
-    min: Type.Integer({ minimum: 100, maximum: 999_999_999 }),
-    max: Type.Integer({ minimum: 100, maximum: 999_999_999 }),
+    min: Type.Integer({ minimum: 100, maximum: 999_999_999, description: 'The lowest VMID.' }),
+    max: Type.Integer({ minimum: 100, maximum: 999_999_999, description: 'The highest VMID.' }),
   },
-  { additionalProperties: false, description: 'VMIDs the provider may allocate on this site (inclusive).' },
+  {
+    additionalProperties: false,
+    description:
+      "VMIDs the provider may choose for new VMs, inclusive (a spec.forProvider.vmid is used as it is). spec.vmidRange: for every site; a site's own replaces it for that site. Default: 100-999999.",
+  },
 );
 
 export const SiteConfig = Type.Object(
@@ -121,17 +151,23 @@ export const SiteConfig = Type.Object(
       maxLength: 63,
       pattern: NAME_RE,
       errorMessage: 'must be a lower-case DNS label (a-z, 0-9, -)',
+      description: 'Name of the site, as spec.forProvider.site names it; unique in the config.',
     }),
     endpoints: Type.Array(
       Type.String({
         pattern: '^https?://[^\\s/@]+(/api2/json/?|/)?$',
         errorMessage: 'must be an endpoint URL like https://pve1.example:8006 (no path, no credentials)',
       }),
-      { minItems: 1, description: 'API URLs of the cluster (several nodes for failover).' },
+      {
+        minItems: 1,
+        description:
+          'API URLs of the cluster, e.g. https://pve1.example:8006 (no path, no credentials). With several (nodes of one cluster) the client fails over between them.',
+      },
     ),
     nodes: Type.Optional(
       Type.Array(Type.String({ pattern: NODE_RE, errorMessage: 'must be a Proxmox VE node name' }), {
-        description: 'Nodes the provider places VMs on (default: every online node).',
+        description:
+          'Nodes of the site that the manifests use: ProxmoxVMScaleSet replicas without a node are spread over them (round robin), `validate` checks a spec.forProvider.node against them, and `doctor` checks these nodes (default: every node of the cluster). A ProxmoxVM without a node may still be placed on any online node of the cluster.',
       }),
     ),
     tls: Type.Optional(TlsConfig),
@@ -139,21 +175,34 @@ export const SiteConfig = Type.Object(
     concurrency: Type.Optional(ConcurrencyConfig),
     vmidRange: Type.Optional(VmidRange),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    description:
+      "One Proxmox VE cluster. Its credentials: credentialsSecretRef, else spec.credentials.secretRef; its concurrency and vmidRange: its own, else spec's, else the defaults.",
+  },
 );
 
 export const CredentialsConfig = Type.Object(
   {
-    source: Type.Optional(Type.Literal('Secret', { description: 'Where credentials come from. Only Secret.' })),
+    source: Type.Optional(
+      Type.Literal('Secret', { description: 'Where the credentials come from: only Secret. Default: Secret.' }),
+    ),
     secretRef: Type.Optional(SecretReference),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    description:
+      'The credentials of the sites: secretRef serves every site without its own credentialsSecretRef, and is required unless every site has one.',
+  },
 );
 
 export const ProviderConfigSpec = Type.Object(
   {
     credentials: CredentialsConfig,
-    sites: Type.Array(SiteConfig, { minItems: 1 }),
+    sites: Type.Array(SiteConfig, {
+      minItems: 1,
+      description: 'The Proxmox VE clusters (sites), at least one; a ProxmoxVM picks one with spec.forProvider.site.',
+    }),
     /** Defaults for every site. */
     concurrency: Type.Optional(ConcurrencyConfig),
     vmidRange: Type.Optional(VmidRange),
@@ -162,11 +211,11 @@ export const ProviderConfigSpec = Type.Object(
         pattern: INSTALLATION_RE,
         maxLength: 63,
         description:
-          "Which installation of the provider the VMs made through this config belong to: written into every VM's ownership marker, so that two installations (two clusters, a cluster and a CLI user, two teams) on one Proxmox never take each other's VMs for their own or for orphans. Default: the controller uses `k8s-<uid of the cluster's kube-system namespace>`, the CLI `cli-<this config's metadata.name>`. Set the same value on a controller's and a CLI's config to hand a fleet from one to the other.",
+          "Which installation of the provider the VMs made through this config belong to: written into every VM's ownership marker, so that two installations (two clusters, a cluster and a CLI user, two teams) on one Proxmox never take each other's VMs for their own or for orphans. Set the same value on a controller's and a CLI's config to hand a fleet from one to the other. Default: the controller's `k8s-<uid of the cluster's kube-system namespace>` (or its --installation), the CLI's `cli-<this config's metadata.name>`.",
       }),
     ),
   },
-  { additionalProperties: false },
+  { additionalProperties: false, description: 'Where the Proxmox VE sites are and how to reach them.' },
 );
 
 export const ProviderConfigKinds = ['ProviderConfig', 'ClusterProviderConfig'] as const;

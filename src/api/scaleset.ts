@@ -32,11 +32,13 @@ const StringMap = (description: string) => Type.Record(Type.String(), Type.Strin
 
 export const LabelSelectorSchema = Type.Object(
   {
-    matchLabels: Type.Optional(StringMap('Labels every replica carries.')),
+    matchLabels: Type.Optional(
+      StringMap("Labels every replica carries, besides the template's labels (on a conflict, these win)."),
+    ),
   },
   {
     description:
-      'Which ProxmoxVMs belong to the scale set. Default: the labels of the template; when set, the template labels must match it.',
+      'Labels of the replicas. Which ProxmoxVMs belong to the scale set is decided by their owner reference to it, not by labels; every replica also carries the label proxmox.sankofa.io/scaleset=<name>, which status.selector names.',
   },
 );
 
@@ -46,41 +48,55 @@ export const ScaleSetTemplateSchema = Type.Object(
       Type.Object(
         {
           labels: Type.Optional(StringMap('Labels copied to every replica.')),
-          annotations: Type.Optional(StringMap('Annotations copied to every replica.')),
+          annotations: Type.Optional(
+            StringMap(
+              'Annotations copied to every replica (e.g. crossplane.io/poll-interval), besides the template-hash and replica-index annotations of the set.',
+            ),
+          ),
         },
         { description: 'Labels and annotations of the replicas.' },
       ),
     ),
     spec: ProxmoxVMSpecSchema,
   },
-  { description: 'The ProxmoxVM every replica is made from.' },
+  {
+    description:
+      "The ProxmoxVM every replica is made from. Replica i (from 0) is named <set>-<i> (its VM: spec.forProvider.name-<i> when a name is set); without a node, replicas are spread round robin over the site's nodes (spec.sites[].nodes of the ProviderConfig). A changed template updates every replica, each keeping its node.",
+  },
 );
 
-export const ProxmoxVMScaleSetSpecSchema = Type.Object({
-  replicas: Type.Integer({
-    minimum: 0,
-    maximum: MAX_REPLICAS,
-    default: 1,
-    description: 'How many ProxmoxVMs the scale set keeps.',
-  }),
-  selector: Type.Optional(LabelSelectorSchema),
-  template: ScaleSetTemplateSchema,
-});
+export const ProxmoxVMScaleSetSpecSchema = Type.Object(
+  {
+    replicas: Type.Integer({
+      minimum: 0,
+      maximum: MAX_REPLICAS,
+      default: 1,
+      description:
+        'How many ProxmoxVMs the scale set keeps. Scaling down deletes the highest indexes (the newest replicas) first.',
+    }),
+    selector: Type.Optional(LabelSelectorSchema),
+    template: ScaleSetTemplateSchema,
+  },
+  { description: 'The desired replicas.' },
+);
 
-export const ProxmoxVMScaleSetStatusSchema = Type.Object({
-  replicas: Type.Optional(Type.Integer({ minimum: 0, description: 'ProxmoxVMs the scale set owns now.' })),
-  readyReplicas: Type.Optional(Type.Integer({ minimum: 0, description: 'Owned ProxmoxVMs that are Ready.' })),
-  updatedReplicas: Type.Optional(
-    Type.Integer({ minimum: 0, description: 'Owned ProxmoxVMs that match the current template.' }),
-  ),
-  selector: Type.Optional(
-    Type.String({ description: 'The label selector of the replicas, as a string (for the scale subresource).' }),
-  ),
-  observedGeneration: Type.Optional(
-    Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last acted on.' }),
-  ),
-  conditions: Type.Optional(ConditionsSchema),
-});
+export const ProxmoxVMScaleSetStatusSchema = Type.Object(
+  {
+    replicas: Type.Optional(Type.Integer({ minimum: 0, description: 'ProxmoxVMs the scale set owns now.' })),
+    readyReplicas: Type.Optional(Type.Integer({ minimum: 0, description: 'Owned ProxmoxVMs that are Ready.' })),
+    updatedReplicas: Type.Optional(
+      Type.Integer({ minimum: 0, description: 'Owned ProxmoxVMs that match the current template.' }),
+    ),
+    selector: Type.Optional(
+      Type.String({ description: 'The label selector of the replicas, as a string (for the scale subresource).' }),
+    ),
+    observedGeneration: Type.Optional(
+      Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last acted on.' }),
+    ),
+    conditions: Type.Optional(ConditionsSchema),
+  },
+  { description: 'The replicas as the controller last saw them.' },
+);
 
 export type ProxmoxVMScaleSetSpec = Static<typeof ProxmoxVMScaleSetSpecSchema>;
 export type ProxmoxVMScaleSetStatus = Static<typeof ProxmoxVMScaleSetStatusSchema>;

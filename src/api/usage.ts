@@ -62,20 +62,26 @@ export const ConditionsSchema = Type.Array(ConditionSchema, {
 export type ConditionT = Static<typeof ConditionSchema>;
 
 /** A reference to a ProviderConfig (namespaced, same namespace) or a ClusterProviderConfig. */
-export const ProviderConfigReferenceSchema = Type.Object({
-  kind: Type.Union([Type.Literal('ProviderConfig'), Type.Literal('ClusterProviderConfig')], {
-    description: 'ProviderConfig (in the namespace of the user) or ClusterProviderConfig.',
-  }),
-  name: Type.String({ minLength: 1, description: 'Name of the provider config.' }),
-});
+export const ProviderConfigReferenceSchema = Type.Object(
+  {
+    kind: Type.Union([Type.Literal('ProviderConfig'), Type.Literal('ClusterProviderConfig')], {
+      description: 'ProviderConfig (in the namespace of the user) or ClusterProviderConfig.',
+    }),
+    name: Type.String({ minLength: 1, description: 'Name of the provider config.' }),
+  },
+  { description: 'The provider config the resource uses.' },
+);
 
 /** A reference to a Kubernetes object by API version, kind, name and UID. */
-export const TypedReferenceSchema = Type.Object({
-  apiVersion: Type.String({ minLength: 1, description: 'API version of the referenced object.' }),
-  kind: Type.String({ minLength: 1, description: 'Kind of the referenced object.' }),
-  name: Type.String({ minLength: 1, description: 'Name of the referenced object.' }),
-  uid: Type.Optional(Type.String({ description: 'UID of the referenced object.' })),
-});
+export const TypedReferenceSchema = Type.Object(
+  {
+    apiVersion: Type.String({ minLength: 1, description: 'API version of the referenced object.' }),
+    kind: Type.String({ minLength: 1, description: 'Kind of the referenced object.' }),
+    name: Type.String({ minLength: 1, description: 'Name of the referenced object.' }),
+    uid: Type.Optional(Type.String({ description: 'UID of the referenced object.' })),
+  },
+  { description: 'The resource that uses the provider config (a ProxmoxVM); the usage is named after its UID.' },
+);
 
 /** The body of a (Cluster)ProviderConfigUsage: everything but apiVersion, kind and metadata. */
 export const ProviderConfigUsageBodySchema = Type.Object({

@@ -11,30 +11,18 @@ import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts
 import { externalName, FINALIZER, getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
 import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../fleet/phases.ts';
+import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { FileStore, MemoryStore } from './store.ts';
 
-/** Reasons that no amount of retrying fixes: apply stops waiting for such a resource. */
-export const PERMANENT_REASONS = new Set([
-  'InvalidSpec',
-  'InvalidExternalName',
-  'BridgeNotFound',
-  'ImageNotFound',
-  'ImageNotImportable',
-  'TemplateNotFound',
-  'StorageNotFound',
-  'StorageCannotHoldImages',
-  'NodeNotFound',
-  'VMIDConflict',
-  'VMIDRangeExhausted',
-  'SiteNotFound',
-  'SiteNotSpecified',
-  'ProviderConfigNotFound',
-  'CredentialsNotFound',
-  'PermissionDenied',
-  'AuthenticationFailed',
+/**
+ * Reasons apply stops waiting for: those the engine backs off to the cap (vm/conditions.ts), and
+ * those no wait fixes in a run of apply: a create or task that failed (its fix is in the message),
+ * and a Secret the manifests do not hold.
+ */
+export const STOP_REASONS: ReadonlySet<string> = new Set([
+  ...PERMANENT_REASONS,
   'CreateFailed',
-  // Local mode reads Secrets from the manifests: a missing one does not appear by waiting.
   'SecretNotFound',
   'TaskFailed',
 ]);
@@ -168,7 +156,7 @@ export function settled(r: ProxmoxVM): boolean {
 
 export function failedPermanently(r: ProxmoxVM): boolean {
   const s = getCondition(r, 'Synced');
-  return s?.status === 'False' && PERMANENT_REASONS.has(s.reason);
+  return s?.status === 'False' && STOP_REASONS.has(s.reason);
 }
 
 export class LocalRuntime {
@@ -296,7 +284,10 @@ export class LocalRuntime {
     if (!o) return 'absent';
     if (!this.lastResult.has(key)) return 'progressing';
     if (settled(o) && this.observedSettled(key)) return 'ready';
-    if (failedPermanently(o) && (this.failures.get(key) ?? 0) >= 1) return 'failed';
+    // A reason the engine backs off to the cap counts once it was confirmed (a second failure,
+    // a backoff base later); the others at the first.
+    const confirmations = PERMANENT_REASONS.has(getCondition(o, 'Synced')?.reason ?? '') ? 2 : 1;
+    if (failedPermanently(o) && (this.failures.get(key) ?? 0) >= confirmations) return 'failed';
     return 'progressing';
   }
 

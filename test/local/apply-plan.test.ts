@@ -5,7 +5,7 @@
  * `delete --dry-run` lists what would be destroyed.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseMarker } from '../../src/vm/spec.ts';
@@ -81,5 +81,37 @@ describe('apply and delete: plan, confirmation, summary', () => {
     const del = await run('delete', '--yes');
     assert.equal(del.code, 0, del.stdout + del.stderr);
     assert.equal(vms('plan-a').length + vms('plan-b').length, 0);
+  });
+});
+
+describe('apply stops on a permanent error after one confirmation', () => {
+  let fx: CliFixture;
+  before(async () => {
+    fx = await cliFixture('pp-apply-permanent-');
+  });
+  after(async () => {
+    await fx.close();
+  });
+
+  it('a wrong token: exit 1 within seconds, with the reason and its fix; nothing created', async () => {
+    const m = join(fx.dir, 'm');
+    mkdirSync(m);
+    writeManifests(m, [{ name: 'perm-a' }]);
+    const bad = join(fx.dir, 'bad.yaml');
+    writeFileSync(
+      bad,
+      readFileSync(fx.config, 'utf8').replace(
+        /token: c0ffee00-[0-9a-f-]+/,
+        'token: 00000000-0000-4000-8000-00000000beef',
+      ),
+    );
+    const t = Date.now();
+    const res = await cli(['apply', '--yes', '-f', m, '--config', bad, '--state', join(fx.dir, 's.json'), ...POLL]);
+    const seconds = (Date.now() - t) / 1000;
+    assert.equal(res.code, 1, res.stdout + res.stderr);
+    assert.match(res.stdout, /AuthenticationFailed/);
+    assert.match(res.stdout, /check the credentials Secret of site site-1/);
+    assert.ok(seconds < 60, `stopped after ${seconds} s, not at the 30-minute timeout`);
+    assert.doesNotMatch(res.stdout + res.stderr, /00000000-0000-4000-8000-00000000beef/);
   });
 });

@@ -106,7 +106,10 @@ describe('an unusable state file stops every command (exit 1, the file named, le
       ['delete', ['delete', '--yes', '-f', manifests, '--config', config, '--state', file]],
       ['status', ['status', '--state', file]],
     ];
-    const results = await Promise.all(commands.map(([, args]) => cli(args)));
+    // One after the other: apply and delete take the state file's lock, so at the same time one
+    // could see the other's lock instead of the bad file.
+    const results: Awaited<ReturnType<typeof cli>>[] = [];
+    for (const [, args] of commands) results.push(await cli(args));
     for (const [i, [name]] of commands.entries()) {
       const r = results[i]!;
       assert.equal(r.code, 1, `${name}: ${r.stdout}${r.stderr}`);
@@ -122,10 +125,9 @@ describe('an unusable state file stops every command (exit 1, the file named, le
     const text = JSON.stringify({ version: 2, installation: 'team-a', rv: 1, objects: [], events: [], retired: [] });
     writeFileSync(file, text);
     for (const c of sim.clusters) c.resetCounters();
-    const [apply, del] = await Promise.all([
-      cli(['apply', '--yes', '-f', manifests, '--config', config, '--state', file]),
-      cli(['delete', '--yes', '-f', manifests, '--config', config, '--state', file]),
-    ]);
+    // In turn: both take the state file's lock.
+    const apply = await cli(['apply', '--yes', '-f', manifests, '--config', config, '--state', file]);
+    const del = await cli(['delete', '--yes', '-f', manifests, '--config', config, '--state', file]);
     for (const r of [apply, del]) {
       assert.equal(r.code, 1, r.stdout + r.stderr);
       assert.ok(r.stderr.includes(file), r.stderr);
