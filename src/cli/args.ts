@@ -3,9 +3,9 @@ import { InvalidArgumentError, Option } from 'commander';
 import { LEGACY_STATE_FILE, STATE_DIR_ENV } from '../local/store.ts';
 
 /**
- * The state file's old default place, relative to the current directory: still `gc --state`'s
- * default (src/cli/fleet.ts). apply, delete and status find theirs with stateFileFor
- * (src/local/commands.ts), from one definition in src/local/store.ts.
+ * The state file's old default place, relative to the current directory: still used when it
+ * exists (with a note). Every command finds its state file with stateFileFor (src/local/setup.ts),
+ * from one definition in src/local/store.ts.
  */
 export const DEFAULT_STATE = LEGACY_STATE_FILE;
 

@@ -1,4 +1,4 @@
-/** `provider-proxmox doctor`: commander wiring for src/proxmox/doctor.ts. Exit 0 all good, 1 problems, 2 usage. */
+/** `provider-proxmox doctor`: commander wiring for src/doctor/doctor.ts. Exit 0 all good, 1 problems, 2 usage. */
 import { readFile } from 'node:fs/promises';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { ConfigError, loadProviderConfig } from '../api/provider-config.ts';
@@ -10,8 +10,8 @@ import {
   doctorSitesFromConfig,
   renderText,
   runDoctor,
-} from '../proxmox/doctor.ts';
-import { needsFromPath, type VmNeeds } from '../proxmox/manifests.ts';
+} from '../doctor/doctor.ts';
+import { needsFromPath, type VmNeeds } from '../doctor/manifests.ts';
 import { normalizeFingerprint } from '../proxmox/tls.ts';
 
 export interface DoctorDeps {

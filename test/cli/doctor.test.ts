@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { doctorMain } from '../../src/cli/doctor.ts';
-import type { DoctorReport } from '../../src/proxmox/doctor.ts';
+import type { DoctorReport } from '../../src/doctor/doctor.ts';
 import type { Profile, Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { deadPort, ROOT_PASSWORD, sim, TOKEN_SECRET } from '../proxmox/helpers.ts';

@@ -5,15 +5,15 @@
  * the credentials lack. Every failure names the fix. No secret is ever printed.
  */
 import { findSite, type LoadedProviderConfig, siteSecretRef } from '../api/provider-config.ts';
-import { authIdOf, type Credentials } from './auth.ts';
-import { type Capabilities, describeCapabilities } from './capabilities.ts';
-import { PveClient, type PveClientOptions } from './client.ts';
-import { AuthenticationError, PermissionError, PveError, TlsError, UnavailableError } from './errors.ts';
+import { authIdOf, type Credentials } from '../proxmox/auth.ts';
+import { type Capabilities, describeCapabilities } from '../proxmox/capabilities.ts';
+import { PveClient, type PveClientOptions } from '../proxmox/client.ts';
+import { AuthenticationError, PermissionError, PveError, TlsError, UnavailableError } from '../proxmox/errors.ts';
 import type { VmNeeds } from './manifests.ts';
-import { scrub } from './secret.ts';
-import { siteCredentials, siteTls } from './site.ts';
-import { probeCertificate, type TlsSettings, tlsFix, tlsMode } from './tls.ts';
-import type { NodeListEntry, StorageEntry, StorageVolume, VmListEntry } from './types.ts';
+import { scrub } from '../proxmox/secret.ts';
+import { siteCredentials, siteTls } from '../proxmox/site.ts';
+import { probeCertificate, type TlsSettings, tlsFix, tlsMode } from '../proxmox/tls.ts';
+import type { NodeListEntry, StorageEntry, StorageVolume, VmListEntry } from '../proxmox/types.ts';
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'skip';
 
@@ -447,7 +447,7 @@ async function checkImagesAndTemplates(ctx: Ctx, node: string, storages: Storage
           id,
           status: 'fail',
           detail: `VM ${t.vmid} (${t.name ?? ''}) is not a template`,
-          fix: `convert it: \`qm template ${t.vmid}\` (the provider clones templates linked)`,
+          fix: `convert it: \`qm template ${t.vmid}\` (a VM must be a template to be cloned)`,
         });
       else add({ id, status: 'ok', detail: `template VM ${t.vmid} (${t.name ?? ''})` });
       continue;
