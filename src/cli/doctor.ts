@@ -2,7 +2,6 @@
 import { readFile } from 'node:fs/promises';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { ConfigError, loadProviderConfig } from '../api/provider-config.ts';
-import { type Credentials, parseTokenString, passwordCredentials } from '../proxmox/auth.ts';
 import {
   type DoctorOptions,
   type DoctorReport,
@@ -12,6 +11,7 @@ import {
   runDoctor,
 } from '../doctor/doctor.ts';
 import { needsFromPath, type VmNeeds } from '../doctor/manifests.ts';
+import { type Credentials, parseTokenString, passwordCredentials } from '../proxmox/auth.ts';
 import { normalizeFingerprint } from '../proxmox/tls.ts';
 
 export interface DoctorDeps {

@@ -9,11 +9,11 @@ import { authIdOf, type Credentials } from '../proxmox/auth.ts';
 import { type Capabilities, describeCapabilities } from '../proxmox/capabilities.ts';
 import { PveClient, type PveClientOptions } from '../proxmox/client.ts';
 import { AuthenticationError, PermissionError, PveError, TlsError, UnavailableError } from '../proxmox/errors.ts';
-import type { VmNeeds } from './manifests.ts';
 import { scrub } from '../proxmox/secret.ts';
 import { siteCredentials, siteTls } from '../proxmox/site.ts';
 import { probeCertificate, type TlsSettings, tlsFix, tlsMode } from '../proxmox/tls.ts';
 import type { NodeListEntry, StorageEntry, StorageVolume, VmListEntry } from '../proxmox/types.ts';
+import type { VmNeeds } from './manifests.ts';
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'skip';
 

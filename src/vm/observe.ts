@@ -191,6 +191,17 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) {
       delete a.vmId;
       delete a.smbiosUuid;
+      // Our own VM is gone (an interrupted create's placeholder, a retired duplicate): unless the
+      // spec pins the VMID, the next VM is made through the whole create protocol at a VMID chosen
+      // then, so a stranger taking this one meanwhile is a VMID lost, not a VMIDConflict for good.
+      if (!r.metadata.deletionTimestamp && r.spec.forProvider.vmid === undefined) {
+        const gone = giveUpVmid(ctx, r, vmid);
+        // A retired duplicate's resource adopts the VM that was kept; otherwise a create follows.
+        adopted = observeOnly ? undefined : await findOwnVm(ctx, r);
+        if (!adopted) return { obs: gone };
+        adopt(ctx, r, adopted);
+        vmid = adopted.vmid;
+      }
     }
     if (done.error && !alreadyDone(task, done.error.message)) {
       // Back off before looking again (invariant 4); the next observe finds whatever the

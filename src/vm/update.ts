@@ -35,7 +35,14 @@ export async function applyChange(
         a.step = 'WaitingForSlot';
         return { requeueAfterMs: ctx.taskPollMs };
       }
-      upid = (await ctx.client.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;
+      try {
+        upid = (await ctx.client.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;
+      } catch (e) {
+        // Refused, or its answer lost: no task of ours to wait for, so the slot goes back now (a
+        // lost answer leaves at worst one resize running outside the limit, never a slot held).
+        ctx.site.limiter.release(r.metadata.uid);
+        throw e;
+      }
       if (!upid) ctx.site.limiter.release(r.metadata.uid);
       break;
     }

@@ -183,7 +183,8 @@ export class Reconcile extends Step {
           case 'edit':
             return w.apply(this.name, at.what.edit);
           case 'delete':
-            return w.store.markDeleted(keyOfName(this.name));
+            w.store.markDeleted(keyOfName(this.name));
+            return w.otherStore?.markDeleted(keyOfName(this.name));
           case 'writer':
             await w.reconcile(this.name, 1);
             return w.quiesce();

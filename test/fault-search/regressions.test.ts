@@ -244,4 +244,45 @@ describe('fault-search regressions', () => {
       ],
     );
   });
+
+  it('F15: a resize applied whose answer is lost, twice -> its concurrency slot is given back; the other VMs of the node are not held for ever', async () => {
+    await runSchedule(
+      'password',
+      [
+        new Apply('vm-c', { cpu: 1, memory: '1Gi', powerState: 'stopped' }),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', powerState: 'stopped' }),
+        vmA,
+      ],
+      [
+        new Fault('PUT resize is applied, then its answer is lost (connection reset) x2', {
+          kind: 'reply-lost',
+          method: 'PUT',
+          path: '/nodes/{node}/qemu/{vmid}/resize',
+          count: 2,
+        }),
+        new Converge('vm-c'),
+        new Converge('vm-b'),
+      ],
+    );
+  });
+
+  it('F16: our dead clone placeholder destroyed after the state was lost, its VMID then taken by another user -> a new VMID, not a VMIDConflict for good', async () => {
+    await runSchedule(
+      'password',
+      [vmB],
+      [
+        new Fault("the qmclone worker dies at its end (PVE's placeholder stays)", {
+          kind: 'task',
+          type: 'qmclone',
+          action: 'die',
+          at: 'end',
+        }),
+        new Reconcile('vm-b', { where: { step: 'external-gone' }, what: { kind: 'crash' } }),
+        new LoseState(),
+        new Reconcile('vm-b'),
+        new Foreign('look-alike', 'vm-a'),
+        new Heal(0),
+      ],
+    );
+  });
 });
