@@ -159,7 +159,8 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
           keys.map((k) => rt.store.getSync(k)),
         ),
       );
-    return res.ok ? 0 : 1;
+    // Interrupted is never "done", even when every VM happened to be Ready by then.
+    return res.ok && !abort.signal.aborted ? 0 : 1;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

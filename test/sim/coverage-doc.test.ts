@@ -20,7 +20,9 @@ describe('docs/simulator.md API coverage', () => {
     assert.ok(doc.slice(a, b + END.length) === coverageMarkdown(apiDir), 'stale: run npm run gen:sim-coverage');
   });
 
-  it('counts every served method of a release once', () => {
+  it('counts every served method of a release once', {
+    skip: existsSync(apiDir) ? false : `PVE API sources not found at ${apiDir}`,
+  }, () => {
     const md = coverageMarkdown(apiDir);
     const row = /^\| 9\.2 \| (\d+) \| (\d+) \| (\d+) \|$/m.exec(md);
     assert.ok(row);
