@@ -512,10 +512,9 @@ const ROOT_DOCS = {
     description:
       'Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. In CamelCase.',
   },
-  metadata: {
-    type: 'object',
-    description: 'Standard object metadata (name, namespace, labels, annotations, ...).',
-  },
+  // Nothing but `type` here: the apiserver refuses a CRD whose schema says anything more about
+  // metadata than name and generateName (a description included).
+  metadata: { type: 'object' },
 };
 
 export function toCrd(c: CrdSpec): CustomResourceDefinition {
