@@ -59,7 +59,8 @@ describe('schema descriptions', () => {
     }
     assert.deepEqual(missing, [], 'add a description to these fields in src/api');
     for (const crd of crds()) {
-      const meta = crd.spec.versions[0]!.schema.openAPIV3Schema.properties?.metadata as Record<string, unknown>;
+      const root = crd.spec.versions[0]!.schema.openAPIV3Schema as { properties?: Record<string, unknown> };
+      const meta = root.properties?.metadata;
       assert.deepEqual(meta, { type: 'object' }, `${crd.spec.names.kind}: metadata may say nothing but its type`);
     }
   });
