@@ -39,6 +39,8 @@ import {
 } from './types.ts';
 import { CREATE_FAILURE_SCHEDULE_MS, MAX_DELAY_MS } from './workqueue.ts';
 
+/** Condition types whose True, not False, is the state worth a Warning event. */
+const WARNING_WHEN_TRUE = new Set(['PendingReboot', 'DiskShrinkRefused']);
 export type ReconcileResult =
   | { kind: 'done' }
   /**
@@ -130,12 +132,15 @@ export class ManagedReconciler<R extends Managed = Managed> {
     for (const c of r.status.conditions ?? []) {
       const p = prev.conditions?.find((x) => x.type === c.type);
       if (!p || p.status !== c.status || p.reason !== c.reason || p.message !== c.message) {
-        const warning =
-          c.status === 'False' &&
-          c.reason !== Reason.Creating &&
-          c.reason !== Reason.Deleting &&
-          c.reason !== Reason.ReconcilePaused &&
-          c.reason !== Reason.Unavailable;
+        // Ready, Synced and the like are bad when False; a few conditions report a problem by
+        // being True (PendingReboot: changes wait for a boot; DiskShrinkRefused).
+        const warning = WARNING_WHEN_TRUE.has(c.type)
+          ? c.status === 'True'
+          : c.status === 'False' &&
+            c.reason !== Reason.Creating &&
+            c.reason !== Reason.Deleting &&
+            c.reason !== Reason.ReconcilePaused &&
+            c.reason !== Reason.Unavailable;
         this.store.event(r, warning ? 'Warning' : 'Normal', c.reason, c.message ?? `${c.type} is ${c.status}`);
       }
     }

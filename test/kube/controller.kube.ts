@@ -245,13 +245,23 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     });
     assert.equal(table.kind, 'Table');
     const cols = table.columnDefinitions.map((c) => c.name);
-    assert.deepEqual(cols, ['Name', 'READY', 'SYNCED', 'EXTERNAL-NAME', 'NODE', 'STATE', 'IP', 'AGE']);
+    assert.deepEqual(cols, [
+      'Name',
+      'READY',
+      'SYNCED',
+      'EXTERNAL-NAME',
+      'NODE',
+      'STATE',
+      'IP',
+      'PENDING-REBOOT',
+      'AGE',
+    ]);
     const printed = [cols, ...table.rows.map((r) => r.cells.map(String))];
     const widths = cols.map((_, i) => Math.max(...printed.map((row) => row[i]!.length)));
     const text = printed.map((row) => row.map((c, i) => c.padEnd(widths[i]!)).join('   ')).join('\n');
     t.diagnostic(`kubectl get proxmoxvms (first rows):\n${text.split('\n').slice(0, 6).join('\n')}`);
     for (const row of table.rows) {
-      const [name, readyCell, synced, ext, node, state, ip, age] = row.cells as string[];
+      const [name, readyCell, synced, ext, node, state, ip, pendingReboot, age] = row.cells as string[];
       const o = ready.find((x) => x.metadata.name === name)!;
       assert.ok(o, `row ${name}`);
       assert.equal(readyCell, 'True');
@@ -261,6 +271,7 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       assert.equal(node, o.spec.forProvider.node);
       assert.equal(state, 'running');
       assert.match(ip!, /^\d+\.\d+\.\d+\.\d+$/, `${name} IP in\n${text}`);
+      assert.equal(pendingReboot, 'False', `${name} PENDING-REBOOT in\n${text}`);
       assert.match(age!, /^\d+[smhd]/, `${name} AGE in\n${text}`);
     }
 
