@@ -14,9 +14,9 @@ import {
 } from '../local/commands.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../local/manifests.ts';
 import { readStateFile, type StateFile, StateFileError } from '../local/store.ts';
-import { describePlans, planResources, plansChange, type ResourcePlan } from '../vm/plan.ts';
+import { describePlans, plansChange, type ResourcePlan } from '../vm/plan.ts';
 import { collect, formatGc, type GcFinding, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } from './gc.ts';
-import { RolloutError } from './phases.ts';
+import { manifestKey, RolloutError } from './phases.ts';
 import { formatPlan, type PlanResult, planFleet } from './plan.ts';
 import { validateManifests } from './validate.ts';
 
@@ -93,16 +93,7 @@ export async function planCommand(args: {
   const rt = openRuntime(config, undefined, { files: args.files }, m.others);
   let changes: ResourcePlan[];
   try {
-    changes = await planResources(
-      vms.map((v) =>
-        planTarget(
-          byKey.get(keyOf({ ...v, metadata: { ...v.metadata, namespace: v.metadata.namespace ?? 'default' } })),
-          v,
-        ),
-      ),
-      (r) => rt.connector.connect(r),
-      keyOf,
-    );
+    changes = await rt.plan(vms.map((v) => planTarget(byKey.get(manifestKey(v)), v)));
   } finally {
     await rt.close();
   }

@@ -1,5 +1,5 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { getCondition, keyOf } from '../engine/resource.ts';
+import { getCondition } from '../engine/resource.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -9,7 +9,7 @@ import {
   RolloutError,
   type RolloutPlan,
 } from '../fleet/phases.ts';
-import { describePlans, planResources, plansChange, type ResourcePlan } from '../vm/plan.ts';
+import { describePlans, plansChange, type ResourcePlan } from '../vm/plan.ts';
 import type { ManifestDoc } from './manifests.ts';
 import { outputFor } from './output.ts';
 import { formatRows } from './render.ts';
@@ -65,11 +65,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   const o = outputFor(args);
   let planned: ResourcePlan[];
   try {
-    planned = await planResources(
-      keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)),
-      (r) => rt.connector.connect(r),
-      keyOf,
-    );
+    planned = await rt.plan(keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)));
   } catch (e) {
     await rt.close();
     throw e;
@@ -211,11 +207,7 @@ async function dryRun(
     const stored = new Map((data?.objects ?? []).map((o) => [manifestKey(o), o]));
     const rt = openRuntime(config, undefined, args, others);
     try {
-      const planned = await planResources(
-        [...byKey.entries()].map(([k, m]) => planTarget(stored.get(k), m)),
-        (r) => rt.connector.connect(r),
-        keyOf,
-      );
+      const planned = await rt.plan([...byKey.entries()].map(([k, m]) => planTarget(stored.get(k), m)));
       const lines = ['Dry run: Proxmox was only read; nothing was changed.', ''];
       const byPlan = new Map(planned.map((p) => [p.key, p]));
       for (const p of plan.phases) {

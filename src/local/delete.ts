@@ -1,6 +1,6 @@
-import { externalName, keyOf } from '../engine/resource.ts';
+import { externalName } from '../engine/resource.ts';
 import { manifestKey } from '../fleet/phases.ts';
-import { planResources, type ResourcePlan } from '../vm/plan.ts';
+import type { ResourcePlan } from '../vm/plan.ts';
 import { Progress, table } from './render.ts';
 import { type ApplyArgs, chooseState, loadVms, openRuntime, planTarget, resolveConfig, write } from './setup.ts';
 
@@ -36,11 +36,7 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
   try {
     const keys = vms.map(manifestKey);
     const byKey = new Map(vms.map((v) => [manifestKey(v), v]));
-    const planned = await planResources(
-      keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)),
-      (r) => rt.connector.connect(r),
-      keyOf,
-    );
+    const planned = await rt.plan(keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)));
     const doomed = planned.filter((p) => p.vmid !== undefined && p.action !== 'refused' && p.action !== 'create');
     if (!args.quiet || args.dryRun) write(args.out, describeDeletion(planned).join('\n'));
     if (args.dryRun) return 0;

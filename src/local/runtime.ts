@@ -13,6 +13,7 @@ import type { EngineHooks } from '../engine/types.ts';
 import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../fleet/phases.ts';
 import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
+import { planResources, type ResourcePlan } from '../vm/plan.ts';
 import { FileStore, MemoryStore } from './store.ts';
 
 /**
@@ -236,6 +237,11 @@ export class LocalRuntime {
       copy.metadata.uid = cur?.metadata.uid ?? '';
       this.store.apply(copy);
     }
+  }
+
+  /** What reconciling each target would do, read from Proxmox through this runtime's connector. */
+  plan(targets: ProxmoxVM[]): Promise<ResourcePlan[]> {
+    return planResources(targets, (r) => this.connector.connect(r), keyOf);
   }
 
   markDeleted(keys: string[]): void {

@@ -168,9 +168,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (!vmidText) {
     // No VMID recorded (a new resource, or a lost or other state file): Proxmox may already hold
     // this resource's VM, made by this installation. Adopt it rather than make a second one.
-    adopted = observeOnly ? undefined : await findOwnVm(ctx, r);
+    adopted = observeOnly ? undefined : await adoptOwn(ctx, r);
     if (!adopted) return { obs: { exists: false, upToDate: false } };
-    adopt(ctx, r, adopted);
   }
   let vmid = adopted?.vmid ?? Number(vmidText);
   if (!Number.isInteger(vmid) || vmid < 100)
@@ -197,9 +196,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       if (!r.metadata.deletionTimestamp && r.spec.forProvider.vmid === undefined) {
         const gone = giveUpVmid(ctx, r, vmid);
         // A retired duplicate's resource adopts the VM that was kept; otherwise a create follows.
-        adopted = observeOnly ? undefined : await findOwnVm(ctx, r);
+        adopted = observeOnly ? undefined : await adoptOwn(ctx, r);
         if (!adopted) return { obs: gone };
-        adopt(ctx, r, adopted);
         vmid = adopted.vmid;
       }
     }
@@ -236,9 +234,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (!found && !observeOnly) {
     // Not at its VMID (destroyed by hand, retired as a duplicate, a create that never happened):
     // before it is made again, the VM this installation made for the resource elsewhere, if any.
-    const own = await findOwnVm(ctx, r);
+    const own = await adoptOwn(ctx, r);
     if (own) {
-      adopt(ctx, r, own);
       vmid = own.vmid;
       found = own;
     }
@@ -412,6 +409,13 @@ function alreadyDone(task: string, message: string): boolean {
 /** The `uuid=` of an `smbios1` config value. */
 function smbiosUuid(smbios1: string | undefined): string | undefined {
   return /(?:^|,)uuid=([^,]+)/.exec(smbios1 ?? '')?.[1];
+}
+
+/** This resource's VM found by its marker (see findOwnVm), adopted; undefined when there is none. */
+async function adoptOwn(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
+  const own = await findOwnVm(ctx, r);
+  if (own) adopt(ctx, r, own);
+  return own;
 }
 
 /** Take `found` as this resource's VM: record its VMID (the marker says whose it is). */
