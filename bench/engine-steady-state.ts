@@ -12,10 +12,10 @@
  */
 import { parseArgs } from 'node:util';
 import { parseProviderConfig } from '../src/api/provider-config.ts';
-import { loadManifests } from '../src/local/manifests.ts';
 import { LocalRuntime } from '../src/local/runtime.ts';
 import { startSimulator } from '../src/sim/index.ts';
 import { providerConfigYaml } from '../src/sim/provider-config.ts';
+import { loadManifests } from '../src/workspace/manifests.ts';
 
 const { values } = parseArgs({
   options: {

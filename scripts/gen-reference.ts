@@ -22,8 +22,8 @@ import {
   ANNOTATION_POLL_INTERVAL,
   ANNOTATION_RECONCILE_REQUESTED,
 } from '../src/engine/resource.ts';
-import { DEPENDS_ANNOTATION, PHASE_ANNOTATION } from '../src/fleet/phases.ts';
 import { ANNOTATION_INDEX, ANNOTATION_TEMPLATE_HASH, LABEL_SCALESET } from '../src/scaleset/reconcile.ts';
+import { DEPENDS_ANNOTATION, PHASE_ANNOTATION } from '../src/workspace/phases.ts';
 
 export const REFERENCE_FILE = 'docs/reference.md';
 

@@ -1,11 +1,11 @@
 /** Argument parsers and the run-and-exit wrapper shared by the commands. */
 import { InvalidArgumentError, Option } from 'commander';
-import { LEGACY_STATE_FILE, STATE_DIR_ENV } from '../local/store.ts';
+import { LEGACY_STATE_FILE, STATE_DIR_ENV } from '../workspace/state-file.ts';
 
 /**
  * The state file's old default place, relative to the current directory: still used when it
- * exists (with a note). Every command finds its state file with stateFileFor (src/local/setup.ts),
- * from one definition in src/local/store.ts.
+ * exists (with a note). Every command finds its state file with stateFileFor
+ * (src/workspace/arguments.ts), from one definition in src/workspace/state-file.ts.
  */
 export const DEFAULT_STATE = LEGACY_STATE_FILE;
 
@@ -42,7 +42,10 @@ export async function runCommand(fn: () => Promise<number> | number): Promise<vo
   try {
     process.exitCode = await fn();
   } catch (e) {
-    const { describeError, UsageError } = await import('../local/commands.ts');
+    const [{ describeError }, { UsageError }] = await Promise.all([
+      import('../local/commands.ts'),
+      import('../workspace/arguments.ts'),
+    ]);
     process.stderr.write(`provider-proxmox: ${describeError(e)}\n`);
     process.exitCode = e instanceof UsageError ? 2 : 1;
   }

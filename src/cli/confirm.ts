@@ -15,7 +15,7 @@ export function confirmer(opts: {
   if (opts.yes) return undefined;
   return async () => {
     if (!process.stdin.isTTY) {
-      const { UsageError } = await import('../local/commands.ts');
+      const { UsageError } = await import('../workspace/arguments.ts');
       throw new UsageError(
         `${opts.command} would change VMs and there is no terminal to confirm it: pass --yes (or --auto-approve) to go ahead without a prompt`,
       );

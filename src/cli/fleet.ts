@@ -1,8 +1,13 @@
-/** `validate`, `plan`, `gc`: commander wiring for src/fleet/commands.ts. */
+/**
+ * `validate`, `plan`, `gc`: commander wiring for src/fleet/commands.ts. `plan` gets what apply
+ * would do per resource from src/local (planChanges): the CLI is where fleet and local meet, since
+ * neither imports the other.
+ */
 import type { Command } from 'commander';
 import { outputOption, runCommand } from './args.ts';
 
 const fleet = () => import('../fleet/commands.ts');
+const local = () => import('../local/commands.ts');
 const run = runCommand;
 const output = outputOption;
 
@@ -42,6 +47,7 @@ export function registerFleet(program: Command): void {
       run(async () =>
         (await fleet()).planCommand({
           files: o.filename,
+          changesOf: (await local()).planChanges,
           ...(o.config ? { config: o.config } : {}),
           ...(o.state ? { state: o.state } : {}),
           output: o.output,

@@ -1,22 +1,24 @@
-/** `validate`, `plan`, `gc`: the fleet commands (the CLI only wires options to these). */
+/**
+ * `validate`, `plan`, `gc`: the fleet commands (the CLI only wires options to these). They read
+ * what src/workspace reads (manifests, --config, the state file) and never run the engine.
+ *
+ * `plan` also shows what apply would do to each resource, which only the local runtime can tell
+ * (the engine's observe and drift, over the state file's view of the resource). Rather than
+ * importing src/local (fleet and local sit side by side; neither imports the other), planCommand
+ * takes that as a function, `changesOf`, which the CLI, the one place that wires both, passes
+ * from src/local (planChanges). So fleet keeps the capacity plan and the output, local keeps the
+ * runtime, and a test can pass its own changesOf.
+ */
 import { stringify } from 'yaml';
 import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { keyOf } from '../engine/resource.ts';
-import {
-  chooseState,
-  configAmong,
-  write as emit,
-  loadConfigArg,
-  openRuntime,
-  planTarget,
-  UsageError,
-} from '../local/commands.ts';
-import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../local/manifests.ts';
-import { readStateFile, type StateFile, StateFileError } from '../local/store.ts';
 import { describePlans, plansChange, type ResourcePlan } from '../vm/plan.ts';
+import { chooseState, configAmong, loadConfigArg, UsageError } from '../workspace/arguments.ts';
+import { write as emit } from '../workspace/lines.ts';
+import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
+import { RolloutError } from '../workspace/phases.ts';
+import { readStateFile, type StateFile, StateFileError } from '../workspace/state-file.ts';
 import { collect, formatGc, type GcFinding, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } from './gc.ts';
-import { manifestKey, RolloutError } from './phases.ts';
 import { formatPlan, type PlanResult, planFleet } from './plan.ts';
 import { validateManifests } from './validate.ts';
 
@@ -56,9 +58,20 @@ export async function validateCommand(args: {
   return r.problems.length ? 1 : 0;
 }
 
-/** Exit 0 when the fleet fits, 1 on hard violations. */
 /** `plan --detailed-exitcode`: no violation, no refusal, but something would change. */
 export const CHANGES_PENDING = 3;
+
+/**
+ * What apply would do to each of `manifests`, read from Proxmox and changing nothing; `stored`:
+ * the state file's resources (apply plans a manifest against its resource there), `others`: the
+ * manifests' other documents (Secrets for cloud-init references).
+ */
+export type ChangesOf = (
+  config: LoadedProviderConfig,
+  manifests: ProxmoxVM[],
+  stored: ProxmoxVM[],
+  others: ManifestDoc[],
+) => Promise<ResourcePlan[]>;
 
 /**
  * Capacity (requested against what Proxmox has) and, per resource, what apply would do, field by
@@ -67,6 +80,8 @@ export const CHANGES_PENDING = 3;
  */
 export async function planCommand(args: {
   files: string[];
+  /** What apply would do to each manifest, read from Proxmox (src/local planChanges; see the top of this file). */
+  changesOf: ChangesOf;
   config?: string;
   state?: string;
   output?: Output;
@@ -89,14 +104,7 @@ export async function planCommand(args: {
   // What apply would do to each resource: the state file's view of it (as apply finds the file),
   // with the manifest's spec, observed against Proxmox without changing anything.
   const stored = readStateFile<ProxmoxVM>(chooseState({ state: args.state }, config));
-  const byKey = new Map((stored?.objects ?? []).map((o) => [keyOf(o), o]));
-  const rt = openRuntime(config, undefined, { files: args.files }, m.others);
-  let changes: ResourcePlan[];
-  try {
-    changes = await rt.plan(vms.map((v) => planTarget(byKey.get(manifestKey(v)), v)));
-  } finally {
-    await rt.close();
-  }
+  const changes = await args.changesOf(config, vms, stored?.objects ?? [], m.others);
   emit(
     args.out,
     render({ ...p, changes }, args.output ?? 'table', () =>

@@ -9,7 +9,7 @@ import { GiB, parseQuantity } from '../api/quantity.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { diskBytes, hasOwnerTag, memoryBytes, vmName } from '../vm/spec.ts';
-import { comparePhases, DEFAULT_PHASE, planRollout, type RolloutPlan } from './phases.ts';
+import { comparePhases, DEFAULT_PHASE, planRollout, type RolloutPlan } from '../workspace/phases.ts';
 
 export interface StoragePlan {
   storage: string;

@@ -9,14 +9,14 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError, type LoadedProviderConfig, parseProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { validateSpec } from '../vm/spec.ts';
 import {
   checkProxmoxVM,
   didYouMean,
   loadManifests,
   type ManifestDoc,
   type ManifestProblem,
-} from '../local/manifests.ts';
-import { validateSpec } from '../vm/spec.ts';
+} from '../workspace/manifests.ts';
 import {
   comparePhases,
   DEFAULT_PHASE,
@@ -24,7 +24,7 @@ import {
   manifestKey,
   PHASE_ANNOTATION,
   parseDepends,
-} from './phases.ts';
+} from '../workspace/phases.ts';
 
 export interface ValidateResult {
   files: number;

@@ -1,5 +1,20 @@
+/**
+ * `apply`: make Proxmox hold what the manifests say, phase by phase, after showing the plan read
+ * from Proxmox and a confirmation; `--dry-run` stops after the plan.
+ */
+import { stringify } from 'yaml';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { getCondition } from '../engine/resource.ts';
+import { describePlans, plansChange, type ResourcePlan } from '../vm/plan.ts';
+import {
+  chooseState,
+  cliInstallationOf,
+  configAmong,
+  loadConfigArg,
+  stateFileFor,
+  UsageError,
+} from '../workspace/arguments.ts';
+import type { ManifestDoc } from '../workspace/manifests.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -8,26 +23,11 @@ import {
   planRollout,
   RolloutError,
   type RolloutPlan,
-} from '../fleet/phases.ts';
-import { describePlans, plansChange, type ResourcePlan } from '../vm/plan.ts';
-import type { ManifestDoc } from './manifests.ts';
+} from '../workspace/phases.ts';
+import { readStateFile } from '../workspace/state-file.ts';
 import { outputFor } from './output.ts';
 import { formatRows } from './render.ts';
-import {
-  type ApplyArgs,
-  chooseState,
-  cliInstallationOf,
-  configAmong,
-  loadConfigArg,
-  loadVms,
-  openRuntime,
-  planTarget,
-  resolveConfig,
-  stateFileFor,
-  UsageError,
-  write,
-} from './setup.ts';
-import { readStateFile } from './store.ts';
+import { type ApplyArgs, loadVms, openRuntime, planChanges, planTarget, resolveConfig } from './setup.ts';
 
 /**
  * Reconcile the manifests phase by phase until every VM is Ready (exit 0) or failed clearly
@@ -186,47 +186,58 @@ function phaseLine(p: RolloutPlan['phases'][number], first: boolean, noWait: boo
   return `phase ${p.name}${p.maxParallel ? ` (at most ${p.maxParallel} at once)` : ''}: ${p.members.length} VM(s)${first ? '' : noWait ? ', at once (--no-wait)' : ', after the previous phase is Ready'}`;
 }
 
+/**
+ * The plan without changing anything. With a ProviderConfig, read from Proxmox: as text, phase by
+ * phase; with `-o json|yaml`, the ResourcePlan[] alone on stdout (the document `plan -o json` has
+ * as `changes`), the header line on stderr. Without one, from the manifests and the state file
+ * alone (text only: there is no plan to type).
+ */
 async function dryRun(
   args: ApplyArgs,
   plan: RolloutPlan,
   byKey: Map<string, ProxmoxVM>,
   others: ManifestDoc[],
 ): Promise<number> {
+  const o = outputFor(args);
   // The state file is found as apply finds it (the config, when there is one, names the
   // installation); it is only read, and Proxmox only asked.
   const config = args.loadedConfig ?? (args.config ? await loadConfigArg(args.config) : configAmong(others));
+  if (!config && o.machine)
+    throw new UsageError(
+      `apply --dry-run -o ${o.format} prints the plan read from Proxmox: pass --config FILE or put a ProviderConfig in the manifests (without one, the dry run prints text)`,
+    );
   const where = stateFileFor({
     state: args.state,
     installation: config ? cliInstallationOf(config) : undefined,
     cwd: args.cwd,
   });
-  if ('file' in where && where.note) write(args.err ?? process.stderr, where.note);
+  if ('file' in where && where.note) o.note(where.note);
   const data = 'file' in where ? readStateFile<ProxmoxVM>(where.file) : undefined;
   const existing = new Set((data?.objects ?? []).map(manifestKey));
+  const header = 'Dry run: Proxmox was only read; nothing was changed.';
   if (config) {
-    const stored = new Map((data?.objects ?? []).map((o) => [manifestKey(o), o]));
-    const rt = openRuntime(config, undefined, args, others);
-    try {
-      const planned = await rt.plan([...byKey.entries()].map(([k, m]) => planTarget(stored.get(k), m)));
-      const lines = ['Dry run: Proxmox was only read; nothing was changed.', ''];
-      const byPlan = new Map(planned.map((p) => [p.key, p]));
-      for (const p of plan.phases) {
-        lines.push(phaseLine(p, plan.phases[0] === p, Boolean(args.noWait)));
-        lines.push(
-          ...describePlans(
-            p.members.map((k) => byPlan.get(k)!),
-            {
-              unchanged: true,
-              summary: false,
-              suffix: (x) => (plan.dependsOn.get(x.key) ? `; after ${plan.dependsOn.get(x.key)!.join(', ')}` : ''),
-            },
-          ),
-        );
-      }
-      write(args.out, [...lines, describePlans(planned).at(-1)!].join('\n'));
-    } finally {
-      await rt.close();
+    const planned = await planChanges(config, [...byKey.values()], data?.objects ?? [], others, args);
+    if (o.machine) {
+      if (!o.quiet) o.say(header);
+      o.result(o.format === 'json' ? JSON.stringify(planned, null, 2) : stringify(planned));
+      return 0;
     }
+    const lines = [header, ''];
+    const byPlan = new Map(planned.map((p) => [p.key, p]));
+    for (const p of plan.phases) {
+      lines.push(phaseLine(p, plan.phases[0] === p, Boolean(args.noWait)));
+      lines.push(
+        ...describePlans(
+          p.members.map((k) => byPlan.get(k)!),
+          {
+            unchanged: true,
+            summary: false,
+            suffix: (x) => (plan.dependsOn.get(x.key) ? `; after ${plan.dependsOn.get(x.key)!.join(', ')}` : ''),
+          },
+        ),
+      );
+    }
+    o.result([...lines, describePlans(planned).at(-1)!].join('\n'));
     return 0;
   }
   const lines: string[] = ['Dry run without a ProviderConfig: from the manifests and the state file alone.', ''];
@@ -240,6 +251,6 @@ async function dryRun(
       );
     }
   }
-  write(args.out, lines.join('\n'));
+  o.result(lines.join('\n'));
   return 0;
 }

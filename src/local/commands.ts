@@ -1,10 +1,11 @@
 /**
- * The cluster-less commands (the CLI only wires options to these): `apply`, `delete`, `status`,
- * `demo`, and what they share (setup.ts).
+ * The cluster-less commands that run the engine (the CLI only wires options to these): `apply`,
+ * `delete`, `status`, `demo`, and what they share (setup.ts). What they read from the operator's
+ * disk (manifests, phases, --config, the state file) is src/workspace, shared with src/fleet.
  */
 import { ConfigError } from '../api/provider-config.ts';
-import { formatProblem, ManifestError } from './manifests.ts';
-import { StateFileError } from './store.ts';
+import { formatProblem, ManifestError } from '../workspace/manifests.ts';
+import { StateFileError } from '../workspace/state-file.ts';
 
 export * from './apply.ts';
 export * from './delete.ts';
@@ -12,6 +13,7 @@ export * from './demo.ts';
 export * from './setup.ts';
 export * from './status.ts';
 
+/** One clean message for an error of any cluster-less command (fleet's too: src/cli/args.ts runCommand). */
 export function describeError(e: unknown): string {
   if (e instanceof ManifestError) return e.problems.map(formatProblem).join('\n');
   if (e instanceof ConfigError || e instanceof StateFileError) return e.message;

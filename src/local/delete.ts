@@ -1,8 +1,14 @@
+/**
+ * `delete`: destroy the VMs the manifests own, after showing which (read from Proxmox) and a
+ * confirmation; the engine's delete path does the destroying, so ownership is checked as always.
+ */
 import { externalName } from '../engine/resource.ts';
-import { manifestKey } from '../fleet/phases.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
+import { chooseState } from '../workspace/arguments.ts';
+import { write } from '../workspace/lines.ts';
+import { manifestKey } from '../workspace/phases.ts';
 import { Progress, table } from './render.ts';
-import { type ApplyArgs, chooseState, loadVms, openRuntime, planTarget, resolveConfig, write } from './setup.ts';
+import { type ApplyArgs, loadVms, openRuntime, planTarget, resolveConfig } from './setup.ts';
 
 /** Which VMs a delete destroys, and which resources have none (or one that is not theirs). */
 function describeDeletion(planned: ResourcePlan[]): string[] {

@@ -10,10 +10,10 @@ import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
 import { externalName, FINALIZER, getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
-import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../fleet/phases.ts';
 import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { planResources, type ResourcePlan } from '../vm/plan.ts';
+import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../workspace/phases.ts';
 import { FileStore, MemoryStore } from './store.ts';
 
 /**

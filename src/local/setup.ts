@@ -1,98 +1,19 @@
 /**
- * What every cluster-less command starts from: which state file (one per installation under the
- * state root, so the same manifests applied from any directory share it), the ProviderConfig
- * (--config or among the manifests), the manifests and their Secrets, and the runtime over them.
+ * What the cluster-less commands that run the engine start from: their arguments (ApplyArgs),
+ * the ProxmoxVMs and Secrets of the manifests, and the LocalRuntime over them. Finding the
+ * ProviderConfig and the state file is src/workspace/arguments.ts (plan and gc find them the same
+ * way without a runtime); this file is what needs the runtime.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import {
-  ConfigError,
-  cliInstallation,
-  installationOf,
-  type LoadedProviderConfig,
-  loadProviderConfig,
-  parseProviderConfig,
-} from '../api/provider-config.ts';
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ReconcileResult } from '../engine/reconciler.ts';
-import type { ResourceState } from '../fleet/phases.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
-import { loadManifests, type ManifestDoc, ManifestError } from './manifests.ts';
+import { configAmong, loadConfigArg, UsageError } from '../workspace/arguments.ts';
+import { loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
+import { manifestKey, type ResourceState } from '../workspace/phases.ts';
 import { LocalRuntime } from './runtime.ts';
-import { defaultStateFile, installationsWithState, LEGACY_STATE_FILE, readStateFile, stateRoot } from './store.ts';
-
-/**
- * The state file's old default place (relative to the current directory). Only `gc` still
- * defaults to it (src/fleet, src/cli/fleet.ts); the other commands use stateFileFor.
- */
-export const DEFAULT_STATE = LEGACY_STATE_FILE;
-
-export class UsageError extends Error {}
-
-/** Which state file a command uses, and the note to print about it (the legacy place). */
-export interface StateChoice {
-  file: string;
-  note?: string;
-}
-
-/** The installation of a ProviderConfig as the CLI runs it (spec.installation, else cli-<name>). */
-export function cliInstallationOf(config: LoadedProviderConfig): string {
-  return installationOf(config.config, cliInstallation);
-}
-
-/**
- * The state file of a command: `--state`; else `./.provider-proxmox/state.json` when it exists in
- * `cwd` (the old default, with a note naming the new place); else the installation's file under the
- * state root. Without an installation (a command that loads no ProviderConfig), the one
- * installation that has a state file there; several are a usage error; none: `{ none: why }`.
- */
-export function stateFileFor(opts: {
-  state?: string | undefined;
-  installation?: string | undefined;
-  cwd?: string | undefined;
-}): StateChoice | { none: string } {
-  if (opts.state) return { file: opts.state };
-  const legacy = join(opts.cwd ?? process.cwd(), LEGACY_STATE_FILE);
-  if (existsSync(legacy)) {
-    const inst = opts.installation ?? peekInstallation(legacy);
-    const target = inst ? defaultStateFile(inst) : join(stateRoot(), '<installation>', 'state.json');
-    return {
-      file: legacy,
-      note: `note: using ${legacy}, the state file's old default place; the default is now ${target}, the same from every directory: move it there${inst ? ` (mkdir -p ${dirname(target)} && mv ${legacy} ${target})` : ''} while no apply runs, or pass --state`,
-    };
-  }
-  if (opts.installation) return { file: defaultStateFile(opts.installation) };
-  const root = stateRoot();
-  const found = installationsWithState(root);
-  if (found.length === 1) return { file: join(root, found[0]!, 'state.json') };
-  if (found.length > 1)
-    throw new UsageError(
-      `${root} holds the state files of ${found.length} installations (${found.join(', ')}): pass --config FILE to pick its installation's, or --state FILE`,
-    );
-  return {
-    none: `nothing has been applied: no state file under ${root} (apply writes one per installation there; pass --state FILE for one elsewhere)`,
-  };
-}
-
-/** The installation a (legacy) state file records, for the note; nothing when it cannot say. */
-export function peekInstallation(file: string): string | undefined {
-  try {
-    return readStateFile(file)?.installation;
-  } catch {
-    return undefined; // the command reading it next reports what is wrong with it
-  }
-}
-
-/** The state file of a command that has its ProviderConfig; the legacy note goes to `err`. */
-export function chooseState(
-  args: { state?: string | undefined; cwd?: string | undefined; err?: NodeJS.WriteStream | undefined },
-  config: LoadedProviderConfig,
-): string {
-  const c = stateFileFor({ state: args.state, installation: cliInstallationOf(config), cwd: args.cwd });
-  if ('none' in c) throw new Error(c.none); // not reached: with an installation there always is a file
-  if (c.note) write(args.err ?? process.stderr, c.note);
-  return c.file;
-}
 
 export interface ApplyArgs {
   files: string[];
@@ -134,27 +55,6 @@ export interface ApplyArgs {
   confirm?: (plans: ResourcePlan[]) => Promise<boolean>;
   /** Where a manifest sets no spec.forProvider.rebootPolicy: this one. */
   rebootPolicy?: 'Never' | 'IfNeeded';
-}
-
-/** Write `s` as one or more whole lines. */
-export function write(out: NodeJS.WriteStream | undefined, s: string): void {
-  (out ?? process.stdout).write(s.endsWith('\n') ? s : `${s}\n`);
-}
-
-/** --config FILE, loaded; a file that is unreadable or holds no usable ProviderConfig is a usage error (exit 2). */
-export async function loadConfigArg(file: string): Promise<LoadedProviderConfig> {
-  try {
-    return await loadProviderConfig(file);
-  } catch (e) {
-    if (e instanceof ConfigError) throw new UsageError(e.message);
-    throw e;
-  }
-}
-
-/** The ProviderConfig among the manifests (read from its file, with the Secrets there), if any. */
-export function configAmong(others: ManifestDoc[]): LoadedProviderConfig | undefined {
-  const doc = others.find((d) => d.kind === 'ProviderConfig' || d.kind === 'ClusterProviderConfig');
-  return doc ? parseProviderConfig(readFileSync(doc.file, 'utf8'), doc.file) : undefined;
 }
 
 /** The ProviderConfig: --config, or the one found among the manifests. */
@@ -229,4 +129,26 @@ export function planTarget(stored: ProxmoxVM | undefined, manifest: ProxmoxVM): 
       annotations: { ...stored.metadata.annotations, ...m.metadata.annotations },
     },
   };
+}
+
+/**
+ * What apply would do to each manifest, read from Proxmox and changing nothing (`plan`,
+ * `apply --dry-run`): each manifest planned against the state file's copy of its resource
+ * (`stored`, as read from the state file), by a runtime without a state file of its own.
+ * `args` sets the runtime's options (workers, poll intervals) as apply would.
+ */
+export async function planChanges(
+  config: LoadedProviderConfig,
+  manifests: ProxmoxVM[],
+  stored: ProxmoxVM[],
+  others: ManifestDoc[] = [],
+  args: ApplyArgs = { files: [] },
+): Promise<ResourcePlan[]> {
+  const byKey = new Map(stored.map((o) => [manifestKey(o), o]));
+  const rt = openRuntime(config, undefined, args, others);
+  try {
+    return await rt.plan(manifests.map((m) => planTarget(byKey.get(manifestKey(m)), m)));
+  } finally {
+    await rt.close();
+  }
 }

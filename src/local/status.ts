@@ -1,13 +1,19 @@
+/**
+ * `status`: the VMs as the state file has them (with --live, as Proxmox has them; with
+ * --kubeconfig, as a cluster's controller has them), once or redrawn with --watch, as a table or
+ * a StatusList document.
+ */
 import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName, keyOf } from '../engine/resource.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import { classify, inventory } from '../vm/inventory.ts';
+import { chooseState, cliInstallationOf, loadConfigArg, stateFileFor, UsageError } from '../workspace/arguments.ts';
+import { write } from '../workspace/lines.ts';
+import { readStateFile, stateRoot } from '../workspace/state-file.ts';
 import { outputFor } from './output.ts';
 import { formatLive, formatRows, formatRowsLine, isLiveTerminal, type LiveView, StatusScreen } from './render.ts';
 import { type Row, rowOf, sortRows } from './runtime.ts';
-import { chooseState, cliInstallationOf, loadConfigArg, stateFileFor, UsageError, write } from './setup.ts';
-import { readStateFile, stateRoot } from './store.ts';
 
 export interface StatusArgs {
   /** The state file; default: as apply finds it (see stateFileFor). */

@@ -15,10 +15,10 @@ import { after, before, describe, it } from 'node:test';
 import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { collect, type GcFinding, type GcPolicy, knownResources, scanSite } from '../../src/fleet/gc.ts';
-import { readStateFile } from '../../src/local/store.ts';
 import { clientForSite } from '../../src/proxmox/site.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
+import { readStateFile } from '../../src/workspace/state-file.ts';
 import { raw, startTestSim, waitTask } from '../helpers/sim.ts';
 
 const INSTALLATION = 'cli-default';

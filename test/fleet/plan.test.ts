@@ -16,11 +16,11 @@ import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { GiB } from '../../src/api/quantity.ts';
 import { planCommand } from '../../src/fleet/commands.ts';
 import { formatPlan, type NodePlan, type PlanResult, planFleet } from '../../src/fleet/plan.ts';
-import { applyCommand } from '../../src/local/commands.ts';
-import { loadManifests } from '../../src/local/manifests.ts';
+import { applyCommand, planChanges } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { defaultTopology } from '../../src/sim/topology.ts';
+import { loadManifests } from '../../src/workspace/manifests.ts';
 import { capture } from '../helpers/capture.ts';
 import { ROOT } from '../helpers/cli.ts';
 import { startTestSim } from '../helpers/sim.ts';
@@ -209,7 +209,13 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
 
   it('-o json parses and carries the same numbers; exit 0 without violations', async () => {
     const c = capture();
-    const code = await planCommand({ files: [PRODUCTION], config: configFile, output: 'json', out: c.out });
+    const code = await planCommand({
+      changesOf: planChanges,
+      files: [PRODUCTION],
+      config: configFile,
+      output: 'json',
+      out: c.out,
+    });
     assert.equal(code, 0);
     const p = JSON.parse(c.text()) as PlanResult;
     assert.deepEqual(
@@ -256,7 +262,7 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
       ),
     );
     const c = capture();
-    assert.equal(await planCommand({ files: [d], config: configFile, out: c.out }), 1);
+    assert.equal(await planCommand({ changesOf: planChanges, files: [d], config: configFile, out: c.out }), 1);
     const text = c.text();
     const violations = text
       .slice(text.indexOf('violations (apply would fail):'), text.indexOf('Changes, read from Proxmox:'))
@@ -284,10 +290,16 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
       ),
     );
     const c = capture();
-    assert.equal(await planCommand({ files: [d], config: configFile, out: c.out, detailedExitCode: true }), 3);
+    assert.equal(
+      await planCommand({ changesOf: planChanges, files: [d], config: configFile, out: c.out, detailedExitCode: true }),
+      3,
+    );
     assert.match(c.text(), /\+ create\s+default\/detailed-one/);
     const j = capture();
-    assert.equal(await planCommand({ files: [d], config: configFile, out: j.out, output: 'json' }), 0);
+    assert.equal(
+      await planCommand({ changesOf: planChanges, files: [d], config: configFile, out: j.out, output: 'json' }),
+      0,
+    );
     const parsed = JSON.parse(j.text()) as { changes: Array<{ key: string; action: string }> };
     assert.deepEqual(
       parsed.changes.map((x) => [x.key, x.action]),
@@ -305,7 +317,10 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
         ['site-2/ceph-fs (shared): 2880 GiB of disks requested, 0 GiB free of 8192 GiB'],
       );
       const c = capture();
-      assert.equal(await planCommand({ files: [PRODUCTION], config: configFile, out: c.out }), 1);
+      assert.equal(
+        await planCommand({ changesOf: planChanges, files: [PRODUCTION], config: configFile, out: c.out }),
+        1,
+      );
       assert.match(c.text(), /^ {2}ceph-fs +\[#+\]! 8192 GiB used \+ 2880 GiB requested \/ 8192 GiB$/m);
     } finally {
       site2.removeFault(id);

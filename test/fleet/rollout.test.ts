@@ -3,21 +3,24 @@
  * holds phase 2), `--no-wait`, `proxmox.sankofa.io/depends-on`, the `--max-parallel` bound
  * (counted from the store at every admission round, never from timings), an interrupted rollout
  * (SIGKILL of the CLI) that resumes with exactly one VM per manifest, dependency cycles, and
- * `--dry-run` contacting nothing.
+ * `--dry-run` changing nothing (as text, and with `-o json|yaml` as the typed plan alone on stdout).
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { parse } from 'yaml';
 import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
-import type { ResourceState } from '../../src/fleet/phases.ts';
-import { applyCommand, UsageError } from '../../src/local/commands.ts';
+import { applyCommand } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
+import type { ResourcePlan } from '../../src/vm/plan.ts';
+import { UsageError } from '../../src/workspace/arguments.ts';
+import type { ResourceState } from '../../src/workspace/phases.ts';
 import { capture } from '../helpers/capture.ts';
-import { spawnCli } from '../helpers/cli.ts';
+import { cli, spawnCli } from '../helpers/cli.ts';
 import { startTestSim } from '../helpers/sim.ts';
 
 interface Spec {
@@ -352,5 +355,42 @@ describe('phased rollout (apply)', () => {
     );
     assert.equal(mutating(), 0, 'the simulator saw only reads');
     assert.deepEqual(simVms('dry-'), []);
+  });
+
+  it('--dry-run -o json: stdout is the plan alone, the ResourcePlan[] `plan -o json` has as `changes` (the real CLI)', async () => {
+    const d = fleet('dryjson', [{ name: 'dj-a', phase: '1' }]);
+    const state = join(d, 'state.json');
+    assert.equal((await apply(d, { state })).code, 0);
+    // a second manifest, not applied yet: the plan creates it and leaves dj-a as it is
+    writeFileSync(join(d, 'dj-b.yaml'), manifest({ name: 'dj-b', phase: '2', dependsOn: 'dj-a' }));
+    for (const c of sim.clusters) c.resetCounters();
+    const args = ['apply', '-f', d, '--config', configFile, '--state', state, '--dry-run'];
+    const json = await cli([...args, '-o', 'json']);
+    assert.equal(json.code, 0, json.stderr);
+    const plans = JSON.parse(json.stdout) as ResourcePlan[];
+    assert.deepEqual(
+      plans.map((p) => [p.key, p.action, p.changes]),
+      [
+        ['default/dj-a', 'no-op', []],
+        ['default/dj-b', 'create', []],
+      ],
+    );
+    assert.equal(typeof plans[0]!.vmid, 'number');
+    assert.match(json.stderr, /^Dry run: Proxmox was only read; nothing was changed\.$/m);
+    const yaml = await cli([...args, '-o', 'yaml']);
+    assert.equal(yaml.code, 0, yaml.stderr);
+    assert.deepEqual(parse(yaml.stdout), plans);
+    // without -o: the text, on stdout
+    const text = await cli(args);
+    assert.equal(text.code, 0, text.stderr);
+    assert.match(text.stdout, /^Dry run: Proxmox was only read; nothing was changed\.$/m);
+    assert.match(text.stdout, /^ {2}\+ create {8}default\/dj-b; after default\/dj-a$/m);
+    assert.equal(mutating(), 0, 'the simulator saw only reads');
+    assert.deepEqual(simVms('dj-'), ['dj-a']);
+    // without a ProviderConfig there is no plan to type: a usage error, not text on stdout
+    const bare = await cli(['apply', '-f', d, '--state', state, '--dry-run', '-o', 'json']);
+    assert.equal(bare.code, 2, bare.stderr);
+    assert.equal(bare.stdout, '');
+    assert.match(bare.stderr, /apply --dry-run -o json prints the plan read from Proxmox: pass --config FILE/);
   });
 });

@@ -15,7 +15,7 @@ import { after, before, describe, it } from 'node:test';
 import { validateCommand } from '../../src/fleet/commands.ts';
 import { validateManifests } from '../../src/fleet/validate.ts';
 import { applyCommand, deleteCommand } from '../../src/local/commands.ts';
-import { formatProblem, ManifestError } from '../../src/local/manifests.ts';
+import { formatProblem, ManifestError } from '../../src/workspace/manifests.ts';
 import { capture } from '../helpers/capture.ts';
 import { cli, ROOT } from '../helpers/cli.ts';
 

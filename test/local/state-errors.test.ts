@@ -11,9 +11,10 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, wri
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { applyCommand, deleteCommand, statusCommand, UsageError } from '../../src/local/commands.ts';
-import { StateFileError } from '../../src/local/store.ts';
+import { applyCommand, deleteCommand, statusCommand } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
+import { UsageError } from '../../src/workspace/arguments.ts';
+import { StateFileError } from '../../src/workspace/state-file.ts';
 import { capture } from '../helpers/capture.ts';
 import { type CliFixture, cli, cliFixture, writeManifests } from '../helpers/cli.ts';
 

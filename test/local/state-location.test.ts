@@ -25,11 +25,11 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { stateFileFor } from '../../src/local/commands.ts';
-import { defaultStateFile, stateRoot } from '../../src/local/store.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { markerUid } from '../../src/vm/spec.ts';
+import { stateFileFor } from '../../src/workspace/arguments.ts';
+import { defaultStateFile, stateRoot } from '../../src/workspace/state-file.ts';
 import { type CliFixture, type CliResult, cli, cliFixture, statusItems, writeManifests } from '../helpers/cli.ts';
 
 // The CLI children inherit this environment: the state root is a temporary XDG_STATE_HOME.

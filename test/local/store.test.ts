@@ -11,7 +11,8 @@ import {
   FINALIZER,
 } from '../../src/engine/resource.ts';
 import { ConflictError, type WatchEvent } from '../../src/engine/types.ts';
-import { FileStore, MemoryStore, STATE_VERSION, StateFileError, StateLockedError } from '../../src/local/store.ts';
+import { FileStore, MemoryStore, StateLockedError } from '../../src/local/store.ts';
+import { STATE_VERSION, StateFileError } from '../../src/workspace/state-file.ts';
 import { type TestVM, testVM } from '../helpers/scripted-external.ts';
 
 const KEY = 'default/vm1';

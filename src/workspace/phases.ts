@@ -3,6 +3,10 @@
  * `proxmox.sankofa.io/depends-on`. A phase starts when every earlier phase is Ready (its gate);
  * a VM starts when its dependencies are Ready; at most `maxParallel` VMs of a phase are in
  * progress at once.
+ *
+ * Here, with the manifests, because both sides read it: apply (src/local) runs the rollout, while
+ * validate and plan (src/fleet) check and show it. It is pure (no I/O beyond reading a fleet
+ * file), so the runtime that calls nextAdmissions passes in where each resource stands.
  */
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
