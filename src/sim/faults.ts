@@ -85,7 +85,11 @@ export type FaultSpec =
   | { kind: 'node-offline'; node: string }
   | { kind: 'storage-full'; node: string; storage: string }
   /** The whole API (not `/_sim/`) resets connections or answers 503 for `ms` simulated ms, or until removed. */
-  | { kind: 'unavailable'; ms: number; mode?: 'reset' | '503' };
+  | { kind: 'unavailable'; ms: number; mode?: 'reset' | '503' }
+  /** The node's SSH port refuses connections (sshd stopped): ECONNREFUSED; open sessions stay. */
+  | { kind: 'ssh-refused'; node: string }
+  /** Every SSH login to the node fails (keys and passwords alike), as a changed authorized_keys would. */
+  | { kind: 'ssh-auth'; node: string };
 
 export interface ActiveFault {
   id: number;
@@ -131,6 +135,8 @@ export class Faults {
   readonly counters = new Map<string, number>();
   unavailableUntil = 0;
   unavailableMode: 'reset' | '503' = 'reset';
+  /** Told when a node's `ssh-refused` state changes (the SSH listeners close or reopen). */
+  onSshRefused: ((node: string) => void) | undefined;
   private closing = false;
   private endShutdown: () => void = () => {};
   private readonly shutdownSignal: Promise<void>;
@@ -182,6 +188,9 @@ export class Faults {
         // `ms` is simulated time, like every other duration: scaled by the speed factor.
         this.unavailableUntil = this.c.clock.now() + this.c.clock.scaled(spec.ms);
         this.unavailableMode = spec.mode ?? 'reset';
+        break;
+      case 'ssh-refused':
+        this.onSshRefused?.(spec.node);
         break;
     }
     return id;
@@ -240,6 +249,10 @@ export class Faults {
       case 'unavailable':
         if (!(spec.ms > 0)) bad('unavailable fault needs ms > 0');
         break;
+      case 'ssh-refused':
+      case 'ssh-auth':
+        if (!this.c.nodes.has(spec.node)) bad(`${spec.kind} fault: no node '${spec.node}'`);
+        break;
       default:
         bad(`unknown fault kind '${(spec as { kind: string }).kind}'`);
     }
@@ -270,8 +283,28 @@ export class Faults {
       case 'unavailable':
         this.unavailableUntil = 0;
         break;
+      case 'ssh-refused':
+        this.onSshRefused?.(spec.node);
+        break;
     }
     return true;
+  }
+
+  /** Whether an `ssh-refused` fault holds the node's SSH port closed. */
+  sshRefused(node: string): boolean {
+    return [...this.active.values()].some((f) => f.spec.kind === 'ssh-refused' && f.spec.node === node);
+  }
+
+  /** Whether an `ssh-auth` fault fails every login to the node (counted as fired). */
+  sshAuthFails(node: string): boolean {
+    let fails = false;
+    for (const f of this.active.values())
+      if (f.spec.kind === 'ssh-auth' && f.spec.node === node) {
+        f.seen++;
+        f.fired++;
+        fails = true;
+      }
+    return fails;
   }
 
   clear(): void {

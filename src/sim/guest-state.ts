@@ -35,7 +35,35 @@ export interface GuestAgentState {
   procs: Map<number, AgentProcess>;
   nextPid: number;
   files: Map<string, Buffer>;
+  /** Permission bits of files written by cloud-init's write_files (0644 otherwise). */
+  modes: Map<string, number>;
   frozen: boolean;
+}
+
+/**
+ * What the guest's own disk holds beyond its image, changed by cloud-init (and the agent): it
+ * survives reboots and goes with the disk to a clone.
+ */
+export interface GuestDisk {
+  /** Packages installed after the image was made (name -> version). */
+  packages: Map<string, string>;
+  /** The instance-id of the last cloud-init run that completed on this disk. */
+  instanceId?: string;
+  /** The host name cloud-init set (set_hostname), if it ran. */
+  hostname?: string;
+  /** The time zone cloud-init set. */
+  timezone?: string;
+  /** /var/log/cloud-init-output.log as of the previous boots. */
+  outputLog: string;
+}
+
+export function freshGuestDisk(): GuestDisk {
+  return { packages: new Map(), outputLog: '' };
+}
+
+/** A copy for a clone's disk. */
+export function copyGuestDisk(d: GuestDisk): GuestDisk {
+  return { ...d, packages: new Map(d.packages) };
 }
 
 /** An LXC container the topology declares (listed by `/nodes/{node}/lxc` and `/cluster/resources`). */
@@ -48,7 +76,7 @@ export interface ContainerState {
 }
 
 export function freshAgentState(): GuestAgentState {
-  return { procs: new Map(), nextPid: 1000, files: new Map(), frozen: false };
+  return { procs: new Map(), nextPid: 1000, files: new Map(), modes: new Map(), frozen: false };
 }
 
 /** A topology container, with its config as pve-container writes it (the keys vmstatus reads). */

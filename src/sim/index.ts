@@ -1,6 +1,7 @@
 /**
  * The Proxmox VE API simulator: several independent clusters, each on its own listen address,
- * speaking `/api2/json` over HTTPS (self-signed certificate made at start) or plain HTTP.
+ * speaking `/api2/json` over HTTPS (self-signed certificate made at start) or plain HTTP, and an
+ * SSH/SFTP server per node (./ssh/) for what the API cannot do: uploading cloud-init snippets.
  */
 import { X509Certificate } from 'node:crypto';
 import { createServer as createHttpServer, type Server } from 'node:http';
@@ -9,8 +10,10 @@ import type { AddressInfo } from 'node:net';
 import selfsigned from 'selfsigned';
 import { Clock } from './clock.ts';
 import { type FaultSpec, Faults } from './faults.ts';
+import { type CloudInitView, cloudInitView } from './guest-cloudinit.ts';
 import type { Profile } from './profiles.ts';
 import { configCpus, configMemoryMiB } from './qemu-config.ts';
+import { registerEndpoint } from './remote-endpoints.ts';
 import { accessRoutes, userRoutes } from './routes/access.ts';
 import { clusterRoutes } from './routes/cluster.ts';
 import { indexRoutes } from './routes/indexes.ts';
@@ -22,6 +25,8 @@ import { storageRoutes } from './routes/storage.ts';
 import { taskRoutes } from './routes/tasks.ts';
 import { vzdumpRoutes } from './routes/vzdump.ts';
 import { ApiHandler, type Route } from './server.ts';
+import { generateKeyPair } from './ssh/keys.ts';
+import { NodeSshServer, type SshNodeInfo } from './ssh/server.ts';
 import { ClusterState, MiB } from './state.ts';
 import { TaskRunner } from './tasks.ts';
 import { defaultTopology, type Topology } from './topology.ts';
@@ -31,7 +36,7 @@ export { parseTokenArg } from './token-arg.ts';
 
 import { parseTokenArg } from './token-arg.ts';
 
-export type { FaultSpec, Profile, Topology };
+export type { CloudInitView, FaultSpec, Profile, SshNodeInfo, Topology };
 
 export const ROUTES: Route[] = [
   ...indexRoutes,
@@ -68,11 +73,22 @@ export interface SimulatorOptions {
   authFailDelayMs?: number;
   /** PRNG seed (MACs, UUIDs, ids). */
   seed?: number;
+  /**
+   * Serve SSH/SFTP on every node (default true): a listener per node on the cluster's host, on
+   * the topology node's `sshPort` (default 0, ephemeral; always ephemeral with `ephemeralPorts`).
+   */
+  ssh?: boolean;
 }
 
 export interface Credentials {
   rootPassword: string;
   tokens: Array<{ tokenid: string; secret: string }>;
+  /** The SSH user of every node. */
+  sshUser: 'root';
+  /** OpenSSH private key (ed25519) whose public key every node's root authorized_keys holds; '' without SSH. */
+  sshPrivateKey: string;
+  /** Its public key line (`ssh-ed25519 AAAA… provider-proxmox-sim`). */
+  sshPublicKey: string;
 }
 
 export class SimCluster {
@@ -84,6 +100,10 @@ export class SimCluster {
   fingerprint = '';
   private ticker: NodeJS.Timeout | undefined;
   url = '';
+  /** The nodes' SSH servers (empty with `ssh: false`). */
+  readonly sshServers = new Map<string, NodeSshServer>();
+  /** Takes the API endpoint out of the registry other clusters' remote migrations resolve. */
+  unregisterEndpoint: () => void = () => {};
 
   constructor(state: ClusterState, server: Server, tls: boolean, faults: Faults, tasks: TaskRunner) {
     this.state = state;
@@ -113,6 +133,32 @@ export class SimCluster {
   /** `DELETE /_sim/faults`. */
   clearFaults(): void {
     this.faults.clear();
+  }
+
+  /** Every node's SSH endpoint and host key (the order of `nodes`). */
+  sshNodes(): SshNodeInfo[] {
+    return [...this.sshServers.values()].map((s) => s.info);
+  }
+
+  /** One node's SSH endpoint and host key; throws for a node without SSH. */
+  sshNode(node: string): SshNodeInfo {
+    const s = this.sshServers.get(node);
+    if (!s) throw new Error(`no SSH server for node '${node}' in cluster '${this.name}'`);
+    return s.info;
+  }
+
+  /**
+   * Resolves once every SSH listener is closed or open as the `ssh-refused` faults say (the
+   * port is reopened asynchronously after such a fault is removed).
+   */
+  async sshReady(): Promise<void> {
+    await Promise.all([...this.sshServers.values()].map((s) => s.ready));
+  }
+
+  /** What cloud-init did in a VM's guest this boot, as of now; undefined if the VM does not exist. */
+  cloudInit(vmid: number): CloudInitView | undefined {
+    const vm = this.state.vms.get(vmid);
+    return vm && cloudInitView(this.state, vm);
   }
 
   /** `GET /_sim/counters`: requests per `METHOD /path/template`. */
@@ -164,6 +210,7 @@ export class SimCluster {
     const vm = this.state.vms.get(vmid);
     if (!vm) return false;
     vm.guestAgent = running;
+    if (!running) vm.guestDisk.packages.delete('qemu-guest-agent');
     if (running && vm.status === 'running') vm.agentReadyAt = Math.min(vm.agentReadyAt, this.state.clock.now());
     return true;
   }
@@ -197,11 +244,13 @@ export class SimCluster {
   }
 
   async close(): Promise<void> {
+    this.unregisterEndpoint();
     if (this.ticker) clearInterval(this.ticker);
     for (const t of this.state.tasks.values()) if (t.status === 'running') t.abort.abort(new Error('shutdown'));
     // Held applied-late requests are dropped, not run on a closing simulator.
     this.faults.shutdown();
     this.faults.clear();
+    await Promise.all([...this.sshServers.values()].map((s) => s.close()));
     await new Promise<void>((resolve) => {
       this.server.close(() => resolve());
       this.server.closeAllConnections();
@@ -258,6 +307,16 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
   const rootPassword = opts.rootPassword ?? 'proxmox-sim';
   const tokens = (opts.tokens ?? []).map(parseTokenArg);
   const cert = opts.http ? undefined : await makeCertificate();
+  const sshOn = opts.ssh !== false;
+  const client = sshOn ? generateKeyPair('provider-proxmox-sim') : undefined;
+  const credentials: Credentials = {
+    rootPassword,
+    tokens: tokens.map((t) => ({ tokenid: `${t.userid}!${t.tokenid}`, secret: t.secret })),
+    sshUser: 'root',
+    sshPrivateKey: client?.privateKey ?? '',
+    sshPublicKey: client?.publicKey ?? '',
+  };
+  const authorized = () => (credentials.sshPublicKey ? [credentials.sshPublicKey] : []);
   const clusters: SimCluster[] = [];
   try {
     for (const [i, t] of topology.clusters.entries()) {
@@ -297,19 +356,38 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       sc.url = `${cert ? 'https' : 'http'}://${urlHost}:${addr.port}`;
       sc.fingerprint = cert?.fingerprint ?? '';
       state.sslFingerprint = cert?.fingerprint ?? '';
+      // Reachable by other clusters' remote migrations (remote-endpoints.ts) at this address.
+      sc.unregisterEndpoint = registerEndpoint({
+        state,
+        tasks,
+        faults,
+        tls: Boolean(cert),
+        fingerprint: sc.fingerprint,
+        host: addr.address,
+        port: addr.port,
+      });
       sc.startStatTicker();
       clusters.push(sc);
+      if (sshOn) {
+        for (const n of t.nodes) {
+          const srv = new NodeSshServer(state, faults, n.name, generateKeyPair(`root@${n.name}`), authorized);
+          sc.sshServers.set(n.name, srv);
+          await srv
+            .listen(addr.address, opts.ephemeralPorts ? 0 : (n.sshPort ?? 0))
+            .catch((e: NodeJS.ErrnoException) => {
+              throw new Error(
+                `cluster '${t.name}': node '${n.name}': cannot listen for SSH on port ${n.sshPort ?? 0}: ${e.code === 'EADDRINUSE' ? 'address already in use' : e.message}`,
+              );
+            });
+        }
+        faults.onSshRefused = (node) => sc.sshServers.get(node)?.sync();
+      }
     }
   } catch (e) {
     await Promise.all(clusters.map((c) => c.close()));
     throw e;
   }
-  return new Simulator(
-    clusters,
-    clock,
-    { rootPassword, tokens: tokens.map((t) => ({ tokenid: `${t.userid}!${t.tokenid}`, secret: t.secret })) },
-    profile,
-  );
+  return new Simulator(clusters, clock, credentials, profile);
 }
 
 function splitListen(listen: string): [string, string] {

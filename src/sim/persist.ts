@@ -1,10 +1,35 @@
 /**
- * `--state FILE`: the simulator's mutable state (VMs with their snapshots, volumes, pools, tokens, ACLs)
- * saved as JSON, atomically (write + rename, mode 0600: it holds token secrets), and loaded at start.
+ * `--state FILE`: the simulator's mutable state (VMs with their snapshots, volumes, pools, tokens, ACLs,
+ * files written over SFTP, what guests installed, the SSH keys) saved as JSON, atomically (write +
+ * rename, mode 0600: it holds token secrets and private keys), and loaded at start.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import type { CloudInitDrive } from './cloudinit.ts';
+import { settleGuest } from './guest-cloudinit.ts';
 import type { Simulator } from './index.ts';
+import { publicKeyOf } from './ssh/keys.ts';
 import type { AclEntry, SnapshotState, TokenState, Volume } from './state.ts';
+import type { FsFile } from './storage-files.ts';
+
+/** A file's bytes as base64. */
+interface SavedFile {
+  data: string;
+  mode: number;
+  mtime: number;
+  ctime: number;
+}
+const saveFile = (f: FsFile): SavedFile => ({
+  data: f.data.toString('base64'),
+  mode: f.mode,
+  mtime: f.mtime,
+  ctime: f.ctime,
+});
+const loadFile = (f: SavedFile): FsFile => ({
+  data: Buffer.from(f.data, 'base64'),
+  mode: f.mode,
+  mtime: f.mtime,
+  ctime: f.ctime,
+});
 
 interface SavedCluster {
   name: string;
@@ -20,8 +45,24 @@ interface SavedCluster {
     guestAgent?: boolean;
     /** The `[snapname]` sections; absent in older files. */
     snapshots?: Array<[string, SnapshotState]>;
+    /** `[special:cloudinit]`, the drive as generated, the guest's disk and files; absent in older files. */
+    cloudinitSection?: Record<string, string>;
+    ciDrive?: CloudInitDrive;
+    guestDisk?: {
+      packages: Array<[string, string]>;
+      instanceId?: string;
+      hostname?: string;
+      timezone?: string;
+      outputLog: string;
+    };
+    guestFiles?: Array<[string, string]>;
   }>;
-  volumes: Array<{ node: string; storage: string; volume: Volume }>;
+  /** `volume.file` travels as `file` (base64) beside it. */
+  volumes: Array<{ node: string; storage: string; volume: Volume; file?: SavedFile }>;
+  /** Files and directories written over SFTP outside `snippets/`; absent in older files. */
+  storageFiles?: Array<{ node: string; storage: string; files: Array<[string, SavedFile]>; dirs: string[] }>;
+  /** Host keys (OpenSSH private keys) by node; absent in older files. */
+  sshHostKeys?: Record<string, string>;
   pools: Array<{ poolid: string; comment?: string; members: string[] }>;
   tokens: TokenState[];
   acls: AclEntry[];
@@ -30,22 +71,37 @@ interface SavedCluster {
 interface SavedState {
   version: 1;
   clusters: SavedCluster[];
+  /** The SSH client key (OpenSSH private key); absent in older files. */
+  sshClientKey?: string;
 }
 
 export function saveState(sim: Simulator, file: string): void {
   const state: SavedState = {
     version: 1,
+    ...(sim.credentials.sshPrivateKey ? { sshClientKey: sim.credentials.sshPrivateKey } : {}),
     clusters: sim.clusters.map((sc) => {
       const c = sc.state;
       const seen = new Set<object>();
       const volumes: SavedCluster['volumes'] = [];
+      const storageFiles: NonNullable<SavedCluster['storageFiles']> = [];
       for (const n of c.nodes.values()) {
         for (const s of n.storages.values()) {
           if (seen.has(s)) continue;
           seen.add(s);
-          for (const v of s.volumes.values()) volumes.push({ node: n.name, storage: s.id, volume: v });
+          for (const v of s.volumes.values()) {
+            const { file, ...volume } = v;
+            volumes.push({ node: n.name, storage: s.id, volume, ...(file ? { file: saveFile(file) } : {}) });
+          }
+          if (s.files.size || s.dirs.size)
+            storageFiles.push({
+              node: n.name,
+              storage: s.id,
+              files: [...s.files].map(([k, f]) => [k, saveFile(f)]),
+              dirs: [...s.dirs],
+            });
         }
       }
+      for (const vm of c.vms.values()) settleGuest(c, vm);
       return {
         name: c.name,
         vms: [...c.vms.values()].map((vm) => ({
@@ -58,8 +114,16 @@ export function saveState(sim: Simulator, file: string): void {
           haManaged: vm.haManaged,
           guestAgent: vm.guestAgent,
           ...(vm.snapshots.size ? { snapshots: [...vm.snapshots] } : {}),
+          ...(Object.keys(vm.cloudinitSection).length ? { cloudinitSection: vm.cloudinitSection } : {}),
+          ...(vm.ciDrive ? { ciDrive: vm.ciDrive } : {}),
+          guestDisk: { ...vm.guestDisk, packages: [...vm.guestDisk.packages] },
+          ...(vm.agent.files.size
+            ? { guestFiles: [...vm.agent.files].map(([k, b]): [string, string] => [k, b.toString('base64')]) }
+            : {}),
         })),
         volumes,
+        ...(storageFiles.length ? { storageFiles } : {}),
+        sshHostKeys: Object.fromEntries([...sc.sshServers].map(([node, srv]) => [node, srv.key.privateKey])),
         pools: [...c.pools.values()].map((p) => ({
           poolid: p.poolid,
           ...(p.comment ? { comment: p.comment } : {}),
@@ -85,14 +149,32 @@ export function loadState(sim: Simulator, file: string): void {
   }
   if (state.version !== 1 || !Array.isArray(state.clusters))
     throw new Error(`${file}: unsupported simulator state version`);
+  // The same keys as before: clients keep their pinned host keys and their login.
+  if (state.sshClientKey && sim.credentials.sshPrivateKey) {
+    sim.credentials.sshPrivateKey = state.sshClientKey;
+    sim.credentials.sshPublicKey = publicKeyOf(state.sshClientKey, 'provider-proxmox-sim');
+  }
   for (const saved of state.clusters) {
     const sc = sim.clusters.find((x) => x.name === saved.name);
     if (!sc) continue;
     const c = sc.state;
     c.vms.clear();
-    for (const n of c.nodes.values()) for (const s of n.storages.values()) s.volumes.clear();
-    for (const { node, storage, volume } of saved.volumes)
-      c.storage(node, storage)?.volumes.set(volume.volname, volume);
+    for (const n of c.nodes.values())
+      for (const s of n.storages.values()) {
+        s.volumes.clear();
+        s.files.clear();
+        s.dirs.clear();
+      }
+    for (const { node, storage, volume, file: f } of saved.volumes)
+      c.storage(node, storage)?.volumes.set(volume.volname, { ...volume, ...(f ? { file: loadFile(f) } : {}) });
+    for (const sf of saved.storageFiles ?? []) {
+      const s = c.storage(sf.node, sf.storage);
+      if (!s) continue;
+      for (const [k, f] of sf.files) s.files.set(k, loadFile(f));
+      for (const d of sf.dirs) s.dirs.add(d);
+    }
+    for (const [node, key] of Object.entries(saved.sshHostKeys ?? {}))
+      sc.sshServers.get(node)?.setHostKey({ privateKey: key, publicKey: publicKeyOf(key, `root@${node}`) });
     for (const v of saved.vms) {
       if (!c.nodes.has(v.node)) continue;
       const vm = c.newVm(v.vmid, v.node, v.config);
@@ -101,6 +183,10 @@ export function loadState(sim: Simulator, file: string): void {
       vm.haManaged = v.haManaged;
       vm.guestAgent = v.guestAgent ?? true;
       vm.snapshots = new Map(v.snapshots ?? []);
+      vm.cloudinitSection = v.cloudinitSection ?? {};
+      if (v.ciDrive) vm.ciDrive = v.ciDrive;
+      if (v.guestDisk) vm.guestDisk = { ...v.guestDisk, packages: new Map(v.guestDisk.packages) };
+      for (const [k, b] of v.guestFiles ?? []) vm.agent.files.set(k, Buffer.from(b, 'base64'));
       if (v.status === 'running') {
         vm.status = 'running';
         vm.startedAt = c.clock.now();

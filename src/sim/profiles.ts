@@ -43,6 +43,18 @@ export interface ProfileFacts {
    * the handler took the flocks and wrote the temporary config itself.
    */
   cloneLocksInWorker: boolean;
+  /**
+   * Cloud-init options are fast-plug on a running VM and their changes are recorded in the
+   * `[special:cloudinit]` section, listed by GET .../cloudinit (qemu-server 7.2-8, commits
+   * 71d9006b and f16cf6c3). Before, they stay pending until the next start.
+   */
+  cloudinitFastplug: boolean;
+  /**
+   * A `cicustom` snippet is read through abs_filesystem_path, which activates its storage and
+   * fails `can't find file '<volid>'` (qemu-server 8.1.0, 9946d6fa); before, file_get_contents
+   * fails `can't open '<path>' - No such file or directory`.
+   */
+  snippetFileCheck: boolean;
   pveManagerVersion: string;
   kernel: string;
   qemuVersion: string;
@@ -67,6 +79,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     updateNormalizesTags: false,
     createNormalizesTags: false,
     cloneLocksInWorker: false,
+    cloudinitFastplug: false,
+    snippetFileCheck: false,
     pveManagerVersion: 'pve-manager/6.4-15/af7986e6',
     kernel: '5.4.203-1-pve',
     qemuVersion: '5.2.0',
@@ -89,6 +103,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     updateNormalizesTags: true,
     createNormalizesTags: false,
     cloneLocksInWorker: true,
+    cloudinitFastplug: true,
+    snippetFileCheck: false,
     pveManagerVersion: 'pve-manager/7.4-16/0f39f621',
     kernel: '5.15.108-1-pve',
     qemuVersion: '7.2.0',
@@ -111,6 +127,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     updateNormalizesTags: true,
     createNormalizesTags: false,
     cloneLocksInWorker: true,
+    cloudinitFastplug: true,
+    snippetFileCheck: true,
     pveManagerVersion: 'pve-manager/8.4.5/57892e8e686cb35b',
     kernel: '6.8.12-11-pve',
     qemuVersion: '9.2.0',
@@ -133,6 +151,8 @@ export const PROFILES: Record<Profile, ProfileFacts> = {
     updateNormalizesTags: true,
     createNormalizesTags: true,
     cloneLocksInWorker: true,
+    cloudinitFastplug: true,
+    snippetFileCheck: true,
     pveManagerVersion: 'pve-manager/9.2.3/42db4a6cf33dac83',
     kernel: '6.17.2-1-pve',
     qemuVersion: '10.1.2',

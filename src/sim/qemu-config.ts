@@ -1,5 +1,6 @@
 /** Helpers for qemu-server config values: property strings, drives, NICs, tags, typed output. */
 import { createHash } from 'node:crypto';
+import type { SnapshotState } from './guest-state.ts';
 import type { ProfileFacts } from './profiles.ts';
 
 export const DRIVE_KEY_RE = /^(ide\d|sata\d+|scsi\d+|virtio\d+|efidisk0|tpmstate0)$/;
@@ -192,11 +193,52 @@ export const FAST_PLUG = new Set([
   'hookscript',
   'agent',
 ]);
-/** Cloud-init keys: stored at once, but they show as pending on a running VM until regenerated. */
+/**
+ * Cloud-init keys (`$confdesc_cloudinit`). On a running VM they are fast-plug from qemu-server
+ * 7.2-8 (recorded in `[special:cloudinit]` until the drive is regenerated, ./cloudinit.ts); in 6.4
+ * they stay pending until the next start.
+ */
 export const CLOUDINIT_KEYS =
   /^(ciuser|cipassword|citype|cicustom|ipconfig\d+|sshkeys|nameserver|searchdomain|ciupgrade)$/;
 
 /** A crypt(3)-looking hash, as qemu-server stores `cipassword`. */
 export function fakeCrypt(pw: string, salt: string): string {
   return `$5$${salt}$${createHash('sha256').update(`${salt}:${pw}`).digest('base64').replace(/[+=/]/g, '').slice(0, 43)}`;
+}
+
+/** The config file's digest: a SHA-1 of the file as write_vm_config writes it. */
+export function configDigest(
+  config: Record<string, string>,
+  pending: Record<string, string>,
+  pendingDelete: Set<string>,
+  snapshots?: ReadonlyMap<string, SnapshotState>,
+  cloudinit?: Record<string, string>,
+): string {
+  let text = '';
+  for (const [k, v] of Object.entries(config)) {
+    if (k === 'description') text = `#${v.replace(/\n/g, '\n#')}\n${text}`;
+    else text += `${k}: ${v}\n`;
+  }
+  const pend = Object.entries(pending);
+  if (pend.length || pendingDelete.size) {
+    text += '\n[PENDING]\n';
+    for (const [k, v] of pend) text += `${k}: ${v}\n`;
+    if (pendingDelete.size) text += `delete: ${[...pendingDelete].join(',')}\n`;
+  }
+  // write_vm_config: special sections between [PENDING] and the snapshots (QemuServer.pm:2183-2187).
+  if (cloudinit && Object.keys(cloudinit).length) {
+    text += '\n[special:cloudinit]\n';
+    for (const [k, v] of Object.entries(cloudinit)) text += `${k}: ${v}\n`;
+  }
+  // The digest is over the whole file, snapshot sections included (write_vm_config order).
+  for (const [name, snap] of snapshots ?? []) {
+    text += `\n[${name}]\n`;
+    if (snap.description !== undefined) text += `#${snap.description.replace(/\n/g, '\n#')}\n`;
+    for (const [k, v] of Object.entries(snap.config)) text += `${k}: ${v}\n`;
+    if (snap.parent) text += `parent: ${snap.parent}\n`;
+    text += `snaptime: ${snap.snaptime}\n`;
+    if (snap.snapstate) text += `snapstate: ${snap.snapstate}\n`;
+    if (snap.vmstate) text += `vmstate: ${snap.vmstate}\n`;
+  }
+  return createHash('sha1').update(text).digest('hex');
 }

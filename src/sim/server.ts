@@ -176,10 +176,10 @@ export class ApiHandler {
           return this.sendError(res, 400, 'Parameter verification failed.', { '': 'unable to parse JSON body' });
         }
       } else {
-        for (const [k, v] of new URLSearchParams(body.toString('utf8'))) raw[k] = v;
+        for (const [k, v] of new URLSearchParams(body.toString('utf8'))) addParam(raw, k, v);
       }
     }
-    for (const [k, v] of url.searchParams) raw[k] = v;
+    for (const [k, v] of url.searchParams) addParam(raw, k, v);
 
     const injected = this.faults.matchRequest(method, path, raw);
     if (injected) return this.sendError(res, injected.status, injected.message);
@@ -444,4 +444,15 @@ function readBody(req: IncomingMessage): Promise<Buffer> {
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
+}
+
+/**
+ * A form or query parameter; a repeated one becomes a list, as pve-http-server's
+ * decode_urlencoded makes it (src/PVE/APIServer/AnyEvent.pm:907-915 at its HEAD): how a client
+ * sends a parameter of type `array` (PVE 8's agent exec `command`), which RESTHandler's
+ * normalize_legacy_param_formats then keeps, or joins with ',' for a `*-list` string format.
+ */
+function addParam(raw: Record<string, unknown>, k: string, v: string): void {
+  const old = raw[k];
+  raw[k] = old === undefined ? v : Array.isArray(old) ? [...old, v] : [old, v];
 }

@@ -4,22 +4,29 @@
  */
 import { createHash } from 'node:crypto';
 import type { Clock } from './clock.ts';
+import type { CloudInitDrive } from './cloudinit.ts';
 import { Flock } from './flock.ts';
+import type { CloudInitRun } from './guest-cloudinit.ts';
 import {
   type ContainerState,
   freshAgentState,
+  freshGuestDisk,
   type GuestAgentState,
+  type GuestDisk,
   type SnapshotState,
   seedContainer,
 } from './guest-state.ts';
 import { builtinRoles } from './privileges.ts';
 import { PROFILES, type Profile, type ProfileFacts } from './profiles.ts';
+import { configDigest } from './qemu-config.ts';
 import { Rng } from './random.ts';
+import { type FsFile, volumeBytes } from './storage-files.ts';
 import type { StorageType, TopologyBridge, TopologyCluster, TopologyNode, TopologyStorage } from './topology.ts';
 
-export type { AgentProcess, ContainerState, GuestAgentState, SnapshotState } from './guest-state.ts';
+export type { AgentProcess, ContainerState, GuestAgentState, GuestDisk, SnapshotState } from './guest-state.ts';
 export { freshAgentState } from './guest-state.ts';
 export { privilegesOf } from './privileges.ts';
+export { configDigest } from './qemu-config.ts';
 
 export const GiB = 1024 ** 3;
 export const MiB = 1024 ** 2;
@@ -43,6 +50,8 @@ export interface Volume {
   guestAgent?: boolean;
   /** Storage snapshots of this volume, oldest first (names of the VM snapshots that made them). */
   snapshots?: string[];
+  /** The bytes of a `snippets` volume (written over SFTP); its size is theirs. */
+  file?: FsFile;
 }
 
 export class StorageState {
@@ -56,6 +65,10 @@ export class StorageState {
   /** MB/s. */
   readonly bandwidth: number;
   readonly volumes = new Map<string, Volume>();
+  /** Files written over SFTP below the path, outside `snippets/` (relative path): the API sees none. */
+  readonly files = new Map<string, FsFile>();
+  /** Directories made over SFTP (relative paths); the content directories exist anyway. */
+  readonly dirs = new Set<string>();
   enabled = true;
   active = true;
   /** Fault: behave as if no space is left. */
@@ -66,13 +79,16 @@ export class StorageState {
     this.content = new Set(t.content);
     this.total = t.total;
     this.baseUsed = t.used ?? 0;
-    this.path = t.path ?? (t.type === 'dir' ? `/mnt/pve/${t.id}` : undefined);
+    // Network file storages are mounted at /mnt/pve/<id> too (pve-storage NFSPlugin/CephFSPlugin).
+    this.path =
+      t.path ?? (t.type === 'dir' || t.type === 'nfs' || t.type === 'cephfs' ? `/mnt/pve/${t.id}` : undefined);
     this.shared = t.shared ?? false;
     this.bandwidth = t.bandwidth ?? 200;
   }
   get used(): number {
     let u = this.baseUsed;
-    for (const v of this.volumes.values()) if (!v.parent) u += v.size;
+    for (const v of this.volumes.values()) if (!v.parent) u += volumeBytes(v);
+    for (const f of this.files.values()) u += f.data.length;
     return u;
   }
   get avail(): number {
@@ -150,6 +166,17 @@ export interface VmState {
   agent: GuestAgentState;
   /** `qm suspend` without `todisk`: QEMU paused (`qmpstatus: paused`), the VM still running. */
   paused: boolean;
+  /**
+   * The `[special:cloudinit]` section (qemu-server 7.2-8 on): the values a cloud-init option had
+   * when the drive was last generated, for options changed since (`added`: options new since).
+   */
+  cloudinitSection: Record<string, string>;
+  /** The cloud-init drive as last generated (its user, network and meta data). */
+  ciDrive?: CloudInitDrive;
+  /** What the guest's disk holds: packages installed, files, the last cloud-init instance. */
+  guestDisk: GuestDisk;
+  /** This boot's cloud-init run in the guest (see guest-cloudinit.ts). */
+  cloudInit?: CloudInitRun;
 }
 
 export interface TaskState {
@@ -199,36 +226,6 @@ export interface PoolState {
   members: Set<string>;
 }
 
-export function configDigest(
-  config: Record<string, string>,
-  pending: Record<string, string>,
-  pendingDelete: Set<string>,
-  snapshots?: ReadonlyMap<string, SnapshotState>,
-): string {
-  let text = '';
-  for (const [k, v] of Object.entries(config)) {
-    if (k === 'description') text = `#${v.replace(/\n/g, '\n#')}\n${text}`;
-    else text += `${k}: ${v}\n`;
-  }
-  const pend = Object.entries(pending);
-  if (pend.length || pendingDelete.size) {
-    text += '\n[PENDING]\n';
-    for (const [k, v] of pend) text += `${k}: ${v}\n`;
-    if (pendingDelete.size) text += `delete: ${[...pendingDelete].join(',')}\n`;
-  }
-  // The digest is over the whole file, snapshot sections included (write_vm_config order).
-  for (const [name, snap] of snapshots ?? []) {
-    text += `\n[${name}]\n`;
-    if (snap.description !== undefined) text += `#${snap.description.replace(/\n/g, '\n#')}\n`;
-    for (const [k, v] of Object.entries(snap.config)) text += `${k}: ${v}\n`;
-    if (snap.parent) text += `parent: ${snap.parent}\n`;
-    text += `snaptime: ${snap.snaptime}\n`;
-    if (snap.snapstate) text += `snapstate: ${snap.snapstate}\n`;
-    if (snap.vmstate) text += `vmstate: ${snap.vmstate}\n`;
-  }
-  return createHash('sha1').update(text).digest('hex');
-}
-
 function ipToInt(ip: string): number {
   return ip.split('.').reduce((a, b) => a * 256 + Number(b), 0);
 }
@@ -266,6 +263,8 @@ export class ClusterState {
   taskEnds = 0;
   /** One flock per VMID, whether or not a config exists (lock files outlive configs in PVE). */
   private readonly flocks = new Map<number, Flock>();
+  /** The guest migration locks (pve-guest-common GuestHelpers::guest_migration_lock), per VMID. */
+  private readonly migrationFlocks = new Map<number, Flock>();
 
   constructor(t: TopologyCluster, profile: Profile, clock: Clock, seed: number) {
     this.name = t.name;
@@ -379,6 +378,20 @@ export class ClusterState {
   }
 
   /**
+   * The flock of /var/lock/pve-manager/pve-migrate-<vmid>: held by a migration's worker for
+   * its whole run, beside the config flock (pve-guest-common src/PVE/GuestHelpers.pm:86-97 at
+   * 4a8f6cb; PVE's snapshot rollback takes it too, the simulator's does not).
+   */
+  migrationFlock(vmid: number): Flock {
+    let f = this.migrationFlocks.get(vmid);
+    if (!f) {
+      f = new Flock(`/var/lock/pve-manager/pve-migrate-${vmid}`, this.clock);
+      this.migrationFlocks.set(vmid, f);
+    }
+    return f;
+  }
+
+  /**
    * A new VM config. `guestAgent` defaults to true: a VM made without an image the simulator
    * knows (new blank disks, no disk) keeps the simulator's original model of a guest that runs
    * the agent. Create and clone set it from the image or the source VM.
@@ -400,13 +413,15 @@ export class ClusterState {
       snapshots: new Map(),
       agent: freshAgentState(),
       paused: false,
+      cloudinitSection: {},
+      guestDisk: freshGuestDisk(),
     };
     this.vms.set(vmid, vm);
     return vm;
   }
 
   digest(vm: VmState): string {
-    return configDigest(vm.config, vm.pending, vm.pendingDelete, vm.snapshots);
+    return configDigest(vm.config, vm.pending, vm.pendingDelete, vm.snapshots, vm.cloudinitSection);
   }
 
   /** A VMID used by a VM or a container (VMIDs are cluster-wide, for both guest types). */

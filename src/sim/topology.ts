@@ -84,6 +84,8 @@ export interface TopologyNode {
   bridges: TopologyBridge[];
   vms?: TopologyVM[];
   containers?: TopologyContainer[];
+  /** The node's SSH port on the cluster's listen host (default 0: ephemeral). */
+  sshPort?: number;
 }
 export interface TopologyCluster {
   name: string;
@@ -226,6 +228,9 @@ export function parseTopology(text: string, file: string): Topology {
           };
         },
       );
+      const sshPort = n.sshPort === undefined ? undefined : Number(n.sshPort);
+      if (sshPort !== undefined && !(Number.isInteger(sshPort) && sshPort >= 0 && sshPort <= 65535))
+        fail([...np, 'sshPort'], `expected a port number 0-65535, got ${JSON.stringify(n.sshPort)}`);
       const cpus = typeof n.cpus === 'number' && Number.isInteger(n.cpus) && n.cpus > 0 ? n.cpus : 0;
       if (!cpus) fail([...np, 'cpus'], `expected a positive integer, got ${JSON.stringify(n.cpus)}`);
       const storages = (Array.isArray(n.storages) ? n.storages : []).map((s: unknown, si: number): TopologyStorage => {
@@ -309,6 +314,7 @@ export function parseTopology(text: string, file: string): Topology {
         bridges,
         vms,
         ...(containers.length ? { containers } : {}),
+        ...(sshPort !== undefined ? { sshPort } : {}),
       };
     });
     // References and duplicates inside the cluster: node names, VM ids, the storages VM disks use.

@@ -188,15 +188,24 @@ describe('provider-proxmox sim (process)', () => {
     const docs = parseAllDocuments(readFileSync(printConfig, 'utf8'));
     assert.ok(Array.isArray(docs));
     for (const d of docs) assert.deepEqual(d.errors, []);
-    assert.equal(docs.length, 2);
-    const [secret, config] = docs.map((d) => d.toJS()) as [
+    // The credentials Secret, the SSH key Secret (cloud-init snippets), the ClusterProviderConfig.
+    assert.equal(docs.length, 3);
+    const [secret, sshSecret, config] = docs.map((d) => d.toJS()) as [
+      { apiVersion: string; kind: string; metadata: { name: string; namespace: string }; stringData: unknown },
       { apiVersion: string; kind: string; metadata: { name: string; namespace: string }; stringData: unknown },
       {
         apiVersion: string;
         kind: string;
-        spec: { credentials: { secretRef: unknown }; sites: unknown };
+        spec: { credentials: { secretRef: unknown }; sites: Array<Record<string, unknown>> };
       },
     ];
+    assert.equal(sshSecret.metadata.name, 'proxmox-ssh');
+    assert.match(String((sshSecret.stringData as { privateKey: string }).privateKey), /BEGIN OPENSSH PRIVATE KEY/);
+    for (const site of config.spec.sites) {
+      const ssh = site.ssh as { hostKeys: string[]; nodes: unknown[] };
+      assert.match(ssh.hostKeys[0]!, /^SHA256:/);
+      delete site.ssh;
+    }
     assert.equal(secret.apiVersion, 'v1');
     assert.equal(secret.kind, 'Secret');
     assert.deepEqual(secret.stringData, { tokenid: 'root@pam!provider', token: tokenLine[2] });

@@ -7,38 +7,23 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Profile, Simulator } from '../../src/sim/index.ts';
-import { parseTopology } from '../../src/sim/topology.ts';
 import { assertError, data } from '../helpers/fidelity.ts';
-import { raw, startTestSim } from '../helpers/sim.ts';
+import { raw } from '../helpers/sim.ts';
+import { clusterHead, nodeHead, startSim } from './migration-helpers.ts';
 
 const TOPOLOGY = `
 clusters:
-  - name: site-1
-    listen: 127.0.0.1:0
-    nodes:
-      - name: n1
-        cpus: 8
-        memory: 64G
-        storages:
-          - { id: local, type: dir, content: [iso, backup], total: 100G }
+${clusterHead('site-1', 0)}${nodeHead('n1')}          - { id: local, type: dir, content: [iso, backup], total: 100G }
           - { id: thin, type: lvmthin, content: [images], total: 500G }
           - { id: ceph, type: rbd, content: [images], total: 1T, shared: true }
         bridges: [{ name: vmbr0 }]
         vms:
           - { vmid: 130, name: local-disk, disk: { storage: thin, size: 2G } }
           - { vmid: 131, name: shared-disk, disk: { storage: ceph, size: 2G }, running: true }
-      - name: n2
-        cpus: 8
-        memory: 64G
-        storages:
-          - { id: local, type: dir, content: [iso, backup], total: 100G }
+${nodeHead('n2')}          - { id: local, type: dir, content: [iso, backup], total: 100G }
           - { id: ceph, type: rbd, content: [images], total: 1T, shared: true }
         bridges: [{ name: vmbr0 }]
-      - name: n3
-        cpus: 8
-        memory: 64G
-        storages:
-          - { id: local, type: dir, content: [iso, backup], total: 100G }
+${nodeHead('n3')}          - { id: local, type: dir, content: [iso, backup], total: 100G }
           - { id: thin, type: lvmthin, content: [images], total: 500G }
           - { id: ceph, type: rbd, content: [images], total: 1T, shared: true }
         bridges: [{ name: vmbr0 }]
@@ -56,8 +41,7 @@ for (const profile of ['7.4', '8.4', '9.2'] as Profile[]) {
     let url: string;
     const modern = profile !== '7.4';
     before(async () => {
-      sim = await startTestSim({ profile, topology: parseTopology(TOPOLOGY, 'mig.yaml') });
-      url = sim.cluster('site-1').url;
+      ({ sim, url } = await startSim(profile, TOPOLOGY, 'mig.yaml'));
     });
     after(() => sim.close());
 

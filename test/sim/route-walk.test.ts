@@ -22,6 +22,7 @@ import { raw, startTestSim, waitTask } from '../helpers/sim.ts';
 import { API_DIR, apiMethods, checkReturn, HAVE_API } from './pve-api.ts';
 
 const N = 'ml110-01';
+const N2 = 'ml110-02';
 const TOPOLOGY = `
 clusters:
   - name: walk
@@ -31,7 +32,7 @@ clusters:
         cpus: 8
         memory: 64G
         storages:
-          - { id: local, type: dir, content: [iso, vztmpl, backup, snippets, import], total: 100G,
+          - { id: local, type: dir, content: [iso, vztmpl, backup, snippets, import, images], total: 100G,
               volumes: [{ name: import/img.qcow2, size: 1G }] }
           - { id: local-lvm, type: lvmthin, content: [images, rootdir], total: 500G }
         bridges:
@@ -42,8 +43,26 @@ clusters:
           - { vmid: 100, name: web, disk: { storage: local-lvm, size: 2G }, agent: true, guestAgent: true,
               running: true }
           - { vmid: 101, name: db, disk: { storage: local-lvm, size: 2G } }
+          - { vmid: 102, name: mover, disk: { storage: local-lvm, size: 1G } }
         containers:
           - { vmid: 200, hostname: ct1, cores: 2, memory: 1024, disk: { storage: local-lvm, size: 8G }, running: true }
+      - name: ${N2}
+        cpus: 8
+        memory: 64G
+        storages:
+          - { id: local, type: dir, content: [iso, vztmpl, backup, snippets, import, images], total: 100G }
+          - { id: local-lvm, type: lvmthin, content: [images, rootdir], total: 500G }
+        bridges: [{ name: vmbr0 }]
+  # the target of remote_migrate
+  - name: walk-remote
+    listen: 127.0.0.1:1
+    nodes:
+      - name: remote-01
+        cpus: 8
+        memory: 64G
+        storages:
+          - { id: local-lvm, type: lvmthin, content: [images, rootdir], total: 500G }
+        bridges: [{ name: vmbr0 }]
 `;
 
 /**
@@ -81,12 +100,14 @@ type Step = {
   anyExit?: boolean;
   /** Runs instead of a plain request (multipart upload). */
   send?: (url: string) => Promise<Response>;
+  /** The node whose task list has the step's task (default N). */
+  node?: string;
 };
 
 const q = (s: string) => encodeURIComponent(s);
 
 /** The script: every served route, in an order in which each call can succeed. */
-function script(fileUrl: string): Step[] {
+function script(fileUrl: string, remoteUrl: string): Step[] {
   const v = `/nodes/${N}/qemu`;
   const a = `${v}/100/agent`;
   const s: Step[] = [
@@ -216,6 +237,24 @@ function script(fileUrl: string): Step[] {
     { method: 'PUT', path: `${v}/101/snapshot/walk/config`, form: { description: 'again' } },
     { method: 'POST', path: `${v}/101/snapshot/walk/rollback` },
     { method: 'DELETE', path: `${v}/101/snapshot/walk` },
+    // cloud-init: pending values, regenerate, the generated config
+    { method: 'GET', path: `${v}/9000/cloudinit` },
+    { method: 'PUT', path: `${v}/9000/cloudinit` },
+    { method: 'GET', path: `${v}/9000/cloudinit/dump?type=user` },
+    // a disk to another storage, the VM to the other node and back, then to the other cluster
+    { method: 'POST', path: `${v}/102/move_disk`, form: { disk: 'scsi0', storage: 'local', delete: '1' } },
+    { method: 'POST', path: `${v}/102/migrate`, form: { target: N2 } },
+    { method: 'POST', path: `/nodes/${N2}/qemu/102/migrate`, form: { target: N }, node: N2 },
+    {
+      method: 'POST',
+      path: `${v}/102/remote_migrate`,
+      form: {
+        'target-endpoint': `apitoken=PVEAPIToken=root@pam!test=c0ffee00-0000-4000-8000-000000000001,host=127.0.0.1,port=${new URL(remoteUrl).port}`,
+        'target-storage': 'local-lvm',
+        'target-bridge': 'vmbr0',
+        delete: '1',
+      },
+    },
     // clone, template, destroy
     { method: 'POST', path: `${v}/9000/clone`, form: { newid: '301', name: 'walk-clone' } },
     { method: 'POST', path: `${v}/301/template` },
@@ -300,7 +339,7 @@ describe('route walk: every served method has the schema shape, every other one 
         const returns = new Map(apiMethods(p).map((m) => [`${m.method} ${m.path}`, m.returns]));
         const reached = new Set<string>();
         const problems: string[] = [];
-        for (const step of script(fileUrl)) {
+        for (const step of script(fileUrl, sim.cluster('walk-remote').url)) {
           const m = matchMethod(p, step.method, step.path.split('?')[0]!);
           if (!m) continue; // not in this release (e.g. backup-info before 7.x): covered by the 501 walk
           const key = `${step.method} ${m.template}`;
@@ -314,12 +353,12 @@ describe('route walk: every served method has the schema shape, every other one 
           problems.push(...errs.map((e) => `${key}: ${e}`));
           const upid = r.body.data;
           if (typeof upid === 'string' && upid.startsWith('UPID:')) {
-            const t = await waitTask(url, N, upid);
+            const t = await waitTask(url, step.node ?? N, upid);
             if (!step.anyExit && !/^(OK|WARNINGS: \d+)$/.test(String(t.exitstatus)))
               problems.push(`${key}: task ended ${t.exitstatus}`);
             // the task routes, on a real task
             for (const sub of ['', '/status', '/log']) {
-              const tr = await raw(url, 'GET', `/nodes/${N}/tasks/${q(upid)}${sub}`);
+              const tr = await raw(url, 'GET', `/nodes/${step.node ?? N}/tasks/${q(upid)}${sub}`);
               reached.add(`GET /nodes/{node}/tasks/{upid}${sub}`);
               const tkey = `GET /nodes/{node}/tasks/{upid}${sub}`;
               if (tr.status !== 200) problems.push(`${tkey}: ${tr.status}`);
@@ -328,7 +367,7 @@ describe('route walk: every served method has the schema shape, every other one 
                   ...checkReturn(returns.get(tkey), (tr.json as { data: unknown }).data).map((e) => `${tkey}: ${e}`),
                 );
             }
-            const d = await raw(url, 'DELETE', `/nodes/${N}/tasks/${q(upid)}`);
+            const d = await raw(url, 'DELETE', `/nodes/${step.node ?? N}/tasks/${q(upid)}`);
             reached.add('DELETE /nodes/{node}/tasks/{upid}');
             if (d.status !== 200) problems.push(`DELETE /nodes/{node}/tasks/{upid}: ${d.status}`);
           }

@@ -2,6 +2,7 @@
 import { hasAnyPriv, hasPriv, requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
 import type { Route } from '../server.ts';
+import { volumeBytes } from '../storage-files.ts';
 import { nodeUsage, storageEntry } from './cluster.ts';
 
 export const nodeRoutes: Route[] = [
@@ -174,24 +175,40 @@ export const nodeRoutes: Route[] = [
     handler: ({ c, params }) => {
       const s = c.storage(String(params.node), String(params.storage));
       if (!s) die(`storage '${params.storage}' does not exist`);
-      return [...s.volumes.values()]
-        .filter((v) => !params.content || v.content === params.content)
-        .filter((v) => params.vmid === undefined || v.vmid === Number(params.vmid))
-        .sort((a, b) => a.volid.localeCompare(b.volid))
-        .map((v) => ({
-          volid: v.volid,
-          content: v.content,
-          format: v.format,
-          size: v.size,
-          ctime: v.ctime,
-          ...(v.vmid !== undefined ? { vmid: v.vmid } : {}),
-          // Plugin.pm $get_subdir_files: a backup's guest type from archive_info.
-          ...(v.content === 'backup'
-            ? { subtype: /^backup\/vzdump-(lxc|openvz|qemu)-/.exec(v.volname)?.[1] ?? 'unknown' }
-            : {}),
-          ...(v.parent ? { parent: v.parent.split(':')[1] } : {}),
-          ...(v.content === 'images' ? { used: s.type === 'lvmthin' ? Math.round(v.size * 0.1) : v.size } : {}),
-        }));
+      // volume_list: only the storage's configured content types (a snippet written over SFTP
+      // into a storage without `snippets` is a file, not a volume), sorted by lc(volid)
+      // (pve-storage src/PVE/Storage.pm:1297-1317 at 0c56bad).
+      return (
+        [...s.volumes.values()]
+          .filter((v) => s.content.has(v.content))
+          .filter((v) => !params.content || v.content === params.content)
+          // list_volumes with a vmid: images and backups by owner, no ISOs or templates, every
+          // snippet and import file (Plugin.pm:1769-1819: those are listed without a vmid filter).
+          .filter(
+            (v) =>
+              params.vmid === undefined ||
+              v.content === 'snippets' ||
+              v.content === 'import' ||
+              v.vmid === Number(params.vmid),
+          )
+          .sort((a, b) =>
+            a.volid.toLowerCase() < b.volid.toLowerCase() ? -1 : a.volid.toLowerCase() > b.volid.toLowerCase() ? 1 : 0,
+          )
+          .map((v) => ({
+            volid: v.volid,
+            content: v.content,
+            format: v.format,
+            size: volumeBytes(v),
+            ctime: v.file?.ctime ?? v.ctime,
+            ...(v.vmid !== undefined ? { vmid: v.vmid } : {}),
+            // Plugin.pm $get_subdir_files: a backup's guest type from archive_info.
+            ...(v.content === 'backup'
+              ? { subtype: /^backup\/vzdump-(lxc|openvz|qemu)-/.exec(v.volname)?.[1] ?? 'unknown' }
+              : {}),
+            ...(v.parent ? { parent: v.parent.split(':')[1] } : {}),
+            ...(v.content === 'images' ? { used: s.type === 'lvmthin' ? Math.round(v.size * 0.1) : v.size } : {}),
+          }))
+      );
     },
   },
 ];

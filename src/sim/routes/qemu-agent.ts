@@ -10,6 +10,7 @@
  */
 import { requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
+import { guestHostname, settleGuest, stopGuest } from '../guest-cloudinit.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route, RouteCtx } from '../server.ts';
 import { type ClusterState, MiB, type VmState } from '../state.ts';
@@ -204,7 +205,7 @@ const COMMANDS: Record<string, Command> = {
   'get-host-name': {
     method: 'GET',
     perm9: AUDIT,
-    result: (_c, vm) => ({ 'host-name': vm.config.name ?? `VM${vm.vmid}` }),
+    result: (_c, vm) => ({ 'host-name': guestHostname(vm) }),
   },
   'get-osinfo': {
     method: 'GET',
@@ -226,7 +227,8 @@ const COMMANDS: Record<string, Command> = {
 };
 
 /** The guest stops (a shutdown from inside): as a `qmshutdown` ends, without its task. */
-function powerOffGuest(_c: ClusterState, vm: VmState): void {
+function powerOffGuest(c: ClusterState, vm: VmState): void {
+  stopGuest(c, vm);
   vm.status = 'stopped';
   vm.paused = false;
   vm.agentReadyAt = 0;
@@ -332,6 +334,8 @@ export function agentEnabled(vm: VmState): boolean {
  *   a guest still booting, or a guest without qemu-guest-agent (for ever, until it is installed).
  */
 function assertAgent(c: ClusterState, vm: VmState): void {
+  // What the guest did until now (cloud-init installing the agent, for one).
+  settleGuest(c, vm);
   if (vm.config.agent === undefined) die('No QEMU guest agent configured');
   if (vm.status !== 'running') die(`VM ${vm.vmid} is not running`);
   if (!agentEnabled(vm) || !vm.guestAgent || c.clock.now() < vm.agentReadyAt) die('QEMU guest agent is not running');

@@ -28,8 +28,10 @@
  * `description: " qmclone temporary file"` (the leading space kept; only trailing space is
  * trimmed, :1969-1975) and `lock: clone`.
  */
+
 import { requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
+import { copyGuestDisk } from '../guest-state.ts';
 import {
   DRIVE_KEY_RE,
   type DriveSpec,
@@ -229,6 +231,8 @@ function writeTempConfig(
   // The config lives on this node until the end, whatever `target` says (moved at :4706).
   const vm = c.newVm(newid, node, { ...CLONE_TEMP_CONFIG });
   vm.guestAgent = src.guestAgent;
+  // The disk goes with what was installed on it (and its last cloud-init instance).
+  vm.guestDisk = copyGuestDisk(src.guestDisk);
   return vm;
 }
 

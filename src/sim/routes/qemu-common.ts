@@ -57,6 +57,14 @@ export const DURATIONS = {
   vzdump: 3000,
   /** A file copied into a storage (upload, download-url). */
   fileCopy: 500,
+  /** A migration's ssh connection test to the target node (prepare). */
+  migrateConnect: 300,
+  /** How long that test takes to fail when the target node is down. */
+  migrateConnectTimeout: 3000,
+  /** A migration's last phase: the config moved, the target resumed, the lock cleared. */
+  migrateFinish: 500,
+  /** Each command through a remote migration's tunnel (and the tunnel's start). */
+  tunnelCommand: 100,
 };
 
 /** qemu-server's load_config for a route: the VM on this node, or PVE's "does not exist". */
@@ -82,7 +90,7 @@ export function checkSkiplock(auth: AuthInfo, params: Record<string, unknown>): 
 }
 
 /** Per-key config privileges (`check_vm_modify_config_perm`), plus root-only keys. */
-export function checkConfigPerms(ctx: RouteCtx, vmid: number, keys: string[]): void {
+export function checkConfigPerms(ctx: Pick<RouteCtx, 'c' | 'auth'>, vmid: number, keys: string[]): void {
   const { c, auth } = ctx;
   for (const key of keys) {
     if (key === 'lock' || key === 'args' || key === 'affinity' || key === 'hookscript') {
@@ -112,7 +120,7 @@ export function normalizeValue(c: ClusterState, key: string, value: string, upda
   return value;
 }
 
-export function checkBridges(ctx: RouteCtx, conf: Record<string, string>): void {
+export function checkBridges(ctx: Pick<RouteCtx, 'c' | 'auth'>, conf: Record<string, string>): void {
   if (!ctx.c.profile.proxmoxOui) return; // check_bridge_access exists from PVE 8
   for (const [k, v] of Object.entries(conf)) {
     if (!NET_KEY_RE.test(k)) continue;

@@ -3,6 +3,7 @@
  * early checks, hot-plug rules, pending changes and `cleanup_pending`.
  */
 import { isRootUser } from '../auth.ts';
+import { applyCloudinit, hotplugCloudinit, recordCloudinitChange } from '../cloudinit.ts';
 import { die, PveHttpError, paramError } from '../errors.ts';
 import {
   CLOUDINIT_KEYS,
@@ -64,6 +65,7 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
       // Only skiplock (root@pam) passes a lock, `delete=lock` included.
       checkLock(vm, skiplock);
       const running = vm.status === 'running';
+      const fastCloudinit = c.profile.cloudinitFastplug;
       const created: Volume[] = [];
       for (const k of revert) {
         delete vm.pending[k];
@@ -74,19 +76,30 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
           t?.warn(`cannot delete '${k}' - not set in current configuration!`);
           continue;
         }
-        const hot = !running || FAST_PLUG.has(k) || NET_KEY_RE.test(k) || UNUSED_KEY_RE.test(k) || k === 'lock';
+        const hot =
+          !running ||
+          FAST_PLUG.has(k) ||
+          NET_KEY_RE.test(k) ||
+          UNUSED_KEY_RE.test(k) ||
+          k === 'lock' ||
+          (fastCloudinit && CLOUDINIT_KEYS.test(k));
         if (!hot) {
           vm.pendingDelete.add(k);
           continue;
         }
         const old = vm.config[k];
+        if (running && fastCloudinit) recordCloudinitChange(vm.cloudinitSection, k, old, undefined);
         delete vm.config[k];
         delete vm.pending[k];
         if (old && UNUSED_KEY_RE.test(k)) c.freeVolume(vm.node, parseDrive(old).file);
         else if (old && DRIVE_KEY_RE.test(k)) {
           const d = parseDrive(old);
-          if (isCloudinit(d)) c.freeVolume(vm.node, d.file);
-          else if (!isCdrom(d) && c.volume(vm.node, d.file)) {
+          if (isCloudinit(d)) {
+            // vmconfig_register_unused_drive: the drive goes, and with it its special section.
+            c.freeVolume(vm.node, d.file);
+            vm.cloudinitSection = {};
+            vm.ciDrive = undefined;
+          } else if (!isCdrom(d) && c.volume(vm.node, d.file)) {
             let i = 0;
             while (vm.config[`unused${i}`]) i++;
             vm.config[`unused${i}`] = d.file;
@@ -99,9 +112,12 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
         const live =
           !running ||
           FAST_PLUG.has(k) ||
+          (fastCloudinit && CLOUDINIT_KEYS.test(k)) ||
           (NET_KEY_RE.test(k) && sameModel(vm.config[k], value)) ||
           (DRIVE_KEY_RE.test(k) && k in drives);
-        if (live && !(running && CLOUDINIT_KEYS.test(k))) {
+        if (live && !(running && CLOUDINIT_KEYS.test(k) && !fastCloudinit)) {
+          // vmconfig_hotplug_pending records what a running VM's drive no longer matches.
+          if (running && fastCloudinit) recordCloudinitChange(vm.cloudinitSection, k, vm.config[k], value);
           vm.config[k] = value;
           delete vm.pending[k];
         } else {
@@ -111,6 +127,9 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
       // PVE::AbstractConfig::cleanup_pending: a pending value equal to the current one is dropped.
       for (const [k, v] of Object.entries(vm.pending)) if (vm.config[k] === v) delete vm.pending[k];
       for (const k of [...vm.pendingDelete]) if (!(k in vm.config)) vm.pendingDelete.delete(k);
+      // With the `cloudinit` hotplug feature the drive is regenerated at once (QemuServer.pm:4941-4943).
+      if (running && fastCloudinit && hotplugCloudinit(vm.config) && Object.keys(vm.cloudinitSection).length)
+        applyCloudinit(c, vm);
       if (t) await t.sleep(DURATIONS.config);
     } finally {
       unlock();

@@ -3,7 +3,7 @@
  * topology: which other nodes see every storage the VM's drives use (a storage configured for
  * some nodes only, or disabled, makes a node `not_allowed`), the VM's disks on local (not shared)
  * storages, and the local resources (host devices, serial and parallel ports) that block it. The
- * migration itself (`POST`) is not served.
+ * migration itself (`POST`) is in qemu-migrate-post.ts; its worker uses the helpers exported here.
  *
  * Sources: qemu-server src/PVE/API2/Qemu.pm migrate_vm_precondition and $check_vm_disks_local,
  * src/PVE/QemuServer.pm check_local_storage_availability and foreach_volid,
@@ -25,12 +25,12 @@ import type { ClusterState, StorageState, VmState } from '../state.ts';
 import { checkLock, loadVm, vmPerm } from './qemu-common.ts';
 
 /** PVE::Storage::Plugin @SHARED_STORAGE: network storages are shared by type. */
-function isShared(s: StorageState): boolean {
+export function isShared(s: StorageState): boolean {
   return s.shared || s.type === 'rbd' || s.type === 'cephfs' || s.type === 'nfs';
 }
 
 /** A storage's section in storage.cfg, as any node would read it (the first node that has it). */
-function storageConfig(c: ClusterState, sid: string): StorageState | undefined {
+export function storageConfig(c: ClusterState, sid: string): StorageState | undefined {
   for (const n of c.nodes.values()) {
     const s = n.storages.get(sid);
     if (s) return s;
@@ -39,17 +39,17 @@ function storageConfig(c: ClusterState, sid: string): StorageState | undefined {
 }
 
 /** parse_size of a `disk-size` (`32G`, `512M`, bytes without a unit). */
-function diskSize(value: string | undefined): number | undefined {
+export function diskSize(value: string | undefined): number | undefined {
   const m = value && /^(\d+(?:\.\d+)?)([KMGT])?$/.exec(value);
   if (!m) return undefined;
   const f = { K: 1024, M: 1024 ** 2, G: 1024 ** 3, T: 1024 ** 4 }[m[2] ?? ''] ?? 1;
   return Math.trunc(Number(m[1]) * f);
 }
 
-type VolAttrs = Record<string, unknown> & { volid?: string };
+export type VolAttrs = Record<string, unknown> & { volid?: string };
 
 /** foreach_volid: every volume of the config, its pending section (8.x on) and its snapshots. */
-function volumeAttrs(c: ClusterState, vm: VmState): Map<string, VolAttrs> {
+export function volumeAttrs(c: ClusterState, vm: VmState): Map<string, VolAttrs> {
   const p = c.profile.profile;
   const old = p === '6.4' || p === '7.4';
   const out = new Map<string, VolAttrs>();
@@ -120,7 +120,7 @@ function localDisks(c: ClusterState, vm: VmState): VolAttrs[] {
 }
 
 /** check_local_resources: host devices and ports that do not move; mapped devices by name. */
-function localResources(
+export function localResources(
   c: ClusterState,
   vm: VmState,
   running: boolean,

@@ -3,7 +3,10 @@
  * bridges, DHCP leases, guest interfaces) and `maxdisk`.
  */
 
+import { applyCloudinit, cloudinitDrive } from '../cloudinit.ts';
 import { die } from '../errors.ts';
+import { stopGuest } from '../guest-cloudinit.ts';
+import { startCloudInit } from '../guest-cloudinit-run.ts';
 import {
   configCpus,
   configMemoryMiB,
@@ -27,6 +30,7 @@ import { checkLock, checkSkiplock, DURATIONS, loadVm, vmPerm } from './qemu-comm
  */
 export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState, resume = false): Promise<void> {
   if (!resume) applyPending(vm);
+  startCloudinitDrive(c, t, vm);
   for (const [k, v] of Object.entries(vm.config)) {
     if (!NET_KEY_RE.test(k)) continue;
     const bridge = getOpt(parseNic(v).p, 'bridge');
@@ -49,6 +53,7 @@ export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState, resume
     vm.agent.frozen = false;
   }
   vm.paused = false;
+  vm.cloudInit = undefined;
   const nets = Object.keys(vm.config)
     .filter((k) => NET_KEY_RE.test(k))
     .sort((a, b) => Number(a.slice(3)) - Number(b.slice(3)));
@@ -80,6 +85,24 @@ export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState, resume
     }
     vm.guest.interfaces.push(entry);
   }
+  // The guest's cloud-init reads the drive at boot; a resumed guest carries on where it was.
+  if (!resume) startCloudInit(c, vm);
+}
+
+/**
+ * vm_start_nolock regenerates the cloud-init drive before QEMU starts (QemuServer.pm:5602-5611;
+ * not for an incoming migration), so a missing `cicustom` snippet fails the start. A drive whose
+ * volume is gone is allocated again (commit_cloudinit_disk, Cloudinit.pm:21-70).
+ */
+function startCloudinitDrive(c: ClusterState, t: TaskHandle, vm: VmState): void {
+  const d = cloudinitDrive(vm);
+  if (!d) return;
+  if (!c.volume(vm.node, d.volid)) {
+    const sid = d.volid.slice(0, d.volid.indexOf(':'));
+    c.allocVolume(vm.node, sid, vm.vmid, 4 * MiB, 'cloudinit');
+  }
+  applyCloudinit(c, vm);
+  t.log('generating cloud-init ISO');
 }
 
 export function applyPending(vm: VmState): void {
@@ -217,6 +240,7 @@ export const powerRoutes: Route[] = [
             if (action === 'reboot') {
               if (vm.status !== 'running') throw new Error(`VM ${vmid} not running`);
               await t.sleep(DURATIONS.shutdown);
+              stopGuest(c, vm);
               vm.status = 'stopped';
               await bootVm(c, t, vm);
               return;
@@ -225,6 +249,7 @@ export const powerRoutes: Route[] = [
             // (forceStop on a paused VM: the handler's "stop instead of shutdown" warning goes to
             // the API daemon's log, not the task's.)
             await t.sleep(action === 'stop' || forceStopPaused ? DURATIONS.stop : DURATIONS.shutdown);
+            stopGuest(c, vm);
             vm.status = 'stopped';
             vm.paused = false;
             vm.agentReadyAt = 0;

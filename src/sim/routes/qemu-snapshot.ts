@@ -22,8 +22,10 @@
  * `current` volumes), dir/nfs/cephfs only qcow2 files, plain LVM (raw) never. A ZFS volume rolls
  * back only to its most recent snapshot (ZFSPoolPlugin volume_rollback_is_possible).
  */
+
 import { requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
+import { stopGuest } from '../guest-cloudinit.ts';
 import { configMemoryMiB, DRIVE_KEY_RE, isCdrom, parseDrive, typedConfig, UNUSED_KEY_RE } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import { type ClusterState, MiB, type SnapshotState, type VmState, type Volume } from '../state.ts';
@@ -249,6 +251,7 @@ async function rollbackSnapshot(c: ClusterState, t: TaskHandle, vm: VmState, nam
     if (vm.status === 'running') {
       // __snapshot_rollback_vm_stop: vm_stop with a 5 s timeout.
       await t.sleep(DURATIONS.stop);
+      stopGuest(c, vm);
       vm.status = 'stopped';
       vm.paused = false;
       vm.agentReadyAt = 0;

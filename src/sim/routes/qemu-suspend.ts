@@ -8,8 +8,10 @@
  * Sources: qemu-server src/PVE/API2/Qemu.pm vm_suspend / vm_resume, src/PVE/QemuServer/RunState.pm
  * vm_suspend / vm_resume, src/PVE/QemuServer.pm vm_start / vm_start_nolock (e6352be).
  */
+
 import { isRootUser, requirePriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
+import { stopGuest } from '../guest-cloudinit.ts';
 import { configMemoryMiB } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import { type ClusterState, MiB, type VmState } from '../state.ts';
@@ -80,6 +82,7 @@ async function suspendWorker(
   try {
     if (vm.config.lock !== 'suspending') throw new Error('lock changed unexpectedly');
     // `quit`: the QEMU process ends; the guest's RAM (agent processes included) is in the volume.
+    stopGuest(c, vm);
     vm.status = 'stopped';
     vm.paused = false;
     vm.agentReadyAt = 0;

@@ -1,8 +1,9 @@
 /**
  * `/nodes/{node}/qemu`: the VM list, destroy and template here; create, clone, config, power,
- * suspend/resume, the migration precondition, snapshots and the guest agent in their own modules
- * (qemu-create.ts, qemu-clone.ts, qemu-config-routes.ts, qemu-power.ts, qemu-suspend.ts,
- * qemu-migrate.ts, qemu-snapshot.ts, qemu-agent.ts, qemu-agent-exec.ts),
+ * suspend/resume, the migration precondition, migrations, disk moves, snapshots and the guest
+ * agent in their own modules (qemu-create.ts, qemu-clone.ts, qemu-config-routes.ts,
+ * qemu-power.ts, qemu-suspend.ts, qemu-migrate.ts, qemu-migrate-post.ts, qemu-remote-migrate.ts,
+ * qemu-move-disk.ts, qemu-snapshot.ts, qemu-agent.ts, qemu-agent-exec.ts, qemu-cloudinit.ts),
  * all served as `qemuRoutes` (the VM's directory index is in indexes.ts).
  */
 import { hasPriv } from '../auth.ts';
@@ -13,12 +14,16 @@ import type { TaskHandle } from '../tasks.ts';
 import { agentRoutes } from './qemu-agent.ts';
 import { agentExecRoutes } from './qemu-agent-exec.ts';
 import { cloneRoute } from './qemu-clone.ts';
+import { cloudinitRoutes } from './qemu-cloudinit.ts';
 import { checkLock, checkSkiplock, DURATIONS, loadVm, vmPerm } from './qemu-common.ts';
 import { configRoutes } from './qemu-config-routes.ts';
 import { createRoute } from './qemu-create.ts';
 import { freeVmVolumes, printDrive } from './qemu-drives.ts';
 import { migrateRoutes } from './qemu-migrate.ts';
+import { migratePostRoute } from './qemu-migrate-post.ts';
+import { moveDiskRoute } from './qemu-move-disk.ts';
 import { powerRoutes, vmStatus } from './qemu-power.ts';
+import { remoteMigrateRoute } from './qemu-remote-migrate.ts';
 import { snapshotRoutes } from './qemu-snapshot.ts';
 import { suspendRoutes } from './qemu-suspend.ts';
 
@@ -154,7 +159,11 @@ export const qemuRoutes: Route[] = [
   ...powerRoutes,
   ...suspendRoutes,
   ...migrateRoutes,
+  migratePostRoute,
+  moveDiskRoute,
+  remoteMigrateRoute,
   ...agentRoutes,
   ...agentExecRoutes,
   ...snapshotRoutes,
+  ...cloudinitRoutes,
 ];

@@ -16,6 +16,7 @@ import { hasAnyPriv, requirePriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
 import type { Route, RouteCtx } from '../server.ts';
 import type { ClusterState, StorageState, Volume } from '../state.ts';
+import { volumePath } from '../storage-files.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { DURATIONS } from './qemu-common.ts';
 
@@ -82,19 +83,7 @@ function storageDigest(c: ClusterState): string {
   return createHash('sha1').update(text).digest('hex');
 }
 
-/** The directory of a content type in a file storage (PVE::Storage::Plugin get_subdir). */
-function subdir(content: string): string {
-  return (
-    { iso: 'template/iso', vztmpl: 'template/cache', import: 'import', backup: 'dump', snippets: 'snippets' }[
-      content
-    ] ?? 'images'
-  );
-}
-
-export function volumePath(s: StorageState, v: Pick<Volume, 'content' | 'volname'>): string {
-  const file = v.content === 'images' || v.content === 'rootdir' ? v.volname : v.volname.replace(/^[^/]+\//, '');
-  return `${s.path}/${subdir(v.content)}/${file}`;
-}
+export { volumePath };
 
 /** The checks Status.pm `upload` and `download_url` share before their worker. */
 function checkFileTarget(
@@ -295,7 +284,9 @@ export const storageRoutes: Route[] = [
           if (!vol) {
             // free_image on a missing volume: file storages warn, block storages fail in their CLI.
             if (s.path) {
-              t.warn(`disk image '${s.path}/images/${volname}' does not exist`);
+              // free_image warns with the volume's filesystem_path (Plugin.pm:1121-1141 at 0c56bad).
+              const content = /^(iso|vztmpl|import|snippets|backup)\//.exec(volname)?.[1] ?? 'images';
+              t.warn(`disk image '${volumePath(s, { content, volname })}' does not exist`);
               t.log(`Removed volume '${volid}'`);
               return;
             }

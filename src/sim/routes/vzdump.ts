@@ -17,9 +17,11 @@
  * and starts it again afterwards, and the per-guest log lines are the job-level ones of
  * PVE/VZDump.pm (not the plugins' disk-by-disk progress).
  */
+
 import { hasPriv, isRootUser, requirePriv } from '../auth.ts';
 import { paramError } from '../errors.ts';
 import { Flock } from '../flock.ts';
+import { stopGuest } from '../guest-cloudinit.ts';
 import { DRIVE_KEY_RE, isCdrom, parseDrive } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, StorageState } from '../state.ts';
@@ -148,6 +150,7 @@ async function backupGuest(c: ClusterState, t: TaskHandle, node: string, job: Jo
     if (vm && running && mode === 'stop') {
       info('stopping virtual guest');
       await t.sleep(DURATIONS.shutdown);
+      stopGuest(c, vm);
       vm.status = 'stopped';
       vm.paused = false;
       vm.agentReadyAt = 0;

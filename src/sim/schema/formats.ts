@@ -9,7 +9,7 @@
  * Version differences are keyed on the profile where they matter for the four profiles.
  *
  * Named formats not listed here (pve-vm-cpu-conf, pve-qm-smbios1, pve-qm-hostpci, pve-qm-rng,
- * pve-qemu-sev-fmt, pve-qemu-tdx-fmt, prune-backups, proxmox-remote, pve-fw-*, IPorCIDR*,
+ * pve-qemu-sev-fmt, pve-qemu-tdx-fmt, prune-backups, pve-fw-*, IPorCIDR*,
  * pve-acme-*, pve-priv, pve-command-batch, pve-dir-override, pve-storage-zfs-blocksize,
  * pve-qm-usb-device, pve-qm-ide...) are ACCEPTED without checking: PVE registers them in modules
  * whose rules (CPU model lists, firewall aliases, privilege tables...) the simulator does not model.
@@ -366,6 +366,14 @@ export function hashFormat(name: string, profile: Profile): PropertyStringFormat
       return {
         model: { ...str, default_key: true, enum: ['i6300esb', 'ib700'] },
         action: { ...str, enum: ['reset', 'shutdown', 'poweroff', 'pause', 'debug', 'none'] },
+      };
+    case 'proxmox-remote':
+      // pve-common src/PVE/JSONSchema.pm:853-880 (fingerprint: the fingerprint-sha256 option, :169-175).
+      return {
+        host: { type: 'string' },
+        port: { type: 'integer', optional: true },
+        apitoken: { type: 'string' },
+        fingerprint: { type: 'string', optional: true, pattern: '([A-Fa-f0-9]{2}:){31}[A-Fa-f0-9]{2}' },
       };
     case 'bwlimit': {
       const n = { type: 'number', optional: true, minimum: 0 } as const;
