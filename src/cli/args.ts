@@ -10,7 +10,7 @@ import { LEGACY_STATE_FILE, STATE_DIR_ENV } from '../workspace/state-file.ts';
 export const DEFAULT_STATE = LEGACY_STATE_FILE;
 
 /** `--state`'s help: where the state file is when the option is not given. */
-export const STATE_HELP = `state file, a cache of what Proxmox holds (default: \${XDG_STATE_HOME:-~/.local/state}/provider-proxmox/<installation>/state.json, the root overridden by $${STATE_DIR_ENV}; ./${LEGACY_STATE_FILE} if it exists here)`;
+export const STATE_HELP = `state file (a SQLite database), a cache of what Proxmox holds (default: \${XDG_STATE_HOME:-~/.local/state}/provider-proxmox/<installation>/state.db, the root overridden by $${STATE_DIR_ENV}; ./${LEGACY_STATE_FILE} if it exists here); a FILE.json of an earlier version is imported into FILE.db`;
 
 export function positive(v: string): number {
   const n = Number(v);

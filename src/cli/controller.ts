@@ -1,15 +1,23 @@
-/** `provider-proxmox controller`: commander wiring for src/kube/controller.ts. */
-import { type Command, InvalidArgumentError } from 'commander';
-import { INSTALLATION_RE } from '../api/provider-config.ts';
+/**
+ * `provider-proxmox controller`: commander wiring for src/kube/controller.ts. Everything it
+ * runs (the Kubernetes client, the controllers, pino, prom-client) is loaded when the command runs.
+ */
+import type { Command } from 'commander';
 import { durationOption, wholeNumber as int } from './args.ts';
 
-/** An installation id as markers carry it (checked before anything connects). */
-function installationId(v: string): string {
+/**
+ * An installation id as markers carry it, checked before anything connects: in the action, not
+ * as an argument parser, since INSTALLATION_RE lives with the ProviderConfig schemas (typebox),
+ * which the other commands' start-up need not load. Reported as commander reports a bad argument.
+ */
+async function checkInstallation(v: string | undefined, cmd: Command): Promise<void> {
+  if (v === undefined) return;
+  const { INSTALLATION_RE } = await import('../api/provider-config.ts');
   if (!new RegExp(INSTALLATION_RE).test(v))
-    throw new InvalidArgumentError(
-      "expected lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+    cmd.error(
+      `error: option '--installation <id>' argument '${v}' is invalid. expected lowercase letters, digits, '-' and '.', starting and ending with a letter or digit`,
+      { exitCode: 1, code: 'commander.invalidArgument' },
     );
-  return v;
 }
 
 export function registerController(program: Command): void {
@@ -40,26 +48,29 @@ export function registerController(program: Command): void {
     .option(
       '--installation <id>',
       "installation of ProviderConfigs without spec.installation, written into every VM's ownership marker (default: k8s-<uid of the kube-system namespace>)",
-      installationId,
     )
     .addOption(durationOption('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', '2s'))
     .action(
-      async (o: {
-        kubeconfig?: string;
-        namespace: string;
-        leaderElection: boolean;
-        leaseDuration: number;
-        renewDeadline: number;
-        retryPeriod: number;
-        workers: number;
-        poll: number;
-        healthPort: number;
-        metricsPort: number;
-        orphanScan: number;
-        deleteOrphans?: boolean;
-        installation?: string;
-        taskPoll: number;
-      }) => {
+      async (
+        o: {
+          kubeconfig?: string;
+          namespace: string;
+          leaderElection: boolean;
+          leaseDuration: number;
+          renewDeadline: number;
+          retryPeriod: number;
+          workers: number;
+          poll: number;
+          healthPort: number;
+          metricsPort: number;
+          orphanScan: number;
+          deleteOrphans?: boolean;
+          installation?: string;
+          taskPoll: number;
+        },
+        cmd: Command,
+      ) => {
+        await checkInstallation(o.installation, cmd);
         // Loaded on use: the other commands start faster without the Kubernetes runtime.
         const { KubeApi, loadKubeConfig } = await import('../kube/api.ts');
         const { ProviderController } = await import('../kube/controller.ts');

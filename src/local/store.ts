@@ -1,22 +1,34 @@
 /**
  * The cluster-less ResourceStore: resources in memory with Kubernetes' write semantics
  * (resourceVersion conflicts, generation bumps on spec changes, finalizers holding deletion,
- * status written separately and not waking the watch), optionally persisted to a state file
- * written atomically (write + fsync + rename) under an exclusive lock file. The file's format,
- * how it is read and checked, and where state files live are src/workspace/state-file.ts: the
- * commands that only read a state file need those without this store.
+ * status written separately and not waking the watch) — MemoryStore — and FileStore, the same
+ * persisted to the state database (state.db, SQLite) one resource at a time under an exclusive
+ * lock file. Where states live, their formats and how commands that only read one read it are
+ * src/workspace/state-file.ts; the database's writing side and its crash safety are
+ * state-database.ts, the lock state-lock.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Managed, rfc3339 } from '../engine/resource.ts';
 import { ConflictError, type ResourceStore, type WatchEvent } from '../engine/types.ts';
-import { readStateFile, STATE_VERSION, StateFileError, type StoredEvent } from '../workspace/state-file.ts';
+import { type DbState, isSqliteFile } from '../workspace/state-db.ts';
+import {
+  checkLeftover,
+  readOneStateFile,
+  StateFileError,
+  type StoredEvent,
+  sha256Of,
+  statePaths,
+} from '../workspace/state-file.ts';
+import { createDatabase, keepAside, StateDatabase } from './state-database.ts';
+import { lockState, type StateLock, StateLockedError } from './state-lock.ts';
+
+export { StateLockedError };
 
 export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R> {
   protected objects = new Map<string, R>();
-  private rv = 0;
+  protected rv = 0;
   /**
    * The uids of resources that left this store (deleted). A VM whose marker names one of them is an
    * orphan of this store for sure; a uid neither here nor among the objects may be another state
@@ -25,8 +37,6 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
   readonly retired: string[] = [];
   private readonly watchers = new Set<(key: string, event: WatchEvent, obj: R | undefined) => void>();
   readonly events: StoredEvent[] = [];
-  /** Called after every stored change (persistence). */
-  onChange?: () => void;
   now: () => number = () => Date.now();
 
   protected nextRv(): string {
@@ -34,11 +44,12 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
   }
 
   async get(key: string): Promise<R | undefined> {
-    return this.getSync(key);
+    const o = this.objects.get(key);
+    return o ? structuredClone(o) : undefined;
   }
 
   async list(): Promise<R[]> {
-    return this.listSync();
+    return [...this.objects.values()].map((o) => structuredClone(o));
   }
 
   getSync(key: string): R | undefined {
@@ -73,8 +84,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
       // normalized as a later apply() writes them, so that re-applying an unchanged manifest is a no-op
       o.metadata.labels ??= {};
       o.metadata.annotations ??= {};
-      this.objects.set(key, o);
-      this.changed();
+      this.put(key, o);
       this.notify(key, 'ADDED', o);
       return structuredClone(o);
     }
@@ -88,8 +98,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     if (specChanged) next.metadata.generation = cur.metadata.generation + 1;
     if (isDeepStrictEqual(next, cur)) return structuredClone(cur);
     next.metadata.resourceVersion = this.nextRv();
-    this.objects.set(key, next);
-    this.changed();
+    this.put(key, next);
     this.notify(key, 'MODIFIED', next);
     return structuredClone(next);
   }
@@ -99,9 +108,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     const cur = this.objects.get(key);
     if (!cur) return;
     if (!cur.metadata.finalizers?.length) {
-      this.objects.delete(key);
-      this.retire(cur.metadata.uid);
-      this.changed();
+      this.remove(key, cur.metadata.uid);
       this.notify(key, 'DELETED', undefined);
       return;
     }
@@ -109,8 +116,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     const next = structuredClone(cur);
     next.metadata.deletionTimestamp = rfc3339(this.now());
     next.metadata.resourceVersion = this.nextRv();
-    this.objects.set(key, next);
-    this.changed();
+    this.put(key, next);
     this.notify(key, 'MODIFIED', next);
   }
 
@@ -128,16 +134,13 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
       next.metadata.generation = cur.metadata.generation + 1;
     }
     if (next.metadata.deletionTimestamp && next.metadata.finalizers.length === 0) {
-      this.objects.delete(key);
-      this.retire(cur.metadata.uid);
-      this.changed();
+      this.remove(key, cur.metadata.uid);
       this.notify(key, 'DELETED', undefined);
       return next;
     }
     if (isDeepStrictEqual(next, cur)) return structuredClone(cur);
     next.metadata.resourceVersion = this.nextRv();
-    this.objects.set(key, next);
-    this.changed();
+    this.put(key, next);
     this.notify(key, 'MODIFIED', next);
     return structuredClone(next);
   }
@@ -151,23 +154,23 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     const next = structuredClone(cur);
     next.status = structuredClone(r.status);
     next.metadata.resourceVersion = this.nextRv();
-    this.objects.set(key, next);
-    this.changed();
+    this.put(key, next);
     return structuredClone(next);
   }
 
   event(r: R, type: 'Normal' | 'Warning', reason: string, message: string): void {
     const key = keyOf(r);
-    const last = this.events.findLast((e) => e.key === key);
-    if (last && last.reason === reason && last.message === message && last.type === type) {
-      last.count++;
-      last.time = new Date(this.now()).toISOString();
+    const time = new Date(this.now()).toISOString();
+    let e = this.events.findLast((x) => x.key === key);
+    if (e && e.reason === reason && e.message === message && e.type === type) {
+      e.count++;
+      e.time = time;
     } else {
-      this.events.push({ key, type, reason, message, time: new Date(this.now()).toISOString(), count: 1 });
+      e = { key, type, reason, message, time, count: 1 };
+      this.events.push(e);
       if (this.events.length > 1000) this.events.splice(0, this.events.length - 1000);
     }
-    // Events are best effort: they reach the state file with the next write (a status write
-    // follows every condition change), not with a full rewrite of their own.
+    this.eventRecorded(e);
   }
 
   private retire(uid: string): void {
@@ -176,13 +179,19 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     if (this.retired.length > MAX_RETIRED) this.retired.splice(0, this.retired.length - MAX_RETIRED);
   }
 
-  protected changed(): void {
-    this.onChange?.();
+  /** Store `next` (new or changed) at `key`: the one place an object enters the map (persistence hooks in here). */
+  protected put(key: string, next: R): void {
+    this.objects.set(key, next);
   }
 
-  protected snapshot(): { rv: number; objects: R[]; events: StoredEvent[]; retired: string[] } {
-    return { rv: this.rv, objects: [...this.objects.values()], events: this.events, retired: this.retired };
+  /** The object at `key` is gone for good; its uid is retired. */
+  protected remove(key: string, uid: string): void {
+    this.objects.delete(key);
+    this.retire(uid);
   }
+
+  /** An event was added or counted again (persistence hooks in here). */
+  protected eventRecorded(_e: StoredEvent): void {}
 
   protected restore(s: { rv: number; objects: R[]; events?: StoredEvent[]; retired?: string[] }): void {
     this.rv = s.rv;
@@ -201,126 +210,194 @@ function engineAnnotations(r: Managed): Record<string, string> {
 
 const MAX_RETIRED = 10_000;
 
-export class StateLockedError extends Error {}
+/** Freeze `o` and everything in it (what FileStore holds is shared by its read-only views). */
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
+}
 
 /**
- * State files locked by this process. The lock file's pid cannot tell a second FileStore in this
- * process from a dead process whose pid we inherited (containers: pid 1 again after a restart).
- */
-const lockedHere = new Set<string>();
-
-/**
- * A MemoryStore persisted to `file` (JSON). Every change is written through: write to a temp
- * file, fsync, rename. `open()` takes `file.lock` exclusively (O_EXCL, holding our pid); a lock
- * left by a dead process is taken over.
+ * A MemoryStore persisted to the state database: every change is written through, one resource
+ * row per write in its own transaction (with the events recorded since, and on deletion the
+ * retired uid), before the change is visible in memory or to watchers: a write that fails to
+ * commit throws and changes nothing. `open()` takes `<state.db>.lock` exclusively (a lock left by
+ * a dead process is taken over) and loads the database, or imports the JSON state file of an
+ * earlier version (`--state x.json`, or `state.json` beside `state.db`), after which that file is
+ * renamed to `<name>.imported`. Without either, the database is created at the first write.
+ *
+ * `getSync` and `listSync` return the stored objects themselves, deep-frozen: read-only views,
+ * so that the runtime's checks and the VMID holders' scan on every create cost no copy of the
+ * whole store. `get` and `list` (the engine's, which edits what it reads) return copies.
  */
 export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
+  /** The state path as given (`--state`, or the default). */
   readonly file: string;
-  private lockFd: number | undefined;
+  /** The database it stands for (statePaths: `x.json` -> `x.db`). */
+  readonly dbFile: string;
+  /** The installation whose resources this state caches. */
+  installation: string | undefined;
+  private lock: StateLock | undefined;
+  private db: StateDatabase | undefined;
+  /** Before open() a FileStore is a MemoryStore; after close() it refuses writes (see database()). */
+  private phase: 'new' | 'open' | 'closed' = 'new';
+  /** Each event's row in the database, and the events not written yet. */
+  private readonly eventSeq = new WeakMap<StoredEvent, number>();
+  private readonly unwritten = new Set<StoredEvent>();
+  private lastEventSeq = 0;
+
   constructor(file: string) {
     super();
     this.file = file;
+    this.dbFile = statePaths(file).db;
   }
 
-  /** The installation whose resources this file caches (written with every save). */
-  installation: string | undefined;
-
   /**
-   * Lock and load. `installation`: the one this run belongs to; a file written for another is
-   * refused (its resources are another installation's), a file without one takes it.
+   * Lock and load. `installation`: the one this run belongs to; a state written for another is
+   * refused (its resources are another installation's) and left as it is, a state without one
+   * takes it.
    */
   open(installation?: string): void {
-    this.lock();
+    this.lock = lockState(this.dbFile);
     try {
-      const data = readStateFile<R>(this.file);
-      if (data) {
-        if (installation && data.installation && data.installation !== installation)
-          throw new StateFileError(
-            `${this.file}: this state file belongs to installation '${data.installation}', but the ProviderConfig says '${installation}'; pass the state file of '${installation}' with --state, or set spec.installation: ${data.installation} in the ProviderConfig`,
+      const { json } = statePaths(this.file);
+      if (isSqliteFile(this.dbFile)) {
+        this.db = new StateDatabase(this.dbFile);
+        const data = this.db.read<R>();
+        this.checkInstallation(data, installation, this.dbFile);
+        // An import killed between writing the database and renaming its source: finish it.
+        if (json && existsSync(json)) {
+          checkLeftover(this.dbFile, json, data);
+          keepAside(json);
+        }
+      } else {
+        // A JSON state: an earlier version's beside the database, or moved to its name by hand.
+        const source = existsSync(this.dbFile) ? this.dbFile : json && existsSync(json) ? json : undefined;
+        const data = source ? readOneStateFile<R>(source) : undefined;
+        if (source && data) {
+          this.checkInstallation(data, installation, source);
+          createDatabase(
+            this.dbFile,
+            { state: data, installation, importedFrom: source, importedSha256: sha256Of(source) },
+            // In place (the JSON file has the database's name): keep a copy before it is replaced.
+            source === this.dbFile ? () => keepAside(source, true) : undefined,
           );
-        this.restore(data);
-        this.installation = data.installation;
+          if (source !== this.dbFile) keepAside(source);
+          this.db = new StateDatabase(this.dbFile);
+        }
       }
+      if (this.db) this.load(this.db, installation);
     } catch (e) {
       this.close();
       throw e;
     }
     this.installation ??= installation;
-    this.onChange = () => this.save();
+    this.phase = 'open';
   }
 
-  private lock(): void {
-    const lockFile = `${this.file}.lock`;
-    const id = resolve(this.file);
-    if (lockedHere.has(id))
-      throw new StateLockedError(`${this.file} is already open in this process (lock file ${lockFile})`);
-    for (let attempt = 0; attempt < 2; attempt++) {
-      try {
-        this.lockFd = openSync(lockFile, 'wx', 0o600);
-        writeSync(this.lockFd, String(process.pid));
-        lockedHere.add(id);
-        return;
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-        let content: string;
-        try {
-          content = readFileSync(lockFile, 'utf8');
-        } catch (re) {
-          if ((re as NodeJS.ErrnoException).code === 'ENOENT') continue; // released meanwhile: try again
-          throw re;
-        }
-        const pid = Number(content.trim());
-        if (pid && pid !== process.pid && processAlive(pid)) {
-          throw new StateLockedError(`${this.file} is in use by process ${pid} (lock file ${lockFile})`);
-        }
-        try {
-          unlinkSync(lockFile); // stale: its process is gone
-        } catch (ue) {
-          if ((ue as NodeJS.ErrnoException).code !== 'ENOENT') throw ue; // another process took it over first
-        }
-      }
+  private checkInstallation(data: DbState<R>, installation: string | undefined, file: string): void {
+    if (installation && data.installation && data.installation !== installation)
+      throw new StateFileError(
+        `${file}: this state file belongs to installation '${data.installation}', but the ProviderConfig says '${installation}'; pass the state file of '${installation}' with --state, or set spec.installation: ${data.installation} in the ProviderConfig`,
+      );
+  }
+
+  private load(db: StateDatabase, installation: string | undefined): void {
+    const data = db.read<R>();
+    this.restore(data);
+    for (const o of this.objects.values()) deepFreeze(o);
+    const seqs = db.eventSeqs();
+    for (const [i, e] of this.events.entries()) this.eventSeq.set(e, seqs[i]!);
+    this.lastEventSeq = seqs.at(-1) ?? 0;
+    this.installation = data.installation;
+    if (!data.installation && installation) {
+      db.setMeta('installation', installation);
+      this.installation = installation;
     }
-    throw new StateLockedError(`cannot lock ${this.file}`);
   }
 
-  save(): void {
-    const tmp = `${this.file}.tmp`;
-    const fd = openSync(tmp, 'w', 0o600);
-    try {
-      writeSync(
-        fd,
-        JSON.stringify({
-          version: STATE_VERSION,
-          ...(this.installation ? { installation: this.installation } : {}),
-          ...this.snapshot(),
+  /**
+   * The database, created at the first write when there was none; undefined before open() (the
+   * store is in memory only, as it always was). After close() a write is an error: the lock is
+   * gone, and a write now would be one no other apply knows to wait for.
+   */
+  private database(): StateDatabase | undefined {
+    if (this.phase === 'new') return undefined;
+    if (this.phase === 'closed') throw new Error(`${this.dbFile}: the state is closed; this write was not stored`);
+    if (!this.db) {
+      createDatabase(this.dbFile, { installation: this.installation });
+      this.db = new StateDatabase(this.dbFile);
+    }
+    return this.db;
+  }
+
+  override getSync(key: string): R | undefined {
+    return this.objects.get(key);
+  }
+
+  override listSync(): R[] {
+    return [...this.objects.values()];
+  }
+
+  protected override put(key: string, next: R): void {
+    const db = this.database();
+    if (db) {
+      const doc = JSON.stringify(next);
+      this.written(this.writeEvents(db, () => db.putObject(key, Number(next.metadata.resourceVersion), doc)));
+    }
+    super.put(key, deepFreeze(next));
+  }
+
+  protected override remove(key: string, uid: string): void {
+    const db = this.database();
+    if (db)
+      this.written(
+        this.writeEvents(db, () => {
+          db.deleteObject(key);
+          if (uid) db.addRetired(uid, MAX_RETIRED);
+          // The counter outlives the object: a later resource never reuses its resourceVersions.
+          db.setMeta('rv', String(this.rv));
         }),
       );
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(tmp, this.file);
+    super.remove(key, uid);
+  }
+
+  /**
+   * Events are best effort: they reach the database with the next object write's transaction (a
+   * status write follows every condition change) or at close, not with a commit of their own.
+   */
+  protected override eventRecorded(e: StoredEvent): void {
+    if (!this.eventSeq.has(e)) this.eventSeq.set(e, ++this.lastEventSeq);
+    this.unwritten.add(e);
+  }
+
+  /** One transaction: `write`, then the events not written yet; returns those events. */
+  private writeEvents(db: StateDatabase, write: () => void): StoredEvent[] {
+    const events = [...this.unwritten];
+    db.transaction(() => {
+      write();
+      for (const e of events) db.putEvent(this.eventSeq.get(e)!, JSON.stringify(e));
+      const first = this.events[0];
+      if (events.length && first) db.trimEvents(this.eventSeq.get(first)!);
+    });
+    return events;
+  }
+
+  private written(events: StoredEvent[]): void {
+    for (const e of events) this.unwritten.delete(e);
   }
 
   close(): void {
-    if (this.lockFd !== undefined) {
-      closeSync(this.lockFd);
-      this.lockFd = undefined;
-      lockedHere.delete(resolve(this.file));
-      try {
-        unlinkSync(`${this.file}.lock`);
-      } catch {
-        // already gone
-      }
+    try {
+      if (this.db && this.unwritten.size) this.written(this.writeEvents(this.db, () => {}));
+    } finally {
+      this.db?.close();
+      this.db = undefined;
+      this.lock?.release();
+      this.lock = undefined;
+      if (this.phase === 'open') this.phase = 'closed';
     }
-  }
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
   }
 }

@@ -5,7 +5,7 @@
  * Every command (apply, delete, status, plan, gc) finds them the same way, so that they all look
  * at the same state file for the same manifests. A wrong argument is a UsageError (exit 2).
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import {
   ConfigError,
@@ -17,7 +17,15 @@ import {
 } from '../api/provider-config.ts';
 import { write } from './lines.ts';
 import type { ManifestDoc } from './manifests.ts';
-import { defaultStateFile, installationsWithState, LEGACY_STATE_FILE, readStateFile, stateRoot } from './state-file.ts';
+import {
+  defaultStateFile,
+  existingState,
+  installationsWithState,
+  LEGACY_STATE_FILE,
+  readStateFile,
+  STATE_FILE_NAME,
+  stateRoot,
+} from './state-file.ts';
 
 /** The command line asks for something impossible: the CLI exits 2 (src/cli/args.ts runCommand). */
 export class UsageError extends Error {}
@@ -54,9 +62,9 @@ export interface StateChoice {
 }
 
 /**
- * The state file of a command: `--state`; else `./.provider-proxmox/state.json` when it exists in
- * `cwd` (the old default, with a note naming the new place); else the installation's file under the
- * state root. Without an installation (a command that loads no ProviderConfig), the one
+ * The state file of a command: `--state`; else `./.provider-proxmox/state.json` (or the `.db` it
+ * was imported into) when it exists in `cwd` (the old default, with a note naming the new place);
+ * else the installation's file under the state root. Without an installation (a command that loads no ProviderConfig), the one
  * installation that has a state file there; several are a usage error; none: `{ none: why }`.
  */
 export function stateFileFor(opts: {
@@ -65,10 +73,11 @@ export function stateFileFor(opts: {
   cwd?: string | undefined;
 }): StateChoice | { none: string } {
   if (opts.state) return { file: opts.state };
-  const legacy = join(opts.cwd ?? process.cwd(), LEGACY_STATE_FILE);
-  if (existsSync(legacy)) {
+  // The JSON file an earlier version wrote there, or the database a later apply imported it into.
+  const legacy = existingState(join(opts.cwd ?? process.cwd(), LEGACY_STATE_FILE));
+  if (legacy) {
     const inst = opts.installation ?? peekInstallation(legacy);
-    const target = inst ? defaultStateFile(inst) : join(stateRoot(), '<installation>', 'state.json');
+    const target = inst ? defaultStateFile(inst) : join(stateRoot(), '<installation>', STATE_FILE_NAME);
     return {
       file: legacy,
       note: `note: using ${legacy}, the state file's old default place; the default is now ${target}, the same from every directory: move it there${inst ? ` (mkdir -p ${dirname(target)} && mv ${legacy} ${target})` : ''} while no apply runs, or pass --state`,
@@ -77,7 +86,7 @@ export function stateFileFor(opts: {
   if (opts.installation) return { file: defaultStateFile(opts.installation) };
   const root = stateRoot();
   const found = installationsWithState(root);
-  if (found.length === 1) return { file: join(root, found[0]!, 'state.json') };
+  if (found.length === 1) return { file: join(root, found[0]!, STATE_FILE_NAME) };
   if (found.length > 1)
     throw new UsageError(
       `${root} holds the state files of ${found.length} installations (${found.join(', ')}): pass --config FILE to pick its installation's, or --state FILE`,

@@ -14,7 +14,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -27,6 +27,7 @@ import { applyCommand, deleteCommand } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { UsageError } from '../../src/workspace/arguments.ts';
+import { readStateFile } from '../../src/workspace/state-file.ts';
 import { capture } from '../helpers/capture.ts';
 import { cli } from '../helpers/cli.ts';
 import { ROOT_PASSWORD, raw, startTestSim, waitTask } from '../helpers/sim.ts';
@@ -105,13 +106,13 @@ describe('gc', () => {
     const c = capture();
     const run = { loadedConfig, state, taskPollMs: 10, agentPollMs: 10, quiet: true, out: c.out };
     assert.equal(await applyCommand({ ...run, files: [keep, gone] }), 0, c.text());
-    const objects = (JSON.parse(readFileSync(state, 'utf8')) as { objects: ProxmoxVM[] }).objects;
+    const objects = readStateFile<ProxmoxVM>(state)!.objects;
     keepUid = objects.find((o) => o.metadata.name === 'gc-keep')!.metadata.uid;
     const goneVm = objects.find((o) => o.metadata.name === 'gc-gone')!;
     goneUid = goneVm.metadata.uid;
     goneVmid = Number(goneVm.metadata.annotations!['crossplane.io/external-name']);
     assert.equal(await deleteCommand({ ...run, files: [gone] }), 0, c.text());
-    const after = JSON.parse(readFileSync(state, 'utf8')) as { objects: ProxmoxVM[]; retired: string[] };
+    const after = readStateFile<ProxmoxVM>(state)!;
     assert.deepEqual(
       after.objects.map((o) => o.metadata.name),
       ['gc-keep'],

@@ -6,7 +6,7 @@
  * `--dry-run` changing nothing (as text, and with `-o json|yaml` as the typed plan alone on stdout).
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -19,6 +19,7 @@ import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import type { ResourcePlan } from '../../src/vm/plan.ts';
 import { UsageError } from '../../src/workspace/arguments.ts';
 import type { ResourceState } from '../../src/workspace/phases.ts';
+import { readStateFile } from '../../src/workspace/state-file.ts';
 import { capture } from '../helpers/capture.ts';
 import { cli, spawnCli } from '../helpers/cli.ts';
 import { startTestSim } from '../helpers/sim.ts';
@@ -140,7 +141,7 @@ describe('phased rollout (apply)', () => {
     assert.ok(r.ticks.length > 0);
     for (const t of r.ticks)
       assert.deepEqual([t.get('default/gate-b1'), t.get('default/gate-b2')], ['absent', 'absent']);
-    const state = JSON.parse(readFileSync(join(d, 'state.json'), 'utf8')) as { objects: ProxmoxVM[] };
+    const state = readStateFile<ProxmoxVM>(join(d, 'state.json'))!;
     assert.deepEqual(state.objects.map((o) => o.metadata.name).sort(), ['gate-a1', 'gate-a2']);
   });
 
@@ -253,7 +254,7 @@ describe('phased rollout (apply)', () => {
       site1.removeFault(stall);
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     }
-    const before = JSON.parse(readFileSync(state, 'utf8')) as { objects: ProxmoxVM[] };
+    const before = readStateFile<ProxmoxVM>(state)!;
     assert.ok(before.objects.length >= 3 && before.objects.length <= 5, `${before.objects.length} in the state file`);
 
     // Resume (the dead process's lock file is taken over).
@@ -261,7 +262,7 @@ describe('phased rollout (apply)', () => {
     assert.equal(r.code, 0, r.text);
     assert.match(r.text, /^all 5 VMs ready$/m);
     assert.deepEqual(simVms('kill-'), names, 'exactly one VM per manifest');
-    const after = JSON.parse(readFileSync(state, 'utf8')) as { objects: ProxmoxVM[] };
+    const after = readStateFile<ProxmoxVM>(state)!;
     const vmids = after.objects.map((o) => o.metadata.annotations?.['crossplane.io/external-name']);
     assert.equal(new Set(vmids).size, 5);
     for (const o of before.objects) {

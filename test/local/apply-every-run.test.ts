@@ -7,7 +7,7 @@
  * state file's stale Ready conditions after a handful of reconciles and repaired none of these.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -17,6 +17,7 @@ import { applyCommand } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { markerUid } from '../../src/vm/spec.ts';
+import { readStateFile } from '../../src/workspace/state-file.ts';
 import { capture } from '../helpers/capture.ts';
 import { ROOT, writeManifests } from '../helpers/cli.ts';
 import { raw, startTestSim, waitTask } from '../helpers/sim.ts';
@@ -103,7 +104,7 @@ describe('apply reconciles every resource on every run', () => {
   }
 
   function stored(state: string, key: string): ProxmoxVM {
-    const objects = (JSON.parse(readFileSync(state, 'utf8')) as { objects: ProxmoxVM[] }).objects;
+    const objects = readStateFile<ProxmoxVM>(state)!.objects;
     return objects.find((o) => `${o.metadata.namespace}/${o.metadata.name}` === key)!;
   }
 

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { markerUid } from '../../src/vm/spec.ts';
+import { readStateFile, statePaths } from '../../src/workspace/state-file.ts';
 import { cli, ROOT, spawnCli, statusItems, writeManifests } from '../helpers/cli.ts';
 
 const TEMPLATE_VMID = 9000;
@@ -63,7 +64,7 @@ async function simVms(api: SimApi): Promise<Array<{ site: string; vmid: number; 
 type StoredVm = { metadata: { name: string; uid: string; annotations?: Record<string, string> } };
 
 function readState(file: string): StoredVm[] {
-  return (JSON.parse(readFileSync(file, 'utf8')) as { objects: StoredVm[] }).objects;
+  return (readStateFile(file)?.objects ?? []) as unknown as StoredVm[];
 }
 
 describe('apply killed with SIGKILL, then run again', () => {
@@ -141,7 +142,8 @@ describe('apply killed with SIGKILL, then run again', () => {
     const state = join(dir, `${prefix}.state.json`);
     stateFiles.push(state);
     const apply = ['apply', '--yes', '-f', manifests, '--config', config, '--state', state, '--task-poll', '20ms'];
-    const lockFile = `${state}.lock`;
+    // The lock is the database's: `X.state.json` names the state database `X.state.db`.
+    const lockFile = `${statePaths(state).db}.lock`;
 
     const kills: string[] = [];
     let finished = false;

@@ -1,10 +1,11 @@
 /**
  * Where the state file is when `--state` is not given: one per installation under
- * `${XDG_STATE_HOME:-~/.local/state}/provider-proxmox/<installation>/state.json` (the root
+ * `${XDG_STATE_HOME:-~/.local/state}/provider-proxmox/<installation>/state.db` (the root
  * overridable by PROVIDER_PROXMOX_STATE_DIR), so the same manifests applied from another directory
  * find the same state and create nothing; `status` without a config picks the only installation
  * there is (several: a usage error listing them; none: "nothing has been applied"); the old place
- * `./.provider-proxmox/state.json` is still used when it exists, with one note naming the new one.
+ * `./.provider-proxmox/state.json` is still used when it exists (imported into the state.db beside
+ * it by the first apply), with one note naming the new one.
  * The real CLI with XDG_STATE_HOME and HOME in temporary directories; never the real home.
  *
  * The last test (the state file deleted: apply creates nothing) needs the engine's adoption of
@@ -12,16 +13,7 @@
  * with a second VM per manifest.
  */
 import assert from 'node:assert/strict';
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -29,7 +21,7 @@ import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { markerUid } from '../../src/vm/spec.ts';
 import { stateFileFor } from '../../src/workspace/arguments.ts';
-import { defaultStateFile, stateRoot } from '../../src/workspace/state-file.ts';
+import { defaultStateFile, readStateFile, stateRoot } from '../../src/workspace/state-file.ts';
 import { type CliFixture, type CliResult, cli, cliFixture, statusItems, writeManifests } from '../helpers/cli.ts';
 
 // The CLI children inherit this environment: the state root is a temporary XDG_STATE_HOME.
@@ -53,10 +45,7 @@ describe('the state root and the default state file', () => {
     assert.equal(stateRoot({ XDG_STATE_HOME: '', HOME: '/home/u' }), '/home/u/.local/state/provider-proxmox');
     // The XDG spec: a relative path is invalid and ignored (it would depend on the directory again).
     assert.equal(stateRoot({ XDG_STATE_HOME: 'state', HOME: '/home/u' }), '/home/u/.local/state/provider-proxmox');
-    assert.equal(
-      defaultStateFile('cli-default', { XDG_STATE_HOME: '/x' }),
-      '/x/provider-proxmox/cli-default/state.json',
-    );
+    assert.equal(defaultStateFile('cli-default', { XDG_STATE_HOME: '/x' }), '/x/provider-proxmox/cli-default/state.db');
   });
 
   it('--state wins over everything; without it the file depends on the installation, not the directory', () => {
@@ -64,10 +53,10 @@ describe('the state root and the default state file', () => {
     try {
       assert.deepEqual(stateFileFor({ state: 'x.json', installation: 'i', cwd }), { file: 'x.json' });
       assert.deepEqual(stateFileFor({ installation: 'team-a', cwd }), {
-        file: join(ROOT_DIR, 'team-a', 'state.json'),
+        file: join(ROOT_DIR, 'team-a', 'state.db'),
       });
       assert.deepEqual(stateFileFor({ installation: 'team-a', cwd: tmpdir() }), {
-        file: join(ROOT_DIR, 'team-a', 'state.json'),
+        file: join(ROOT_DIR, 'team-a', 'state.db'),
       });
     } finally {
       rmSync(cwd, { recursive: true, force: true });
@@ -130,7 +119,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     const first = await cli(['apply', '--yes', '-f', manifests, '--config', config, ...POLL], { cwd: workdir('a') });
     ok(first, 'apply from a');
     assert.equal(first.stderr, '', 'no note: there is no legacy state file');
-    const file = join(ROOT_DIR, 'cli-default', 'state.json');
+    const file = join(ROOT_DIR, 'cli-default', 'state.db');
     assert.ok(existsSync(file), `the state file is at ${file}`);
     assert.ok(!existsSync(join(dir, 'a', '.provider-proxmox')), 'nothing written into the current directory');
     assert.equal(vms('where-').length, 2);
@@ -163,7 +152,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
     const m = workdir('team-b-manifests');
     writeManifests(m, [{ name: 'where-b1' }]);
     ok(await cli(['apply', '--yes', '-f', m, '--config', teamB, ...POLL], { cwd: workdir('d') }), 'apply team-b');
-    assert.ok(existsSync(join(ROOT_DIR, 'team-b', 'state.json')));
+    assert.ok(existsSync(join(ROOT_DIR, 'team-b', 'state.db')));
 
     const ambiguous = await cli(['status'], { cwd: workdir('d') });
     assert.equal(ambiguous.code, 2, ambiguous.stdout + ambiguous.stderr);
@@ -206,12 +195,12 @@ describe('apply, delete and status without --state (the real CLI)', () => {
 
   it('./.provider-proxmox/state.json in the current directory is still used, with one note naming the new place', async () => {
     const old = workdir('old-project');
-    const newDefault = join(ROOT_DIR, 'cli-default', 'state.json');
-    // The old default, as an earlier version left it: a copy of this installation's state.
+    const newDefault = join(ROOT_DIR, 'cli-default', 'state.db');
+    // The old default, as an earlier version left it: a copy of this installation's state, as JSON.
     mkdirSync(join(old, '.provider-proxmox'));
     const legacy = join(old, '.provider-proxmox', 'state.json');
-    copyFileSync(newDefault, legacy);
-    const before = readFileSync(newDefault, 'utf8');
+    writeFileSync(legacy, JSON.stringify({ ...readStateFile(newDefault)!, version: 2 }));
+    const before = readFileSync(newDefault);
     const beforeMtime = statSync(newDefault).mtimeMs;
 
     for (const c of sim.clusters) c.resetCounters();
@@ -224,12 +213,14 @@ describe('apply, delete and status without --state (the real CLI)', () => {
       `note: using ${legacy}, the state file's old default place; the default is now ${newDefault}, the same from every directory: move it there (mkdir -p ${join(ROOT_DIR, 'cli-default')} && mv ${legacy} ${newDefault}) while no apply runs, or pass --state`,
     );
     assert.equal(mutations(), 0);
-    assert.equal(readFileSync(newDefault, 'utf8'), before, 'the new default was not used');
+    assert.deepEqual(readFileSync(newDefault), before, 'the new default was not used');
+    // Imported into the database beside it, the JSON file kept.
+    assert.ok(existsSync(join(old, '.provider-proxmox', 'state.db')) && existsSync(`${legacy}.imported`));
     assert.equal(statSync(newDefault).mtimeMs, beforeMtime);
 
     const status = await cli(['status', '-o', 'json'], { cwd: old });
     ok(status, 'status in the old directory');
-    assert.match(status.stderr, /^note: using .*\.provider-proxmox\/state\.json, the state file's old default place/);
+    assert.match(status.stderr, /^note: using .*\.provider-proxmox\/state\.db, the state file's old default place/);
     assert.equal(statusItems(status.stdout).length, 2);
     // --state still overrides it: no note.
     const explicit = await cli(['status', '--state', newDefault], { cwd: old });
@@ -245,7 +236,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
       ok(res, `${command} --help`);
       assert.match(
         res.stdout.replace(/\s+/g, ' '),
-        /\$\{XDG_STATE_HOME:-~\/\.local\/state\}\/provider-proxmox\/<installation>\/state\.json/,
+        /\$\{XDG_STATE_HOME:-~\/\.local\/state\}\/provider-proxmox\/<installation>\/state\.db/,
         command,
       );
     }
@@ -254,7 +245,7 @@ describe('apply, delete and status without --state (the real CLI)', () => {
   // NEEDS ADOPTION (src/vm, another engineer's change in progress): with the state file gone, the
   // engine must adopt this installation's VM of the same namespace/name instead of creating one.
   it('[needs adoption] the state file deleted: apply finds the VMs by marker and creates nothing', async () => {
-    const file = join(ROOT_DIR, 'cli-default', 'state.json');
+    const file = join(ROOT_DIR, 'cli-default', 'state.db');
     const uids = vms('where-').map((v) => v.uid);
     rmSync(file);
     for (const c of sim.clusters) c.resetCounters();

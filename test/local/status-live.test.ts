@@ -6,7 +6,7 @@
  * (a copied marker) named as not ours. Works with no state file at all; table, JSON and YAML.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -18,6 +18,7 @@ import { type LiveStatus, LiveStatusSchema, schemaErrors } from '../../src/local
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { UsageError } from '../../src/workspace/arguments.ts';
+import { readStateFile } from '../../src/workspace/state-file.ts';
 import { capture } from '../helpers/capture.ts';
 import { cli, writeManifests } from '../helpers/cli.ts';
 import { raw, startTestSim, waitTask } from '../helpers/sim.ts';
@@ -147,7 +148,7 @@ describe('status --live', () => {
         ['default/old-1', LEGACY_VMID, false, 'legacy'],
       ],
     );
-    const stored = (JSON.parse(readFileSync(state, 'utf8')) as { objects: ProxmoxVM[] }).objects;
+    const stored = readStateFile<ProxmoxVM>(state)!.objects;
     assert.equal(view.items[0]!.uid, stored.find((o) => o.metadata.name === 'live-1')!.metadata.uid);
     assert.deepEqual(view.elsewhere, [{ installation: 'team-b', site: 'site-1', vms: 2 }]);
     assert.deepEqual(view.copies, [

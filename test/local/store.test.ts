@@ -12,7 +12,8 @@ import {
 } from '../../src/engine/resource.ts';
 import { ConflictError, type WatchEvent } from '../../src/engine/types.ts';
 import { FileStore, MemoryStore, StateLockedError } from '../../src/local/store.ts';
-import { STATE_VERSION, StateFileError } from '../../src/workspace/state-file.ts';
+import { DB_STATE_VERSION } from '../../src/workspace/state-db.ts';
+import { readStateFile, StateFileError } from '../../src/workspace/state-file.ts';
 import { type TestVM, testVM } from '../helpers/scripted-external.ts';
 
 const KEY = 'default/vm1';
@@ -240,9 +241,9 @@ describe('FileStore', () => {
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   });
 
-  it('saves atomically on every change and reloads the same state', async () => {
+  it('writes every change through to the database and reloads the same state', async () => {
     const dir = tmp();
-    const file = join(dir, 'state.json');
+    const file = join(dir, 'state.db');
     const a = open(file);
     const vm = a.apply(testVM('vm1'));
     vm.metadata.finalizers = [FINALIZER];
@@ -252,17 +253,24 @@ describe('FileStore', () => {
     const s = await a.updateStatus(u);
     a.event(s, 'Normal', 'Available', 'Ready is True');
     a.apply(testVM('vm2'));
-    const onDisk = JSON.parse(readFileSync(file, 'utf8')) as { version: number; objects: unknown[] };
-    assert.equal(onDisk.version, STATE_VERSION);
+    // Another reader sees every committed write while the store is open (WAL).
+    const onDisk = readStateFile<TestVM>(file)!;
+    assert.equal(onDisk.version, DB_STATE_VERSION);
     assert.equal(onDisk.objects.length, 2);
-    assert.deepEqual(readdirSync(dir).sort(), ['state.json', 'state.json.lock'], 'no temp file left behind');
+    assert.equal(onDisk.objects[0]!.status?.atProvider?.id, '100');
+    assert.deepEqual(
+      readdirSync(dir).filter((f) => !/-(wal|shm)$/.test(f)),
+      ['state.db', 'state.db.lock'],
+      'no temp file left behind',
+    );
     a.close();
     assert.equal(existsSync(`${file}.lock`), false, 'close releases the lock');
+    assert.deepEqual(readdirSync(dir), ['state.db'], 'close checkpoints the log into the database');
 
     const b = open(file);
     assert.deepEqual(b.listSync(), a.listSync());
-    assert.deepEqual(b.events, a.events);
-    const again = b.getSync(KEY)!;
+    assert.deepEqual(b.events, a.events, 'events written with the next write, or at close');
+    const again = structuredClone(b.getSync(KEY)!);
     assert.equal(again.status?.atProvider?.id, '100');
     // resourceVersions continue where they were: a stale copy from before the restart still conflicts
     again.metadata.annotations!.more = '1';
@@ -272,23 +280,80 @@ describe('FileStore', () => {
     b.close();
   });
 
-  it('starts empty when the file does not exist yet', () => {
-    const s = open(join(tmp(), 'new.json'));
-    assert.deepEqual(s.listSync(), []);
+  it('deletions, retired uids and the resourceVersion counter survive a reopen', async () => {
+    const file = join(tmp(), 'state.db');
+    const a = open(file);
+    const one = a.apply(testVM('vm1'));
+    const two = a.apply(testVM('vm2'));
+    a.markDeleted(KEY);
+    a.close();
+    const b = open(file);
+    assert.deepEqual(
+      b.listSync().map((o) => o.metadata.name),
+      ['vm2'],
+    );
+    assert.deepEqual(b.retired, [one.metadata.uid]);
+    const three = b.apply(testVM('vm3'));
+    assert.ok(
+      Number(three.metadata.resourceVersion) > Number(two.metadata.resourceVersion),
+      'a deleted object takes none of its resourceVersions back',
+    );
+    b.close();
+  });
+
+  it('getSync and listSync are read-only views (frozen); get and list are copies', async () => {
+    const s = open(join(tmp(), 'state.db'));
+    s.apply(testVM('vm1'));
+    const view = s.getSync(KEY)!;
+    assert.ok(Object.isFrozen(view) && Object.isFrozen(view.spec.forProvider));
+    assert.throws(() => {
+      view.spec.forProvider.cpu = 99;
+    }, TypeError);
+    assert.equal(s.listSync()[0], view, 'no copy per listing');
+    const copy = (await s.get(KEY))!;
+    copy.spec.forProvider.cpu = 99;
+    assert.equal(s.getSync(KEY)!.spec.forProvider.cpu, 2);
     s.close();
   });
 
-  it('refuses a second open while the first holds the lock (same process)', () => {
-    const file = join(tmp(), 'state.json');
+  it('after close a write is refused and changes nothing; the database is never created twice', () => {
+    const file = join(tmp(), 'state.db');
+    const a = open(file);
+    a.apply(testVM('vm1'));
+    a.close();
+    assert.throws(() => a.apply(testVM('vm2')), /the state is closed/);
+    assert.deepEqual(
+      a.listSync().map((o) => o.metadata.name),
+      ['vm1'],
+    );
+    assert.deepEqual(
+      readStateFile<TestVM>(file)!.objects.map((o) => o.metadata.name),
+      ['vm1'],
+    );
+  });
+
+  it('starts empty when the file does not exist yet, and creates it at the first write', () => {
+    const dir = tmp();
+    const s = open(join(dir, 'new.db'));
+    assert.deepEqual(s.listSync(), []);
+    assert.equal(existsSync(join(dir, 'new.db')), false, 'nothing written by opening');
+    s.apply(testVM('vm1'));
+    assert.equal(readStateFile(join(dir, 'new.db'))?.objects.length, 1);
+    s.close();
+  });
+
+  it('refuses a second open while the first holds the lock (same process), also by its .json name', () => {
+    const file = join(tmp(), 'state.db');
     const a = open(file);
     assert.throws(() => new FileStore<TestVM>(file).open(), StateLockedError);
+    assert.throws(() => new FileStore<TestVM>(file.replace(/\.db$/, '.json')).open(), StateLockedError);
     a.close();
     const b = open(file);
     b.close();
   });
 
   it('refuses to open while another live process holds the lock', () => {
-    const file = join(tmp(), 'state.json');
+    const file = join(tmp(), 'state.db');
     writeFileSync(`${file}.lock`, String(process.ppid)); // our parent is alive
     assert.throws(
       () => new FileStore<TestVM>(file).open(),
@@ -298,7 +363,7 @@ describe('FileStore', () => {
   });
 
   it('takes over a stale lock left by a dead process', () => {
-    const file = join(tmp(), 'state.json');
+    const file = join(tmp(), 'state.db');
     const dead = spawnSync(process.execPath, ['-e', '']);
     assert.ok(dead.pid);
     writeFileSync(`${file}.lock`, String(dead.pid));
@@ -316,14 +381,15 @@ describe('FileStore', () => {
     ['a list', '[]'],
     ['a newer version', '{"version": 99, "rv": 1, "objects": []}'],
   ] as const) {
-    it(`an unreadable state file (${label}) is an error naming the file, and the lock is released`, () => {
-      const file = join(tmp(), 'state.json');
+    it(`an unreadable JSON state file (${label}) is an error naming the file, and the lock is released`, () => {
+      const dir = tmp();
+      const file = join(dir, 'state.json');
       writeFileSync(file, content);
       assert.throws(
         () => new FileStore<TestVM>(file).open(),
         (e: Error) => e instanceof StateFileError && e.message.startsWith(`${file}: `) && /state file/.test(e.message),
       );
-      assert.equal(existsSync(`${file}.lock`), false);
+      assert.deepEqual(readdirSync(dir), ['state.json'], 'no database, lock or temp file left');
       assert.equal(readFileSync(file, 'utf8'), content, 'the file is left for the user to inspect');
     });
   }
