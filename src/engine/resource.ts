@@ -121,8 +121,16 @@ export function getCondition(r: Managed, type: string): Condition | undefined {
 export function setCondition(r: Managed, c: Omit<Condition, 'lastTransitionTime'>, now: number): boolean {
   r.status ??= {};
   r.status.conditions ??= [];
-  const i = r.status.conditions.findIndex((x) => x.type === c.type);
-  const prev = i >= 0 ? r.status.conditions[i] : undefined;
+  return putCondition(r.status.conditions, c, now);
+}
+
+/**
+ * Put `c` into a list of conditions (any kind's), keeping `lastTransitionTime` unless the status
+ * flips; true when anything about it changed.
+ */
+export function putCondition(list: Condition[], c: Omit<Condition, 'lastTransitionTime'>, now: number): boolean {
+  const i = list.findIndex((x) => x.type === c.type);
+  const prev = i >= 0 ? list[i] : undefined;
   const next: Condition = {
     type: c.type,
     status: c.status,
@@ -137,8 +145,8 @@ export function setCondition(r: Managed, c: Omit<Condition, 'lastTransitionTime'
     prev.reason !== next.reason ||
     prev.message !== next.message ||
     prev.observedGeneration !== next.observedGeneration;
-  if (i >= 0) r.status.conditions[i] = next;
-  else r.status.conditions.push(next);
+  if (i >= 0) list[i] = next;
+  else list.push(next);
   return changed;
 }
 

@@ -3,6 +3,10 @@
  * the managed reconciler for ProxmoxVMs (status subresource, finalizers, events, usages,
  * connection Secrets), the scale-set controller, the ProviderConfig in-use finalizer, leader
  * election on a Lease, health and metrics, and an hourly orphan scan.
+ *
+ * Safe start (as Crossplane's): the controller starts with the CRDs it finds. An informer whose
+ * resource is not served (its CRD is missing) settles as absent, /readyz says which, and the kind
+ * is picked up as soon as its CRD appears (informer.ts), with no restart.
  */
 import { hostname } from 'node:os';
 import { INSTALLATION_RE, installationOf } from '../api/provider-config.ts';
@@ -12,12 +16,11 @@ import type { ProxmoxVMScaleSet } from '../api/scaleset.ts';
 import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler } from '../engine/reconciler.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
-import { WorkQueue } from '../engine/workqueue.ts';
 import { collect, knownResources, scanSite } from '../fleet/gc.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { startHealthServer } from '../observability/server.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { planScale } from '../scaleset/reconcile.ts';
+import { ScaleSetController } from '../scaleset/controller.ts';
 import { VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { collectionPath, type KubeApi, KubeError } from './api.ts';
 import { Informer, type KubeObject } from './informer.ts';
@@ -30,7 +33,31 @@ import {
 } from './providerconfig.ts';
 import { EventRecorder, KubeStore } from './store.ts';
 
-export const SCALESET_FINALIZER = 'proxmox.sankofa.io/scaleset';
+export { SCALESET_FINALIZER } from '../scaleset/controller.ts';
+
+/** Engine steps (EngineHooks) and the event crossplane-runtime records for each. */
+const CROSSPLANE_EVENTS: Record<string, { type: 'Normal' | 'Warning'; reason: string; message: string }> = {
+  'create-succeeded': {
+    type: 'Normal',
+    reason: 'CreatedExternalResource',
+    message: 'Successfully requested creation of external resource',
+  },
+  'create-failed': {
+    type: 'Warning',
+    reason: 'CannotCreateExternalResource',
+    message: 'Cannot create the external resource; see the Synced condition',
+  },
+  'update-issued': {
+    type: 'Normal',
+    reason: 'UpdatedExternalResource',
+    message: 'Successfully requested update of external resource',
+  },
+  'delete-issued': {
+    type: 'Normal',
+    reason: 'DeletedExternalResource',
+    message: 'Successfully requested deletion of external resource',
+  },
+};
 
 export interface ControllerOptions {
   api: KubeApi;
@@ -88,13 +115,13 @@ export class ProviderController {
   private elector: LeaderElector | undefined;
   private health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   private metricsServer: Awaited<ReturnType<typeof startHealthServer>> | undefined;
-  private readonly setQueue = new WorkQueue({ backoff: { baseMs: 500, capMs: 60_000 } });
-  private setWorkers: Promise<void>[] = [];
+  readonly scaleSets: ScaleSetController;
   private timers: NodeJS.Timeout[] = [];
   private leading = false;
   private stopped = false;
   private installationId: string | undefined;
   private readonly unsubs: Array<() => void> = [];
+  private readonly createAttempts = new Map<string, { ok: number; failed: number }>();
 
   constructor(o: ControllerOptions) {
     this.o = o;
@@ -117,6 +144,15 @@ export class ProviderController {
     );
     this.usage = new UsageTracker(this.api);
     this.configSource = new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never);
+    this.scaleSets = new ScaleSetController({
+      api: this.api,
+      sets: this.sets,
+      vms: this.vms,
+      configs: this.configSource,
+      recorder: this.recorder,
+      leading: () => this.leading,
+      log: (msg, fields) => o.log?.('warn', msg, fields),
+    });
     this.connector = new VmConnector(this.configSource, {
       // ProviderConfig spec.installation wins; this is the cluster's default (resolved in start()).
       installation: () => this.installation,
@@ -189,8 +225,18 @@ export class ProviderController {
     const checks = {
       live: () => !this.stopped,
       ready: () => {
-        const synced = [this.vms, this.sets, this.pcs, this.cpcs, this.usages].every((x) => x.hasSynced);
-        return { ok: synced, detail: synced ? (this.leading ? 'ok (leader)' : 'ok (standby)') : 'caches not synced' };
+        const informers = this.informers();
+        const settled = informers.every((x) => x.hasSynced || x.absent);
+        const absent = informers.filter((x) => x.absent).map((x) => x.collection.split('/').pop());
+        const role = this.leading ? 'ok (leader)' : 'ok (standby)';
+        return {
+          ok: settled,
+          detail: !settled
+            ? 'caches not synced'
+            : absent.length
+              ? `${role}; waiting for CRDs: ${absent.join(', ')}`
+              : role,
+        };
       },
     };
     const host = o.healthHost ? { host: o.healthHost } : {};
@@ -199,7 +245,8 @@ export class ProviderController {
     if (o.metricsPort !== undefined && o.metricsPort !== o.healthPort) {
       this.metricsServer = await startHealthServer({ port: o.metricsPort, ...host, metrics: this.metrics, checks });
     }
-    await Promise.all([this.vms.start(), this.sets.start(), this.pcs.start(), this.cpcs.start(), this.usages.start()]);
+    // Settled, not synced: a missing CRD must not hold back the kinds that are installed.
+    await Promise.all(this.informers().map((x) => x.startSettled()));
     if (o.leaderElection === false) {
       this.startLeading();
       return;
@@ -222,6 +269,10 @@ export class ProviderController {
       log: (msg, fields) => o.log?.('info', msg, fields),
     });
     this.elector.start();
+  }
+
+  private informers(): Array<Pick<Informer<KubeObject>, 'hasSynced' | 'absent' | 'collection' | 'startSettled'>> {
+    return [this.vms, this.sets, this.pcs, this.cpcs, this.usages];
   }
 
   /** Wrap the connector: every connected resource has its ProviderConfigUsage. */
@@ -247,14 +298,20 @@ export class ProviderController {
       publishConnection: (r, details) => publishConnectionSecret(this.api, r, details),
       // Creates by outcome: ok = Proxmox accepted the create; failed = it refused it, or its task failed.
       hooks: {
-        at: (step) => {
+        at: (step, key) => {
           if (step === 'create-issued') this.metrics.creates.inc({ outcome: 'ok' });
           else if (step === 'create-failed') this.metrics.creates.inc({ outcome: 'failed' });
+          else if (step === 'delete-issued') this.metrics.deletes.inc({ outcome: 'ok' });
+          this.countCreate(step, key);
+          this.crossplaneEvent(step, key);
         },
       },
-      onResult: (_key, result, ms) => {
+      onResult: (key, result, ms) => {
         if (result.kind === 'rateLimited' && result.error instanceof ReasonedError && result.error.createFailure)
           this.metrics.creates.inc({ outcome: 'failed' });
+        // (the engine has no delete-failed step: a failed reconcile of a resource being deleted is one)
+        if (result.kind === 'rateLimited' && this.vms.cache.get(key)?.metadata.deletionTimestamp)
+          this.metrics.deletes.inc({ outcome: 'failed' });
         this.metrics.reconciles.inc({
           kind: 'ProxmoxVM',
           result: result.kind === 'rateLimited' ? 'error' : result.kind === 'done' ? 'done' : 'requeue',
@@ -273,22 +330,22 @@ export class ProviderController {
     this.unsubs.push(
       this.vms.on((type, obj) => {
         if (type === 'DELETED') {
+          this.createAttempts.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);
           this.connector.forget(obj.metadata.uid);
           this.usage.release(obj).catch((e) => o.log?.('warn', 'cannot delete usage', { error: String(e) }));
         }
         const owner = (
           obj.metadata as { ownerReferences?: Array<{ kind: string; name: string }> }
         ).ownerReferences?.find((x) => x.kind === 'ProxmoxVMScaleSet');
-        if (owner) this.setQueue.add(`${obj.metadata.namespace}/${owner.name}`);
+        if (owner) this.scaleSets.add(`${obj.metadata.namespace}/${owner.name}`);
       }),
-      this.sets.on((_t, _o, key) => this.setQueue.add(key)),
+      this.sets.on((_t, _o, key) => this.scaleSets.add(key)),
       this.pcs.on(() => this.schedulePcSync()),
       this.cpcs.on(() => this.schedulePcSync()),
       this.usages.on(() => this.schedulePcSync()),
     );
-    for (const k of this.sets.cache.keys()) this.setQueue.add(k);
-    // Started once: they outlive a lost leadership (idle), and serve again if it comes back.
-    if (!this.setWorkers.length) for (let i = 0; i < 2; i++) this.setWorkers.push(this.setWorker());
+    for (const k of this.sets.cache.keys()) this.scaleSets.add(k);
+    this.scaleSets.start();
     this.schedulePcSync();
     const gauges = setInterval(() => this.updateGauges(), 15_000);
     gauges.unref();
@@ -301,6 +358,46 @@ export class ProviderController {
       every.unref();
       this.timers.push(first, every);
     }
+  }
+
+  /**
+   * Create attempts per resource, for the create-loop alerts: accepted creates (one per resource
+   * in a healthy fleet) and failed ones since the last accepted.
+   */
+  private countCreate(step: string, key: string): void {
+    if (step !== 'create-issued' && step !== 'create-failed') return;
+    const n = this.createAttempts.get(key) ?? { ok: 0, failed: 0 };
+    if (step === 'create-issued') {
+      n.ok++;
+      n.failed = 0;
+    } else n.failed++;
+    this.createAttempts.set(key, n);
+  }
+
+  /**
+   * crossplane-runtime's managed reconciler records an event per external mutation, with these
+   * reasons; the engine's own events (one per changed condition: Creating, ReconcileError...) stay
+   * beside them. Best effort, as every event.
+   */
+  private crossplaneEvent(step: string, key: string): void {
+    const e = CROSSPLANE_EVENTS[step];
+    const vm = e && this.vms.cache.get(key);
+    if (!e || !vm) return;
+    const name = vm.metadata.annotations?.['crossplane.io/external-name'];
+    this.recorder.record(
+      {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: 'ProxmoxVM',
+        metadata: {
+          name: vm.metadata.name,
+          ...(vm.metadata.namespace ? { namespace: vm.metadata.namespace } : {}),
+          uid: vm.metadata.uid,
+        },
+      },
+      e.type,
+      e.reason,
+      name ? `${e.message} (VMID ${name})` : e.message,
+    );
   }
 
   private async stopLeading(): Promise<void> {
@@ -355,108 +452,33 @@ export class ProviderController {
     }
   }
 
-  private async setWorker(): Promise<void> {
-    for (;;) {
-      const key = await this.setQueue.get();
-      if (key === undefined) return;
-      try {
-        // Only the leader writes; keys queued before leadership was lost are dropped (startLeading queues every set).
-        const requeue = this.leading ? await this.reconcileSet(key) : undefined;
-        this.setQueue.forget(key);
-        if (requeue) this.setQueue.addAfter(key, requeue);
-      } catch (e) {
-        this.o.log?.('warn', 'scale set reconcile failed', { key, error: String(e) });
-        this.setQueue.addRateLimited(key);
-      } finally {
-        this.setQueue.done(key);
-      }
-    }
-  }
-
-  /** Bring a scale set's replicas to its spec; returns a requeue delay while scaling down. */
-  async reconcileSet(key: string): Promise<number | undefined> {
-    const set = this.sets.cache.get(key);
-    if (!set) return undefined;
-    const ns = set.metadata.namespace ?? 'default';
-    const setPath = `${collectionPath(GROUP, VERSION, 'proxmoxvmscalesets', ns)}/${set.metadata.name}`;
-    const vmPath = collectionPath(GROUP, VERSION, 'proxmoxvms', ns);
-    if (!set.metadata.deletionTimestamp && !set.metadata.finalizers?.includes(SCALESET_FINALIZER)) {
-      await this.api.request('PUT', setPath, {
-        body: {
-          ...set,
-          metadata: { ...set.metadata, finalizers: [...(set.metadata.finalizers ?? []), SCALESET_FINALIZER] },
-        },
-      });
-      return undefined;
-    }
-    const children = [...this.vms.cache.values()].filter(
-      (v) =>
-        v.metadata.namespace === ns &&
-        ((v.metadata as { ownerReferences?: Array<{ uid: string }> }).ownerReferences ?? []).some(
-          (x) => x.uid === set.metadata.uid,
-        ),
-    );
-    let nodes: string[] = [];
-    try {
-      const t = set.spec.template.spec;
-      const loaded = await this.configSource.get(
-        t.providerConfigRef ?? { kind: 'ClusterProviderConfig', name: 'default' },
-        ns,
-      );
-      const site = loaded.config.spec.sites.find((s) => s.name === t.forProvider.site) ?? loaded.config.spec.sites[0];
-      nodes = site?.nodes ?? [];
-    } catch {
-      // no config yet: replicas without a node are placed by the VM controller
-    }
-    const plan = planScale(set, children, nodes);
-    for (const vm of plan.create)
-      await this.api
-        .request('POST', vmPath, { body: vm })
-        .catch((e) => (e instanceof KubeError && e.status === 409 ? undefined : Promise.reject(e)));
-    for (const vm of plan.update)
-      await this.api.request('PUT', `${vmPath}/${vm.metadata.name}`, { body: { ...vm, status: undefined } });
-    for (const vm of plan.delete)
-      await this.api
-        .request('DELETE', `${vmPath}/${vm.metadata.name}`)
-        .catch((e) => (e instanceof KubeError && e.status === 404 ? undefined : Promise.reject(e)));
-    if (set.metadata.deletionTimestamp) {
-      if (children.length === 0) {
-        await this.api.request('PUT', setPath, {
-          body: {
-            ...set,
-            metadata: {
-              ...set.metadata,
-              finalizers: (set.metadata.finalizers ?? []).filter((f) => f !== SCALESET_FINALIZER),
-            },
-          },
-        });
-        return undefined;
-      }
-      return 2000;
-    }
-    const st = set.status ?? {};
-    if (
-      st.replicas !== plan.status.replicas ||
-      st.readyReplicas !== plan.status.readyReplicas ||
-      st.updatedReplicas !== plan.status.updatedReplicas ||
-      st.observedGeneration !== plan.status.observedGeneration
-    ) {
-      const fresh = await this.api.request<ProxmoxVMScaleSet>('GET', setPath);
-      await this.api.request('PUT', `${setPath}/status`, {
-        body: { ...fresh, status: { ...fresh.status, ...plan.status } },
-      });
-    }
-    return plan.delete.length ? 2000 : undefined;
-  }
-
   private updateGauges(): void {
     this.metrics.byCondition.reset();
-    for (const vm of this.vms.cache.values()) {
-      for (const t of ['Ready', 'Synced']) {
-        const c = vm.status?.conditions?.find((x) => x.type === t);
-        this.metrics.byCondition.inc({ kind: 'ProxmoxVM', condition: t, status: c?.status ?? 'Unknown' });
+    this.metrics.conditionReasons.reset();
+    const objects: Array<
+      [string, Iterable<{ status?: { conditions?: Array<{ type: string; status: string; reason?: string }> } }>]
+    > = [
+      ['ProxmoxVM', this.vms.cache.values()],
+      ['ProxmoxVMScaleSet', this.sets.cache.values()],
+    ];
+    for (const [kind, items] of objects) {
+      for (const o of items) {
+        for (const t of ['Ready', 'Synced']) {
+          const c = o.status?.conditions?.find((x) => x.type === t);
+          this.metrics.byCondition.inc({ kind, condition: t, status: c?.status ?? 'Unknown' });
+          if (c?.status === 'False')
+            this.metrics.conditionReasons.inc({ kind, condition: t, reason: c.reason ?? 'Unknown' });
+        }
       }
     }
+    let ok = 0;
+    let failed = 0;
+    for (const n of this.createAttempts.values()) {
+      ok = Math.max(ok, n.ok);
+      failed = Math.max(failed, n.failed);
+    }
+    this.metrics.createAttemptsMax.set({ outcome: 'ok' }, ok);
+    this.metrics.createAttemptsMax.set({ outcome: 'failed' }, failed);
     this.metrics.queueDepth.set({ kind: 'ProxmoxVM' }, this.controller?.queue.length ?? 0);
   }
 
@@ -547,8 +569,7 @@ export class ProviderController {
     this.stopped = true;
     await this.elector?.stop();
     await this.stopLeading();
-    this.setQueue.shutdown();
-    await Promise.all(this.setWorkers);
+    await this.scaleSets.stop();
     await Promise.all([this.vms.stop(), this.sets.stop(), this.pcs.stop(), this.cpcs.stop(), this.usages.stop()]);
     await this.connector.close();
     await this.health?.close();

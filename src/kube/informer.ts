@@ -2,6 +2,11 @@
  * A list+watch cache that survives: any error restarts it with backoff, a 410 (resource version
  * too old) re-lists, a full re-list runs periodically (resync, emitting what changed), and a
  * watchdog restarts a watch that went silent (bookmarks count as life).
+ *
+ * Safe start: a list answered 404 means the resource is not served (its CRD is not installed).
+ * The informer then counts as settled but `absent`, so that the controller starts with the kinds
+ * it has, and it lists again every `absentRetryMs` until the CRD appears (a GET per period: no
+ * right to watch CRDs is needed). Its first successful list emits every object as ADDED.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type KubeApi, KubeError, type WatchEvent } from './api.ts';
@@ -22,6 +27,8 @@ export interface InformerOptions {
   backoffBaseMs?: number;
   backoffCapMs?: number;
   labelSelector?: string;
+  /** How often to look again for a resource that is not served (404: CRD missing). Default 5 s. */
+  absentRetryMs?: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -42,17 +49,34 @@ export class Informer<T extends KubeObject> {
   private abort: AbortController | undefined;
   private loop: Promise<void> | undefined;
   private syncedResolve: (() => void) | undefined;
+  private settledResolve: (() => void) | undefined;
+  /** Resolves on the first successful list. */
   readonly synced: Promise<void>;
+  /** Resolves on the first successful list, or on the first 404 (the resource is not served). */
+  readonly settled: Promise<void>;
+  /** A list has succeeded: the cache holds the collection (false while `absent`). */
   hasSynced = false;
+  /** The last list was answered 404: the resource is not served (CRD not installed). */
+  absent = false;
   lastEventAt = 0;
   restarts = 0;
 
   constructor(api: KubeApi, path: string, opts: InformerOptions = {}) {
     this.api = api;
     this.path = path;
-    this.o = { resyncMs: 600_000, watchdogMs: 180_000, backoffBaseMs: 500, backoffCapMs: 30_000, ...opts };
+    this.o = {
+      resyncMs: 600_000,
+      watchdogMs: 180_000,
+      backoffBaseMs: 500,
+      backoffCapMs: 30_000,
+      absentRetryMs: 5000,
+      ...opts,
+    };
     this.synced = new Promise((r) => {
       this.syncedResolve = r;
+    });
+    this.settled = new Promise((r) => {
+      this.settledResolve = r;
     });
   }
 
@@ -72,9 +96,20 @@ export class Informer<T extends KubeObject> {
     }
   }
 
+  /** The API path this informer lists and watches. */
+  get collection(): string {
+    return this.path;
+  }
+
   start(): Promise<void> {
     this.loop ??= this.run();
     return this.synced;
+  }
+
+  /** Start, and resolve once synced or known to be absent (safe start). */
+  startSettled(): Promise<void> {
+    this.loop ??= this.run();
+    return this.settled;
   }
 
   async stop(): Promise<void> {
@@ -104,9 +139,12 @@ export class Informer<T extends KubeObject> {
       }
     }
     this.rv = res.metadata.resourceVersion;
+    if (this.absent) this.o.log?.('resource served now: watching it', { path: this.path });
+    this.absent = false;
     if (!this.hasSynced) {
       this.hasSynced = true;
       this.syncedResolve?.();
+      this.settledResolve?.();
     }
   }
 
@@ -128,6 +166,16 @@ export class Informer<T extends KubeObject> {
         this.restarts++;
         needList = true;
         if (e instanceof KubeError && e.status === 410) continue;
+        if (e instanceof KubeError && e.status === 404 && !this.hasSynced) {
+          // Not served (yet): settle as absent and look again at a steady pace, without backoff
+          // growth or a warning per try. (Once synced, a 404 is an outage like any other.)
+          if (!this.absent)
+            this.o.log?.('resource not served (CRD not installed?): waiting for it', { path: this.path });
+          this.absent = true;
+          this.settledResolve?.();
+          await sleep(this.o.absentRetryMs, undefined, { signal: this.stopping.signal }).catch(() => undefined);
+          continue;
+        }
         failures++;
         const delay =
           Math.min(this.o.backoffCapMs, this.o.backoffBaseMs * 2 ** (failures - 1)) * (0.8 + Math.random() * 0.4);

@@ -1,4 +1,8 @@
-/** Prometheus metrics of the provider (prom-client), one registry per process. */
+/**
+ * Prometheus metrics of the provider (prom-client), one registry per process. The Grafana
+ * dashboard and the alerting rules in deploy/monitoring (and the Helm chart's files/) use these
+ * names and labels; test/kube/monitoring.kube.ts checks that every name they use is exported.
+ */
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 export class Metrics {
@@ -33,6 +37,24 @@ export class Metrics {
     name: 'provider_proxmox_vm_creates_total',
     help: 'VM creates issued, by outcome (ok, failed).',
     labelNames: ['outcome'],
+    registers: [this.registry],
+  });
+  readonly deletes = new Counter({
+    name: 'provider_proxmox_vm_deletes_total',
+    help: 'VM deletes, by outcome: ok = Proxmox accepted the delete; failed = a reconcile of a resource being deleted failed.',
+    labelNames: ['outcome'],
+    registers: [this.registry],
+  });
+  readonly createAttemptsMax = new Gauge({
+    name: 'provider_proxmox_vm_create_attempts_max',
+    help: 'The most create attempts one existing ProxmoxVM has had since this replica started leading: outcome=ok counts creates Proxmox accepted (above 1: more than one VM made for one resource), outcome=failed counts failed creates since its last accepted one (a create retried in a loop).',
+    labelNames: ['outcome'],
+    registers: [this.registry],
+  });
+  readonly conditionReasons = new Gauge({
+    name: 'provider_proxmox_resource_condition_reasons',
+    help: 'Managed resources whose Ready or Synced condition is False, by kind, condition and reason (Locked, ReconcileError, Creating...).',
+    labelNames: ['kind', 'condition', 'reason'],
     registers: [this.registry],
   });
   readonly orphans = new Gauge({

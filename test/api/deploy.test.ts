@@ -79,6 +79,9 @@ const NON_OBJECT_FILES = new Set([
   'deploy/helm/provider-proxmox/Chart.yaml',
   'deploy/helm/provider-proxmox/values.yaml',
   'deploy/helm/provider-proxmox/files/clusterrole-rules.yaml',
+  // Prometheus rule files (`groups:`), checked by promtool in the Kubernetes suite.
+  'deploy/helm/provider-proxmox/files/prometheus-rules.yaml',
+  'deploy/monitoring/prometheus-rules.yaml',
 ]);
 
 function manifestFiles(): string[] {

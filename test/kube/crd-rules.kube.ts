@@ -1,7 +1,7 @@
 /**
  * Rules of the generated CRDs that only a real API server can show, against kube-apiserver (the
  * harness applies deploy/crds, so an invalid rule or one over the CEL cost budget fails here):
- * - the placement of a ProxmoxVM (spec.forProvider.site, node, vmid) is immutable while its VM
+ * - the placement of a ProxmoxVM (spec.forProvider.site, vmid) is immutable while its VM
  *   exists (status.atProvider.vmId set), with a message that says why and what to do;
  * - references to Secrets are Kubernetes names, so that no `../` in a name can make the controller
  *   read an object of another namespace (the REST layer refuses such a path as well).
@@ -61,13 +61,12 @@ describe('CRD rules on a real kube-apiserver', () => {
     }
   });
 
-  it('while status.atProvider.vmId is set: site, node and vmid are refused with why and the fix; other fields change', async () => {
+  it('while status.atProvider.vmId is set: site and vmid are refused with why and the fix; node (a migration) and other fields change', async () => {
     await create(kube, vm('placement-fixed', { vmid: 200 }));
     await vmCreated(kube, 'placement-fixed', 200);
     const refused: Array<[string, Record<string, unknown>]> = [
       ['site', { site: 'site-2' }],
       ['site', { site: null }], // unsetting is a change too
-      ['node', { node: 'r630-01' }],
       ['vmid', { vmid: 201 }],
     ];
     for (const [field, fp] of refused) {
@@ -85,18 +84,16 @@ describe('CRD rules on a real kube-apiserver', () => {
       );
       assert.match(
         res.json.message,
-        /moving a VM between nodes or sites is not supported yet; delete and recreate the resource, or revert the field/,
+        /to another site \(cluster\) or VMID is not supported yet; delete and recreate the resource, or revert the field/,
       );
     }
     // Memory (and anything else) still changes; an unchanged placement in the same patch is fine.
     const ok = await patch(kube, 'placement-fixed', { spec: { forProvider: { memory: '1Gi', site: 'site-1' } } });
     assert.equal(ok.status, 200, ok.text);
     assert.equal(ok.json.spec.forProvider.memory, '1Gi');
-    // A node that was never set cannot be set now either (the VM is on a node already).
-    await create(kube, vm('placement-no-node', { node: undefined }));
-    await vmCreated(kube, 'placement-no-node');
-    const setNode = await patch(kube, 'placement-no-node', { spec: { forProvider: { node: 'ml110-01' } } });
-    assert.equal(setNode.status, 422, setNode.text);
+    // A node change is a migration: accepted.
+    const node = await patch(kube, 'placement-fixed', { spec: { forProvider: { node: 'r630-01' } } });
+    assert.equal(node.status, 200, node.text);
     // The controller's own writes pass: status, annotations and finalizers (a whole-object PUT too).
     await vmCreated(kube, 'placement-fixed', 200);
     const meta = await patch(kube, 'placement-fixed', {

@@ -6,7 +6,8 @@
  *   // kube.url, kube.kubeconfigPath (admin, bearer token), kube.token, kube.caPem
  *   await kube.stop();
  *
- * Set KUBE_HARNESS_BIN to use a prebuilt binary instead of running build.sh.
+ * Set KUBE_HARNESS_BIN to use a prebuilt binary instead of running build.sh. toolBinary() gives the
+ * other tools build.sh builds (kubectl, helm, promtool) the same way.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -48,30 +49,56 @@ export interface StartKubeOptions {
   verbosity?: number;
 }
 
-let binaryPromise: Promise<string> | undefined;
+/** The test-only tools build.sh builds and caches (see harness/README.md). */
+export type Tool = 'kube-harness' | 'kubectl' | 'helm' | 'promtool';
+
+/** An environment variable per tool that names a prebuilt binary instead of running build.sh. */
+const TOOL_ENV: Record<Tool, string> = {
+  'kube-harness': 'KUBE_HARNESS_BIN',
+  kubectl: 'KUBECTL_BIN',
+  helm: 'HELM_BIN',
+  promtool: 'PROMTOOL_BIN',
+};
+
+const toolPromises = new Map<Tool, Promise<string>>();
+
+/**
+ * Path of a tool: its *_BIN variable, or build.sh's (cached) output. A tool that cannot be built
+ * rejects with build.sh's stderr, so the test that needs it fails saying why (never skips).
+ */
+export function toolBinary(tool: Tool, buildTimeoutMs = 30 * 60_000): Promise<string> {
+  const fromEnv = process.env[TOOL_ENV[tool]];
+  if (fromEnv) return Promise.resolve(resolve(fromEnv));
+  let p = toolPromises.get(tool);
+  if (!p) {
+    p = new Promise<string>((ok, fail) => {
+      execFile(
+        'bash',
+        [BUILD_SCRIPT, tool],
+        { timeout: buildTimeoutMs, maxBuffer: 64 * 1024 * 1024 },
+        (err, stdout, stderr) => {
+          if (err) {
+            toolPromises.delete(tool);
+            fail(new Error(`building ${tool} failed (${err.message.split('\n')[0]}):\n${tail(stderr, 8192)}`));
+            return;
+          }
+          const line = stdout
+            .trim()
+            .split('\n')
+            .find((l) => l.startsWith(`${tool} `));
+          if (!line) fail(new Error(`build.sh printed no path for ${tool}; stderr:\n${tail(stderr, 8192)}`));
+          else ok(line.slice(tool.length + 1));
+        },
+      );
+    });
+    toolPromises.set(tool, p);
+  }
+  return p;
+}
 
 /** Path of the harness binary: KUBE_HARNESS_BIN, or build.sh's (cached) output. */
 export function harnessBinary(buildTimeoutMs = 30 * 60_000): Promise<string> {
-  const fromEnv = process.env['KUBE_HARNESS_BIN'];
-  if (fromEnv) return Promise.resolve(resolve(fromEnv));
-  binaryPromise ??= new Promise<string>((ok, fail) => {
-    execFile(
-      'bash',
-      [BUILD_SCRIPT],
-      { timeout: buildTimeoutMs, maxBuffer: 64 * 1024 * 1024 },
-      (err, stdout, stderr) => {
-        if (err) {
-          binaryPromise = undefined;
-          fail(new Error(`kube harness build failed (${err.message.split('\n')[0]}):\n${tail(stderr, 8192)}`));
-          return;
-        }
-        const path = stdout.trim().split('\n').pop() ?? '';
-        if (!path) fail(new Error(`kube harness build printed no path; stderr:\n${tail(stderr, 8192)}`));
-        else ok(path);
-      },
-    );
-  });
-  return binaryPromise;
+  return toolBinary('kube-harness', buildTimeoutMs);
 }
 
 const live = new Set<ChildProcess>();
