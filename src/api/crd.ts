@@ -91,12 +91,16 @@ export const RULES = {
   },
 } as const satisfies Record<string, ValidationRule>;
 
-/** The placement fields that cannot change once the VM exists (the engine cannot move a VM yet). */
-export const PLACEMENT_FIELDS = ['site', 'node', 'vmid'] as const;
+/**
+ * The placement fields that cannot change once the VM exists: a VMID is the VM's identity, and a
+ * move to another cluster (remote migration) is not made by the engine yet. A node change is a
+ * migration, a storage change a disk move.
+ */
+export const PLACEMENT_FIELDS = ['site', 'vmid'] as const;
 
 /** The message of the placement rules: why, and what to do instead (the API server names the field). */
 export const PLACEMENT_MESSAGE =
-  'cannot change while the VM exists (status.atProvider.vmId is set): moving a VM between nodes or sites is not supported yet; delete and recreate the resource, or revert the field';
+  'cannot change while the VM exists (status.atProvider.vmId is set): moving a VM to another site (cluster) or VMID is not supported yet; delete and recreate the resource, or revert the field. A node change inside the site is a migration and is allowed';
 
 /**
  * A transition rule on the root (only the root sees both spec and status): while the old object
@@ -228,7 +232,7 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
     step: Type.Optional(
       Type.String({
         description:
-          'What the provider is doing now: CheckingNode, Placing, CheckingBridge, CheckingStorage, ResolvingImage, WaitingForSlot, ReservingVMID, Creating, Importing, Cloning, Configuring, Resizing, Starting, Stopping, Rebooting, WaitingForAgent, Ready, Destroying, ...; Failed after a failed task.',
+          'What the provider is doing now: CheckingNode, Placing, CheckingBridge, CheckingStorage, ResolvingImage, WaitingForSlot, ReservingVMID, Creating, Importing, Cloning, Configuring, Resizing, Starting, Stopping, Rebooting, UploadingSnippet, Migrating, MovingDisk, WaitingForAgent, AgentNotResponding, WaitingForCloudInit, Ready, Destroying, ...; Failed after a failed task.',
       }),
     ),
     pendingChanges: Type.Optional(
@@ -254,6 +258,40 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
         description:
           "The SMBIOS UUID of the VM confirmed as this resource's own: a VM at the same VMID with another UUID is another VM.",
       }),
+    ),
+    placedNode: Type.Optional(
+      Type.String({
+        description:
+          'The node the provider last put the VM on (its create or a migration it made); a VM found elsewhere with spec.forProvider.node unchanged was moved by someone else.',
+      }),
+    ),
+    ipSource: Type.Optional(
+      Type.Union([Type.Literal('agent'), Type.Literal('ipConfig')], {
+        description: 'Where ipAddresses came from: the guest agent, or the static spec.forProvider.cloudInit.ipConfig.',
+      }),
+    ),
+    userDataSnippet: Type.Optional(
+      Type.String({
+        description:
+          'The snippet volume the provider rendered spec.forProvider.userData into and uploaded over SSH (`cicustom user=`), e.g. local:snippets/provider-proxmox-<uid>-<hash>.yaml.',
+      }),
+    ),
+    cloudInit: Type.Optional(
+      Type.Object(
+        {
+          status: Type.String({
+            description: "cloud-init's status in the guest (running, done, error, disabled, ...).",
+          }),
+          errors: Type.Optional(
+            Type.Array(Type.String(), { description: "The failing modules' messages, as cloud-init reports them." }),
+          ),
+          for: Type.String({
+            description: 'The user-data this result is for: the snippet volume, or native (set through the API).',
+          }),
+          bootedAt: Type.String({ description: 'When the boot this result is of began (RFC 3339).' }),
+        },
+        { description: "cloud-init's result in the guest, read through the guest agent (`cloud-init status`)." },
+      ),
     ),
   },
   { description: 'What Proxmox VE holds, as the provider last observed it.' },

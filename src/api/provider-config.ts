@@ -144,6 +144,71 @@ export const VmidRange = Type.Object(
   },
 );
 
+/**
+ * SSH to the site's nodes, for what the Proxmox VE API cannot do: upload cloud-init snippets
+ * (`cicustom`). The host keys are pinned: a node whose key is not listed is never talked to (no
+ * trust on first use).
+ */
+export const SshConfig = Type.Object(
+  {
+    user: Type.Optional(
+      Type.String({
+        minLength: 1,
+        pattern: '^[a-z_][a-z0-9_.-]*$',
+        description:
+          'The login user on the nodes. It must be able to write to the snippets directory of the storage (root can; another user needs write access to <storage path>/snippets). Default: root.',
+      }),
+    ),
+    /** A Secret with the key privateKey (OpenSSH or PEM; ed25519, ecdsa or rsa), optional passphrase. */
+    secretRef: Type.Object(SecretReference.properties, {
+      additionalProperties: false,
+      description:
+        "A Secret with the key privateKey: an OpenSSH or PEM private key (ed25519, ecdsa or rsa) whose public key is in the user's authorized_keys on every node; optional key passphrase.",
+    }),
+    hostKeys: Type.Array(Type.String({ minLength: 1 }), {
+      minItems: 1,
+      description:
+        "The nodes' SSH host keys, pinned: fingerprints (SHA256:...) or known_hosts lines. A node must present one of them; on a node of a cluster, `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` prints its fingerprint.",
+    }),
+    port: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 65535, description: 'The SSH port of the nodes. Default: 22.' }),
+    ),
+    nodes: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            name: Type.String({
+              pattern: NODE_RE,
+              errorMessage: 'must be a Proxmox VE node name',
+              description: 'The Proxmox VE node name.',
+            }),
+            host: Type.String({ minLength: 1, description: 'Address or DNS name of the node for SSH.' }),
+            port: Type.Optional(
+              Type.Integer({ minimum: 1, maximum: 65535, description: 'Its SSH port. Default: ssh.port.' }),
+            ),
+          },
+          { additionalProperties: false, description: 'Where one node is reached over SSH.' },
+        ),
+        {
+          description: "Where each node is reached over SSH. Default: the node's address in /cluster/status, at port.",
+        },
+      ),
+    ),
+    snippetsStorage: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description:
+          "The storage (with the `snippets` content type and a directory: dir, nfs, cifs, cephfs, glusterfs) the snippets go to. Default: on the VM's node, the first shared storage with snippets content, else the first local one.",
+      }),
+    ),
+  },
+  {
+    additionalProperties: false,
+    description:
+      "SSH access to the site's nodes, used to upload cloud-init snippets (the Proxmox VE API cannot): needed for a userData with more than users and SSH keys. Host keys are pinned.",
+  },
+);
+
 export const SiteConfig = Type.Object(
   {
     name: Type.String({
@@ -172,6 +237,7 @@ export const SiteConfig = Type.Object(
     ),
     tls: Type.Optional(TlsConfig),
     credentialsSecretRef: Type.Optional(SecretReference),
+    ssh: Type.Optional(SshConfig),
     concurrency: Type.Optional(ConcurrencyConfig),
     vmidRange: Type.Optional(VmidRange),
   },
@@ -235,6 +301,7 @@ export const ProviderConfigSchema = Type.Object({
 });
 
 export type SecretRef = Static<typeof SecretReference>;
+export type Ssh = Static<typeof SshConfig>;
 export type Tls = Static<typeof TlsConfig>;
 export type Concurrency = Static<typeof ConcurrencyConfig>;
 export type VmidRangeT = Static<typeof VmidRange>;
@@ -489,6 +556,15 @@ function semanticProblems(cfg: ProviderConfig, at: (segs: Array<string | number>
         message: `min (${r.min}) is greater than max (${r.max})`,
       });
     }
+    (s.ssh?.hostKeys ?? []).forEach((k, j) => {
+      if (!parseHostKey(k))
+        out.push({
+          line: at([...base, 'ssh', 'hostKeys', j]),
+          field: fieldPath([...base, 'ssh', 'hostKeys', j]),
+          message:
+            'must be an OpenSSH SHA256 fingerprint (SHA256:<43 base64 characters>, as `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` prints on the node) or a known_hosts line (HOST ssh-ed25519 AAAA...)',
+        });
+    });
     if (new Set(s.nodes ?? []).size !== (s.nodes ?? []).length) {
       out.push({ line: at([...base, 'nodes']), field: fieldPath([...base, 'nodes']), message: 'lists a node twice' });
     }
@@ -514,6 +590,10 @@ function semanticProblems(cfg: ProviderConfig, at: (segs: Array<string | number>
       ...cfg.spec.sites.map((s, i): [Array<string | number>, SecretRef | undefined] => [
         ['spec', 'sites', i, 'credentialsSecretRef'],
         s.credentialsSecretRef,
+      ]),
+      ...cfg.spec.sites.map((s, i): [Array<string | number>, SecretRef | undefined] => [
+        ['spec', 'sites', i, 'ssh', 'secretRef'],
+        s.ssh?.secretRef,
       ]),
     ];
     for (const [segs, ref] of refs) {
@@ -702,6 +782,62 @@ export function siteSecret(loaded: LoadedProviderConfig, siteName: string): Secr
     ]);
   }
   return s;
+}
+
+/**
+ * A pinned host key: an OpenSSH SHA256 fingerprint, or the key blob of a known_hosts line (whose
+ * fingerprint is computed when it is compared). Undefined when it is neither.
+ */
+export function parseHostKey(text: string): { fingerprint: string } | { keyBlob: string } | undefined {
+  const t = text.trim();
+  const fp = /^SHA256:([A-Za-z0-9+/]{43})=?$/.exec(t);
+  if (fp) return { fingerprint: `SHA256:${fp[1]}` };
+  const line = /^(?:\S+\s+)?(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521))\s+([A-Za-z0-9+/]+=*)(?:\s.*)?$/.exec(
+    t,
+  );
+  if (line) return { keyBlob: line[2]! };
+  return undefined;
+}
+
+/** The SSH settings of a site with its private key from the loaded Secrets; undefined without ssh. */
+export interface SiteSsh {
+  user: string;
+  port: number;
+  privateKey: string;
+  passphrase?: string;
+  hostKeys: string[];
+  nodes: Map<string, { host: string; port?: number }>;
+  snippetsStorage?: string;
+}
+
+export function siteSsh(loaded: LoadedProviderConfig, siteName: string): SiteSsh | undefined {
+  const site = findSite(loaded.config, siteName);
+  const ssh = site.ssh;
+  if (!ssh) return undefined;
+  const i = loaded.config.spec.sites.indexOf(site);
+  const field = `spec.sites[${i}].ssh.secretRef`;
+  const ns = ssh.secretRef.namespace ?? loaded.config.metadata.namespace ?? 'default';
+  const secret = loaded.secrets.get(`${ns}/${ssh.secretRef.name}`);
+  const privateKey = secret?.data.privateKey;
+  if (!privateKey)
+    throw new ConfigError(loaded.file, [
+      {
+        line: loaded.lineOf(field),
+        field,
+        message: secret
+          ? `Secret ${ns}/${ssh.secretRef.name} has no key privateKey; add the OpenSSH private key under stringData.privateKey`
+          : `Secret ${ns}/${ssh.secretRef.name} is not in this file; add it (kind: Secret with stringData.privateKey: the OpenSSH private key) or pass its file`,
+      },
+    ]);
+  return {
+    user: ssh.user ?? 'root',
+    port: ssh.port ?? 22,
+    privateKey,
+    ...(secret.data.passphrase ? { passphrase: secret.data.passphrase } : {}),
+    hostKeys: ssh.hostKeys,
+    nodes: new Map((ssh.nodes ?? []).map((n) => [n.name, { host: n.host, ...(n.port ? { port: n.port } : {}) }])),
+    ...(ssh.snippetsStorage ? { snippetsStorage: ssh.snippetsStorage } : {}),
+  };
 }
 
 export function findSite(cfg: ProviderConfig, name: string): Site {

@@ -209,6 +209,12 @@ export const CloudInitSchema = Type.Object(
         description: 'Storage of the cloud-init drive (`ide2`). Default: spec.forProvider.storage.',
       }),
     ),
+    userDataMode: Type.Optional(
+      Type.Union([Type.Literal('Auto'), Type.Literal('NativeOnly')], {
+        description:
+          "How userData reaches the guest. Auto: what the Proxmox VE API can set (users, SSH keys) is set natively when that is all there is; anything more (packages, runcmd, write_files...) makes the complete userData a snippet, uploaded over SSH (the site's ssh in the ProviderConfig) and referenced with `cicustom user=`; without ssh such a VM is refused before anything is created. NativeOnly: only the users and SSH keys are applied, and the CloudInit condition names the keys that were not (reason UserDataPartiallyApplied). Default: Auto.",
+      }),
+    ),
   },
   {
     additionalProperties: false,
@@ -238,7 +244,7 @@ export const ForProviderSchema = Type.Object(
       Type.String({
         minLength: 1,
         description:
-          'The Proxmox VE node to create the VM on; it must be online. Cannot change while the VM exists; the VM is found by its VMID on whatever node it is later. Default: the online node of the site with the most free memory, chosen at create.',
+          "The Proxmox VE node of the VM; it must be online. Changed while the VM exists, the VM is migrated there (`POST .../migrate`: online when it runs, local disks copied with with-local-disks to spec.forProvider.storage), after the target's checks (online, room, bridge, PVE's migrate precondition). A VM moved by someone else (HA, a person) is followed and found by VMID and marker on its new node; see placementPolicy. Default: the online node of the site with the most free memory, chosen at create.",
       }),
     ),
     cpu: Type.Optional(
@@ -284,7 +290,15 @@ export const ForProviderSchema = Type.Object(
     userData: Type.Optional(
       Type.String({
         description:
-          'A #cloud-config document. The Proxmox VE API can set only some of it: the first users[].name (as the default user, unless cloudInit.user is set) and the keys of ssh_authorized_keys and users[].ssh_authorized_keys. Other keys are not applied; except hostname, fqdn, manage_etc_hosts and preserve_hostname, they are named in the CloudInit condition (reason UserDataPartiallyApplied). For complete user-data use cloudInit.userDataSnippet.',
+          "A #cloud-config document, applied completely: when it holds more than users and SSH keys (which the Proxmox VE API sets natively), the provider renders it (with cloudInit.user, sshKeys and the VM's hostname added where it lacks them) into a content-addressed snippet, uploads it over SSH (the site's ssh in the ProviderConfig) and sets `cicustom user=`. A change uploads a new snippet; Proxmox VE applies it at the next boot (PendingReboot). See cloudInit.userDataMode for sites without SSH.",
+      }),
+    ),
+    agentTimeout: Type.Optional(
+      Type.String({
+        pattern: '^[0-9]+(s|m|h)$',
+        errorMessage: 'must be a duration such as 90s, 10m or 1h',
+        description:
+          "How long a running VM's guest agent may stay silent after the VM started before the step becomes AgentNotResponding (the Ready condition False, with what to check) and the agent is asked only once per poll interval. A VM with a static address in cloudInit.ipConfig does not wait for the agent. Default: 10m.",
       }),
     ),
     template: Type.Optional(
@@ -367,10 +381,16 @@ export const ForProviderSchema = Type.Object(
           'What to do when Proxmox VE holds changes of a running VM until its next boot (cores, memory, a NIC model...: status.atProvider.pendingChanges): Never leaves the VM running and sets the PendingReboot condition to True; IfNeeded reboots the VM, which applies them. Default: Never.',
       }),
     ),
+    placementPolicy: Type.Optional(
+      Type.Union([Type.Literal('Follow'), Type.Literal('Enforce')], {
+        description:
+          'What to do when the VM was moved off spec.forProvider.node by someone else (HA, a person): Follow keeps it where it is and reports it (the NodeDrift condition True); Enforce migrates it back. A change of spec.forProvider.node is always carried out. Default: Follow.',
+      }),
+    ),
     agent: Type.Optional(
       Type.Boolean({
         description:
-          "Enable the QEMU guest agent (`agent`). With it, a running VM's addresses are read from the agent into status.atProvider.ipAddresses; until it reports one the step is WaitingForAgent (the Ready condition is already True; apply waits for the address). Set false for a guest without the agent. Default: true.",
+          "Enable the QEMU guest agent (`agent`). With it, a running VM's addresses are read from the agent into status.atProvider.ipAddresses, and cloud-init's result into the CloudInit condition; until the agent answers the step is WaitingForAgent (the Ready condition is already True; apply waits), for at most agentTimeout. Without it (false), the addresses come from the static cloudInit.ipConfig, and a running VM is Ready without one. The guest must run qemu-guest-agent: the stock Ubuntu cloud image does not have it (add `packages: [qemu-guest-agent]` to userData). Default: true.",
       }),
     ),
     vmid: Type.Optional(
@@ -417,6 +437,28 @@ export interface AtProvider {
    * marker edited away.
    */
   smbiosUuid?: string;
+  /**
+   * The node the provider last put the VM on (its create, or a migration it made): a VM found
+   * elsewhere with the spec unchanged was moved by someone else (placementPolicy).
+   */
+  placedNode?: string;
+  /** Where ipAddresses came from: the guest agent, or the static cloudInit.ipConfig. */
+  ipSource?: 'agent' | 'ipConfig';
+  /** The snippet volume of the rendered userData (`cicustom user=`), when one is used. */
+  userDataSnippet?: string;
+  /** cloud-init's result in the guest, read through the guest agent. */
+  cloudInit?: CloudInitResult;
+}
+
+export interface CloudInitResult {
+  /** `cloud-init status`: running, done, error, disabled, not-run, degraded done. */
+  status: string;
+  /** The failing modules' messages (`errors` of `cloud-init status --format json`). */
+  errors?: string[];
+  /** The user-data the result is for (the snippet volume, or `native`). */
+  for: string;
+  /** When the guest's boot was that this result is of (RFC 3339, from the VM's uptime). */
+  bootedAt: string;
 }
 
 export type ProxmoxVM = Managed<ForProvider, AtProvider>;

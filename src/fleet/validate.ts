@@ -9,7 +9,8 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError, type LoadedProviderConfig, parseProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { validateSpec } from '../vm/spec.ts';
+import { needsSnippet } from '../vm/snippets.ts';
+import { parseUserData, validateSpec } from '../vm/spec.ts';
 import {
   checkProxmoxVM,
   didYouMean,
@@ -158,6 +159,22 @@ export function validateManifests(paths: string[], opts: { config?: LoadedProvid
             true,
           );
         }
+        let snippet = false;
+        try {
+          snippet = needsSnippet(vm);
+        } catch {
+          // userData of the wrong type: the schema check reported it
+        }
+        if (site && snippet && !site.ssh)
+          push(
+            'spec.forProvider.userData',
+            `has keys the Proxmox VE API cannot set (${parseUserData(vm.spec.forProvider.userData).unsupported.join(', ')}): they go into a cloud-init snippet uploaded over SSH, and site ${site.name} of ${cfgName} has no ssh. Fix: add spec.sites[].ssh to the ProviderConfig (docs/cloud-init.md), or set spec.forProvider.cloudInit.userDataMode: NativeOnly to apply only users and SSH keys`,
+          );
+        if (snippet && vm.spec.forProvider.cloudInit?.passwordSecretRef)
+          push(
+            'spec.forProvider.cloudInit.passwordSecretRef',
+            'cannot be used with a userData that needs a snippet: Proxmox VE ignores cipassword once `cicustom user=` is set. Put a hashed password into userData (users[].hashed_passwd, from `mkpasswd -m sha-512`), or remove passwordSecretRef',
+          );
       }
     }
     const annotations = (vm.metadata as { annotations?: Record<string, unknown> } | undefined)?.annotations;

@@ -78,9 +78,11 @@ export class KubeConfigSource implements ProviderConfigSource {
         `${kind} ${key} is invalid: ${errors.map((e) => `${e.instancePath || '/'} ${e.message}`).join('; ')}`,
       );
     const secrets = new Map<string, SecretData>();
-    const refs = [config.spec.credentials?.secretRef, ...config.spec.sites.map((s) => s.credentialsSecretRef)].filter(
-      Boolean,
-    ) as Array<{ name: string; namespace?: string }>;
+    const refs = [
+      config.spec.credentials?.secretRef,
+      ...config.spec.sites.map((s) => s.credentialsSecretRef),
+      ...config.spec.sites.map((s) => s.ssh?.secretRef),
+    ].filter(Boolean) as Array<{ name: string; namespace?: string }>;
     for (const r of refs) {
       // A namespaced ProviderConfig reads Secrets of its own namespace only.
       if (kind === 'ProviderConfig' && r.namespace && r.namespace !== obj.metadata.namespace) {

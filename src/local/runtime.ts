@@ -12,6 +12,7 @@ import { externalName, FINALIZER, getCondition, keyOf } from '../engine/resource
 import type { EngineHooks } from '../engine/types.ts';
 import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
+import { GUEST_FAILURE_REASONS } from '../vm/guest.ts';
 import { planResources, type ResourcePlan } from '../vm/plan.ts';
 import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../workspace/phases.ts';
 import { FileStore, MemoryStore } from './store.ts';
@@ -157,7 +158,10 @@ export function settled(r: ProxmoxVM): boolean {
 
 export function failedPermanently(r: ProxmoxVM): boolean {
   const s = getCondition(r, 'Synced');
-  return s?.status === 'False' && STOP_REASONS.has(s.reason);
+  if (s?.status === 'False' && STOP_REASONS.has(s.reason)) return true;
+  // The VM is there but its guest is not coming up (no agent within agentTimeout, cloud-init failed).
+  const ready = getCondition(r, 'Ready');
+  return ready?.status === 'False' && GUEST_FAILURE_REASONS.has(ready.reason);
 }
 
 export class LocalRuntime {
@@ -294,6 +298,9 @@ export class LocalRuntime {
     // a backoff base later); the others at the first.
     const confirmations = PERMANENT_REASONS.has(getCondition(o, 'Synced')?.reason ?? '') ? 2 : 1;
     if (failedPermanently(o) && (this.failures.get(key) ?? 0) >= confirmations) return 'failed';
+    // A guest that did not come up (observed so by this runtime): no wait in this run fixes it.
+    const ready = getCondition(o, 'Ready');
+    if (ready?.status === 'False' && GUEST_FAILURE_REASONS.has(ready.reason)) return 'failed';
     return 'progressing';
   }
 

@@ -36,9 +36,12 @@ import { scrub } from './secret.ts';
 import { type TlsSettings, tlsMode } from './tls.ts';
 import { type HttpMethod, type RawResponse, Transport } from './transport.ts';
 import type {
+  AgentExecStatus,
   AgentInterface,
+  CloudInitPendingEntry,
   ClusterResource,
   ClusterResourceType,
+  MigratePrecondition,
   NetworkInterface,
   NodeListEntry,
   NodeStatus,
@@ -46,6 +49,7 @@ import type {
   Permissions,
   PoolInfo,
   PoolListEntry,
+  StorageConfig,
   StorageEntry,
   StorageStatus,
   StorageVolume,
@@ -248,7 +252,7 @@ export class PveClient {
   ): Promise<T> {
     const ctx: ErrorContext = { site: this.site, method: r.method, path: r.path };
     const path = R.buildPath(r.path, r.pathParams);
-    const wire = R.wireParams(r.params);
+    const wire = R.wireParams(r.params, r.repeated);
     const inQuery = r.method === 'GET' || r.method === 'DELETE';
     const encoded = wire.length ? new URLSearchParams(wire).toString() : '';
     const authenticated = o.authenticated !== false;
@@ -527,6 +531,24 @@ export class PveClient {
     return this.call(R.nodeStorages(node, opts));
   }
 
+  storageConfig(storage: string): Promise<StorageConfig> {
+    return this.call(R.storageConfig(storage));
+  }
+
+  cloudInitPending(node: string, vmid: number): Promise<CloudInitPendingEntry[]> {
+    return this.call(R.cloudInitPending(node, vmid));
+  }
+
+  /** Start a program in the guest; its PID for agentExecStatus. */
+  async agentExec(node: string, vmid: number, command: string[]): Promise<{ pid: number }> {
+    const caps = await this.capabilities();
+    return this.call(R.agentExec(node, vmid, command, caps.version.major >= 8));
+  }
+
+  agentExecStatus(node: string, vmid: number, pid: number): Promise<AgentExecStatus> {
+    return this.call(R.agentExecStatus(node, vmid, pid));
+  }
+
   storageStatus(node: string, storage: string): Promise<StorageStatus> {
     return this.call(R.storageStatus(node, storage));
   }
@@ -591,6 +613,18 @@ export class PveClient {
     const r = R.resizeDisk(node, vmid, disk, size, opts);
     if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
     return this.call(r);
+  }
+
+  migratePrecondition(node: string, vmid: number, target?: string): Promise<MigratePrecondition> {
+    return this.call(R.migratePrecondition(node, vmid, target));
+  }
+
+  migrateVm(node: string, vmid: number, opts: Parameters<typeof R.migrateVm>[2]): Promise<R.Upid> {
+    return this.call(R.migrateVm(node, vmid, opts));
+  }
+
+  moveDisk(node: string, vmid: number, opts: Parameters<typeof R.moveDisk>[2]): Promise<R.Upid> {
+    return this.call(R.moveDisk(node, vmid, opts));
   }
 
   vmStatus(node: string, vmid: number): Promise<VmStatus> {

@@ -8,9 +8,12 @@
  */
 import type { HttpMethod } from './transport.ts';
 import type {
+  AgentExecStatus,
   AgentInterface,
+  CloudInitPendingEntry,
   ClusterResource,
   ClusterResourceType,
+  MigratePrecondition,
   NetworkInterface,
   NodeListEntry,
   NodeStatus,
@@ -18,6 +21,7 @@ import type {
   Permissions,
   PoolInfo,
   PoolListEntry,
+  StorageConfig,
   StorageEntry,
   StorageStatus,
   StorageVolume,
@@ -46,6 +50,8 @@ export interface PveRequest<T> {
   readonly sensitive?: readonly string[];
   /** Turns `data` of the answer into T. */
   readonly decode: (data: unknown) => T;
+  /** Array parameters sent as one pair per element (schema type `array`), not comma-joined. */
+  readonly repeated?: readonly string[];
 }
 
 /** A UPID (a worker task was started). */
@@ -61,7 +67,7 @@ function req<T>(
   path: string,
   pathParams: Record<string, string | number>,
   params: Record<string, ParamValue> = {},
-  extra: { decode?: (d: unknown) => T; sensitive?: string[]; idempotent?: boolean } = {},
+  extra: { decode?: (d: unknown) => T; sensitive?: string[]; idempotent?: boolean; repeated?: string[] } = {},
 ): PveRequest<T> {
   const clean: Record<string, ParamValue> = {};
   for (const [k, v] of Object.entries(params)) if (v !== undefined) clean[k] = v;
@@ -72,6 +78,7 @@ function req<T>(
     params: clean,
     idempotent: extra.idempotent ?? method === 'GET',
     ...(extra.sensitive ? { sensitive: extra.sensitive } : {}),
+    ...(extra.repeated ? { repeated: extra.repeated } : {}),
     decode: extra.decode ?? asIs,
   };
 }
@@ -108,10 +115,19 @@ export function decodeConfig(d: unknown): VmConfig {
  * The wire form of parameters: booleans as 0/1, lists comma-joined, `sshkeys` percent-encoded
  * (PVE's `urlencoded` format: `%20` for a space, never `+`; form encoding then encodes it again).
  */
-export function wireParams(params: Readonly<Record<string, ParamValue>>): Array<[string, string]> {
+export function wireParams(
+  params: Readonly<Record<string, ParamValue>>,
+  repeated: readonly string[] = [],
+): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   for (const [k, v] of Object.entries(params)) {
     if (v === undefined) continue;
+    // A parameter of schema type `array` (PVE 8's agent exec `command`): one pair per element,
+    // which PVE's HTTP server collects into the list.
+    if (Array.isArray(v) && repeated.includes(k)) {
+      for (const x of v) out.push([k, String(x)]);
+      continue;
+    }
     let s: string;
     if (typeof v === 'boolean') s = v ? '1' : '0';
     else if (Array.isArray(v)) s = v.join(',');
@@ -220,6 +236,34 @@ export function nodeStorages(
     { content: opts.content, enabled: opts.enabled, storage: opts.storage },
     { decode: list<StorageEntry> },
   );
+}
+
+/** The cluster-wide config of a storage (`path`, `content`, `shared`...); needs Datastore.Allocate. */
+export function storageConfig(storage: string): PveRequest<StorageConfig> {
+  return req('GET', '/storage/{storage}', { storage });
+}
+
+/** Cloud-init values changed since the drive was generated (PVE >= 7.2: `pending` set). */
+export function cloudInitPending(node: string, vmid: number): PveRequest<CloudInitPendingEntry[]> {
+  return req('GET', '/nodes/{node}/qemu/{vmid}/cloudinit', { node, vmid }, {}, { decode: list<CloudInitPendingEntry> });
+}
+
+/**
+ * Run a program in the guest (qemu-guest-agent `guest-exec`). PVE < 8 takes `command` as one
+ * string split on whitespace; 8+ as an array (the schemas in pve-api/): `array` chooses.
+ */
+export function agentExec(node: string, vmid: number, command: string[], array: boolean): PveRequest<{ pid: number }> {
+  return req(
+    'POST',
+    '/nodes/{node}/qemu/{vmid}/agent/exec',
+    { node, vmid },
+    { command: array ? command : command.join(' ') },
+    array ? { repeated: ['command'] } : {},
+  );
+}
+
+export function agentExecStatus(node: string, vmid: number, pid: number): PveRequest<AgentExecStatus> {
+  return req('GET', '/nodes/{node}/qemu/{vmid}/agent/exec-status', { node, vmid }, { pid });
 }
 
 export function storageStatus(node: string, storage: string): PveRequest<StorageStatus> {
@@ -374,6 +418,46 @@ export function vmPending(node: string, vmid: number): PveRequest<PendingEntry[]
  * `PUT .../resize`: `size` is absolute (`32G`) or relative (`+8G`). PVE >= 8.0 answers a `resize`
  * UPID, older versions null (and fail synchronously).
  */
+/** `GET .../migrate?target=`: what stands in the way of a migration (qemu-server migrate_vm_precondition). */
+export function migratePrecondition(node: string, vmid: number, target?: string): PveRequest<MigratePrecondition> {
+  return req('GET', '/nodes/{node}/qemu/{vmid}/migrate', { node, vmid }, { target });
+}
+
+/** `POST .../migrate`: a `qmigrate` task that moves the VM (and, with-local-disks, its local disks). */
+export function migrateVm(
+  node: string,
+  vmid: number,
+  opts: { target: string; online?: boolean; withLocalDisks?: boolean; targetStorage?: string },
+): PveRequest<Upid> {
+  return req(
+    'POST',
+    '/nodes/{node}/qemu/{vmid}/migrate',
+    { node, vmid },
+    {
+      target: opts.target,
+      online: opts.online ? true : undefined,
+      'with-local-disks': opts.withLocalDisks ? true : undefined,
+      targetstorage: opts.targetStorage,
+    },
+    { decode: upid },
+  );
+}
+
+/** `POST .../move_disk`: a task copying one disk to another storage (`delete`: the source goes after). */
+export function moveDisk(
+  node: string,
+  vmid: number,
+  opts: { disk: string; storage: string; delete?: boolean; digest?: string },
+): PveRequest<Upid> {
+  return req(
+    'POST',
+    '/nodes/{node}/qemu/{vmid}/move_disk',
+    { node, vmid },
+    { disk: opts.disk, storage: opts.storage, delete: opts.delete ? true : undefined, digest: opts.digest },
+    { decode: upid },
+  );
+}
+
 export function resizeDisk(
   node: string,
   vmid: number,

@@ -63,6 +63,42 @@ export interface StorageStatus {
   avail?: number;
 }
 
+/** `GET /storage/{storage}`: the storage's config (only what the provider reads). */
+export interface StorageConfig {
+  storage: string;
+  type: string;
+  path?: string;
+  content?: string;
+  shared?: number;
+}
+
+/** An entry of `GET /nodes/{node}/qemu/{vmid}/cloudinit`: `pending` is set for a value not yet on the drive. */
+export interface CloudInitPendingEntry {
+  key: string;
+  value?: string;
+  pending?: string;
+  delete?: number;
+}
+
+/** `GET /nodes/{node}/qemu/{vmid}/migrate` (fields differ per release; only these are read). */
+export interface MigratePrecondition {
+  running?: number | boolean;
+  allowed_nodes?: string[];
+  not_allowed_nodes?: Record<string, { unavailable_storages?: string[]; 'unavailable-resources'?: string[] }>;
+  local_disks?: Array<{ volid: string; size?: number; drivename?: string; is_unused?: number }>;
+  local_resources?: string[];
+}
+
+/** `GET .../agent/exec-status`. */
+export interface AgentExecStatus {
+  exited: boolean | number;
+  exitcode?: number;
+  signal?: number;
+  'out-data'?: string;
+  'err-data'?: string;
+  'out-truncated'?: boolean | number;
+}
+
 /** An entry of `GET /nodes/{node}/storage`: a storage's status plus its id. */
 export interface StorageEntry extends StorageStatus {
   storage: string;

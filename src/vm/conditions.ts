@@ -37,6 +37,11 @@ export const PERMANENT_REASONS: ReadonlySet<string> = new Set([
   'TLSVerificationFailed',
   'PlacementChangeRefused',
   'CreateInterrupted',
+  'SnippetsUnavailable',
+  'SnippetStorageNotFound',
+  'PasswordInSnippetRefused',
+  'SshHostKeyMismatch',
+  'SshAuthenticationFailed',
 ]);
 
 export function reason(r: string, msg: string, retryable = false): ReasonedError {

@@ -9,7 +9,9 @@ import {
   installationOf,
   type LoadedProviderConfig,
   type ProviderConfig,
+  type SiteSsh,
   siteConcurrency,
+  siteSsh,
   siteVmidRange,
 } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
@@ -90,6 +92,13 @@ export class VmConnector implements Connector<ProxmoxVM> {
       } catch (e) {
         throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
       }
+      let ssh: SiteSsh | undefined;
+      try {
+        ssh = siteSsh(config, siteName);
+      } catch (e) {
+        await client.close().catch(() => {});
+        throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
+      }
       if (site) {
         await site.ctx.client.close().catch(() => {});
         for (const sites of this.seenAt.values()) sites.delete(site.ctx);
@@ -102,6 +111,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
           limiter: new SlotLimiter({ perNode: conc.perNode, perStorage: conc.perStorage }),
           vmidRange: siteVmidRange(config.config, s),
           installation: installationOf(config.config, this.opts.installation ?? cliInstallation),
+          ssh,
           ...(this.opts.siteTtlMs !== undefined ? { ttlMs: this.opts.siteTtlMs } : {}),
         }),
       };

@@ -42,6 +42,8 @@ export interface StepContext {
   readonly signal: AbortSignal | undefined;
   /** How soon to look at in-flight work again. */
   readonly taskPollMs: number;
+  /** A plan: observe reads only (no program is run in the guest either). */
+  readonly readOnly?: boolean;
 }
 
 export function stepContext(

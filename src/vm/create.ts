@@ -16,6 +16,7 @@ import { locate } from './lookup.ts';
 import { ownershipOf } from './ownership.ts';
 import type { CreatePlan } from './preflight.ts';
 import { sshKeys } from './secrets.ts';
+import { needsSnippet } from './snippets.ts';
 import {
   desiredDescription,
   desiredIpConfigs,
@@ -56,6 +57,7 @@ export async function issueCreate(
       setStep(r, source.kind === 'import' ? 'Importing' : 'Creating');
       const config = createConfig(ctx, r, vmid, storage, ciStorage, source);
       upid = await ctx.client.createVm(node, vmid, config, { ...(fp.pool ? { pool: fp.pool } : {}) });
+      if (typeof config.cicustom === 'string' && ctx.memory.snippet) a.userDataSnippet = ctx.memory.snippet.volid;
     }
     a.task = upid;
     delete a.createOutcome;
@@ -150,20 +152,28 @@ export function createConfig(
   if (ci?.dns?.servers?.length) cfg.nameserver = ci.dns.servers.join(' ');
   if (ci?.dns?.searchDomain) cfg.searchdomain = ci.dns.searchDomain;
   if (ci?.userDataSnippet) cfg.cicustom = `user=${ci.userDataSnippet}`;
+  else if (ctx.memory.snippet && needsSnippet(r)) cfg.cicustom = `user=${ctx.memory.snippet.volid}`;
   if (fp.onBoot !== undefined) cfg.onboot = fp.onBoot ? 1 : 0;
   if (fp.startup) cfg.startup = fp.startup;
-  if (ud.unsupported.length) {
-    setCondition(
-      r,
-      {
-        type: 'CloudInit',
-        status: 'False',
-        reason: 'UserDataPartiallyApplied',
-        message: `userData keys ${ud.unsupported.join(', ')} cannot be set through the Proxmox API (it cannot upload snippets); users and SSH keys were applied. Fix: upload the user-data as a snippet and set spec.forProvider.cloudInit.userDataSnippet`,
-        observedGeneration: r.metadata.generation,
-      },
-      Date.now(),
-    );
-  }
+  partialUserData(r, ud.unsupported);
   return cfg;
+}
+
+/**
+ * userDataMode NativeOnly, with keys the API cannot set: say which were not applied (the user
+ * chose this; it is never the silent default).
+ */
+export function partialUserData(r: ProxmoxVM, unsupported: string[]): void {
+  if (r.spec.forProvider.cloudInit?.userDataMode !== 'NativeOnly' || !unsupported.length) return;
+  setCondition(
+    r,
+    {
+      type: 'CloudInit',
+      status: 'False',
+      reason: 'UserDataPartiallyApplied',
+      message: `userData keys ${unsupported.join(', ')} were not applied (cloudInit.userDataMode: NativeOnly); users and SSH keys were. Fix: give the site ssh access in the ProviderConfig and remove userDataMode, so that the complete userData goes into a snippet`,
+      observedGeneration: r.metadata.generation,
+    },
+    Date.now(),
+  );
 }

@@ -8,7 +8,9 @@ import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
 import { setCondition } from '../engine/resource.ts';
 import type { StepContext } from './context.ts';
 import type { ObservedVm } from './lookup.ts';
+import { placementChanges } from './migrate.ts';
 import { sshKeys } from './secrets.ts';
+import { isOwnSnippetRef, needsSnippet, snippetOwner } from './snippets.ts';
 import {
   desiredDescription,
   desiredIpConfigs,
@@ -27,7 +29,17 @@ import {
 export interface Change {
   /** `retire-duplicate`: this VM duplicates the one kept (see lookup.ts duplicateKept): stop it, then destroy it. */
   /** `reboot`: pending changes are applied by a reboot (rebootPolicy: IfNeeded). */
-  kind: 'config' | 'resize' | 'start' | 'stop' | 'reboot' | 'destroy-placeholder' | 'retire-duplicate';
+  /** `migrate` (to `target`, see migrate.ts) and `move-disk` (`disk` to `storage`, from `from`). */
+  kind:
+    | 'config'
+    | 'resize'
+    | 'start'
+    | 'stop'
+    | 'reboot'
+    | 'destroy-placeholder'
+    | 'retire-duplicate'
+    | 'migrate'
+    | 'move-disk';
   why: string;
   set?: Record<string, string | number>;
   del?: string[];
@@ -37,8 +49,14 @@ export interface Change {
   node?: string;
   /** retire-duplicate: the duplicate's VMID (this resource's own, or a stray twin's). */
   vmid?: number;
-  /** retire-duplicate: whether the duplicate still runs (it is stopped first). */
+  /** retire-duplicate: whether the duplicate still runs (it is stopped first); migrate: online. */
   running?: boolean;
+  /** migrate: the target node. */
+  target?: string;
+  /** migrate: where local disks go; move-disk: the target storage. */
+  storage?: string;
+  /** move-disk: the storage the disk is on now. */
+  from?: string;
 }
 
 /** SSH keys as PVE returns them (percent-encoded). */
@@ -74,7 +92,8 @@ export function changes(
   cfg: Record<string, string>,
   state: string,
 ): Change[] {
-  const out: Change[] = [];
+  // The VM moves (with its data) before anything else about it changes.
+  const out: Change[] = [...placementChanges(r, found, cfg, state)];
   const fp = r.spec.forProvider;
   const set: Record<string, string | number> = {};
   const del: string[] = [];
@@ -124,6 +143,8 @@ export function changes(
   if (ci?.dns?.servers?.length) want('nameserver', ci.dns.servers.join(' '));
   if (ci?.dns?.searchDomain) want('searchdomain', ci.dns.searchDomain);
   if (ci?.userDataSnippet) want('cicustom', `user=${ci.userDataSnippet}`);
+  else if (ctx.memory.snippet && needsSnippet(r)) want('cicustom', `user=${ctx.memory.snippet.volid}`);
+  else if (isOwnSnippetRef(cfg.cicustom, snippetOwner(r, ctx.site.installation))) del.push('cicustom');
   if (Object.keys(set).length || del.length) {
     out.push({
       kind: 'config',

@@ -20,12 +20,23 @@ import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
+import { guestGate, observeGuest } from './guest.ts';
 import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import { cloneSource, manualCleanup, type Ownership, ownershipOf, placeholderFate } from './ownership.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
+import { desiredSnippet, removeSnippets } from './snippets.ts';
 import { validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
 import { confirmedAt, giveUpVmid, lateCreateMayStillApply, vmidChosenByUs } from './vmid.ts';
+
+/** The step a resource is at while the change drift found is being made. */
+const STEP_OF: Partial<Record<Change['kind'], string>> = {
+  start: 'Starting',
+  stop: 'Stopping',
+  resize: 'Resizing',
+  migrate: 'Migrating',
+  'move-disk': 'MovingDisk',
+};
 
 export interface Observed {
   obs: ExternalObservation;
@@ -189,7 +200,13 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
     if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) {
       delete a.vmId;
-      delete a.smbiosUuid;
+      // Deleting: the UUID of the VM it destroyed tells a newer VM of the same identity from it.
+      if (!r.metadata.deletionTimestamp) delete a.smbiosUuid;
+      // Its snippets are read by nothing now (best effort; their names carry this resource's uid).
+      if (r.metadata.deletionTimestamp && a.node && a.userDataSnippet) {
+        await removeSnippets(ctx, r, a.node);
+        delete a.userDataSnippet;
+      }
       // Our own VM is gone (an interrupted create's placeholder, a retired duplicate): unless the
       // spec pins the VMID, the next VM is made through the whole create protocol at a VMID chosen
       // then, so a stranger taking this one meanwhile is a VMID lost, not a VMIDConflict for good.
@@ -249,6 +266,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   }
   ctx.site.unreserve(r.metadata.uid, vmid);
   a.node = found.node;
+  // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
+  if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;
 
   const full = needsFullObserve(ctx, r, found);
   if (full) found.config = await ctx.client.vmConfig(found.node, vmid);
@@ -280,17 +299,18 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       at: ctx.site.now(),
       generation: r.metadata.generation,
       digest: found.config!.digest,
+      node: found.node,
       ...(found.entry.name !== undefined ? { name: found.entry.name } : {}),
       ...(found.entry.tags !== undefined ? { tags: found.entry.tags } : {}),
     };
   }
-  if (state === 'running' && cfg && /^(1|enabled=1)/.test(cfg.agent ?? '')) {
-    a.ipAddresses = await guestAddresses(ctx, found.node, vmid);
-  } else if (state !== 'running') delete a.ipAddresses;
+  await observeGuest(ctx, r, found, cfg, status, state);
   if (state === 'running' && full) {
     const pending = await ctx.client.vmPending(found.node, vmid).catch(() => []);
     const keys = pending.filter((p) => p.pending !== undefined || p.delete).map((p) => p.key);
-    if (keys.length) a.pendingChanges = keys;
+    // Cloud-init values (a new userData snippet...) reach the guest when the drive is rebuilt, at boot.
+    if (cfg && hasCloudInitDrive(cfg)) keys.push(...(await cloudInitPendingKeys(ctx, found.node, vmid)));
+    if (keys.length) a.pendingChanges = [...new Set(keys)];
     else delete a.pendingChanges;
   }
 
@@ -315,16 +335,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
 
   // Drift (only with a fresh config).
   if (cfg) {
+    await desiredSnippet(ctx, r, found.node);
     const change = diff(ctx, r, found, cfg, state);
     if (change) {
-      a.step =
-        change.kind === 'start'
-          ? 'Starting'
-          : change.kind === 'stop'
-            ? 'Stopping'
-            : change.kind === 'resize'
-              ? 'Resizing'
-              : 'Configuring';
+      a.step = STEP_OF[change.kind] ?? 'Configuring';
       ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', change.why);
       return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change };
     }
@@ -343,20 +357,16 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     pending,
     `Proxmox holds ${pending.join(', ')} of VM ${vmid} until it reboots. Fix: reboot it, or set spec.forProvider.rebootPolicy: IfNeeded (apply --reboot-policy IfNeeded) to let the provider reboot it`,
   );
-  const want = r.spec.forProvider.powerState ?? 'running';
-  const agentWanted = r.spec.forProvider.agent !== false;
-  if (want === 'running' && agentWanted && state === 'running' && !a.ipAddresses?.length) {
-    a.step = 'WaitingForAgent';
-    ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for the guest agent to report addresses`);
+  const gate = await guestGate(ctx, r, found, state);
+  if (gate)
     return {
       obs: {
         exists: true,
         upToDate: true,
-        requeueAfterMs: ctx.options.agentPollMs ?? 5000,
+        ...(gate.requeueAfterMs !== undefined ? { requeueAfterMs: gate.requeueAfterMs } : {}),
         ...connection(ctx, r, found),
       },
     };
-  }
   // Before a VM is first called Ready, once more with a fresh list and fresh markers: of two
   // runtimes racing, the one that gets here later sees the other's VM complete (see duplicatesOf).
   if (!wasReady) {
@@ -447,30 +457,23 @@ function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): bo
   if (r.status?.atProvider?.step !== 'Ready') return true;
   if (found.entry.lock) return true;
   if ((found.entry.status ?? '') !== (r.status?.atProvider?.state ?? '')) return true;
+  // Migrated by someone else (HA, a person): followed, and compared with the spec's node.
+  if (found.node !== last.node) return true;
   // Renamed or re-tagged (by hand), or another VM at our VMID: the bulk list shows it at once.
   if ((found.entry.name ?? '') !== (last.name ?? found.entry.name ?? '')) return true;
   if ((found.entry.tags ?? '') !== (last.tags ?? found.entry.tags ?? '')) return true;
   return ctx.site.now() - last.at > (ctx.options.driftIntervalMs ?? 300_000);
 }
 
-async function guestAddresses(ctx: StepContext, node: string, vmid: number): Promise<string[]> {
-  try {
-    const ifaces = await ctx.client.agentNetworkInterfaces(node, vmid);
-    const out: string[] = [];
-    for (const i of ifaces) {
-      if (i.name === 'lo') continue;
-      for (const ip of i['ip-addresses'] ?? []) {
-        if (ip['ip-address-type'] === 'ipv4' && !ip['ip-address'].startsWith('127.')) out.push(ip['ip-address']);
-      }
-    }
-    for (const i of ifaces) {
-      if (i.name === 'lo') continue;
-      for (const ip of i['ip-addresses'] ?? [])
-        if (ip['ip-address-type'] === 'ipv6' && !ip['ip-address'].startsWith('fe80') && ip['ip-address'] !== '::1')
-          out.push(ip['ip-address']);
-    }
-    return out;
-  } catch {
-    return []; // agent not up yet: "QEMU guest agent is not running"
-  }
+/** Whether the VM has a cloud-init drive (`ide2: local-lvm:vm-100-cloudinit,media=cdrom`). */
+function hasCloudInitDrive(cfg: Record<string, string>): boolean {
+  return Object.entries(cfg).some(([k, v]) => /^(ide|scsi|sata)\d+$/.test(k) && /cloudinit/.test(v));
+}
+
+/** Cloud-init keys whose new value is not on the drive yet (PVE >= 7: GET .../cloudinit). */
+async function cloudInitPendingKeys(ctx: StepContext, node: string, vmid: number): Promise<string[]> {
+  const caps = await ctx.client.capabilities();
+  if (caps.version.major < 7) return [];
+  const entries = await ctx.client.cloudInitPending(node, vmid).catch(() => []);
+  return entries.filter((e) => e.pending !== undefined || e.delete).map((e) => e.key);
 }

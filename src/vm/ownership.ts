@@ -78,10 +78,24 @@ export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values'], at: MarkerPla
   const m = parseMarker(cfg.description);
   const lock = cfg.lock;
   const mine = m && (m.installation === undefined ? m.uid === r.metadata.uid : markerNames(m, r, at));
+  // A resource being deleted that had a VM of its own (it recorded its SMBIOS UUID) destroys only
+  // that VM: another one of the same identity was made by a newer resource of the same name
+  // (another state file's) after this one's was gone (found by the fault search: a delete in one
+  // state file and an apply in another took turns destroying and creating it). A resource that
+  // never saw its VM (a lost state file) still finds it by marker.
+  if (mine && r.metadata.deletionTimestamp && m.uid !== r.metadata.uid && anotherVm(r, cfg))
+    return { kind: 'other', uid: m.uid, why: 'made for a newer resource of the same name' };
   if (mine) return isPlaceholderLock(lock) ? { kind: 'ours', lock } : { kind: 'ours' };
   if (m) return { kind: 'other', uid: m.uid, why: whoseMarker(m, at) };
   if (isPlaceholderLock(lock) && mayHaveCreated(r)) return { kind: 'placeholder', lock };
   return lock ? { kind: 'foreign', lock } : { kind: 'foreign' };
+}
+
+/** The resource recorded the SMBIOS UUID of its VM, and this VM has another: it is another VM. */
+function anotherVm(r: ProxmoxVM, cfg: VmConfig['values']): boolean {
+  const known = r.status?.atProvider?.smbiosUuid;
+  const uuid = /(?:^|,)uuid=([^,]+)/.exec(cfg.smbios1 ?? '')?.[1];
+  return known !== undefined && uuid !== undefined && known !== uuid;
 }
 
 export type PlaceholderFate =

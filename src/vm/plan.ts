@@ -31,6 +31,8 @@ export interface FieldChange {
   to: string;
   /** Applied only when the VM next boots. */
   reboot: boolean;
+  /** How it is done, where that matters: a migration or disk move, online or not, the time it takes. */
+  detail?: string;
 }
 
 export interface ResourcePlan {
@@ -60,7 +62,7 @@ const SPEC_FIELD: Array<[RegExp, string]> = [
   [/^ipconfig\d+$/, 'cloudInit.ipConfig'],
   [/^(ciuser|sshkeys|cipassword)$/, 'cloudInit'],
   [/^(nameserver|searchdomain)$/, 'cloudInit.dns'],
-  [/^cicustom$/, 'cloudInit.userDataSnippet'],
+  [/^cicustom$/, 'userData'],
   [/^(scsi|virtio|sata|ide)\d+$/, 'disks'],
 ];
 
@@ -128,6 +130,28 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
         },
       ];
     }
+    case 'migrate':
+      return [
+        {
+          key: 'node',
+          field: 'node',
+          from: c.node ?? '',
+          to: c.target!,
+          reboot: false,
+          detail: `migrate${/\((.*)\)$/.exec(c.why)?.[1] ? `, ${/\((.*)\)$/.exec(c.why)![1]}` : ''}`,
+        },
+      ];
+    case 'move-disk':
+      return [
+        {
+          key: c.disk!,
+          field: 'storage',
+          from: c.from ?? '',
+          to: c.storage!,
+          reboot: false,
+          detail: `move disk${/\((.*)\)$/.exec(c.why)?.[1] ? `, ${/\((.*)\)$/.exec(c.why)![1]}` : ''}`,
+        },
+      ];
     case 'start':
       return [{ key: 'status', field: 'powerState', from: 'stopped', to: 'running', reboot: false }];
     case 'stop':
@@ -148,7 +172,7 @@ export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string):
   const lastFull = ctx.memory.lastFull;
   let observed: Awaited<ReturnType<typeof observe>>;
   try {
-    observed = await observe(ctx, copy);
+    observed = await observe({ ...ctx, readOnly: true }, copy);
   } catch (e) {
     if (!(e instanceof ReasonedError)) throw e;
     return { key, action: 'refused', changes: [], pending: [], reason: e.reason, message: e.message };
@@ -235,7 +259,7 @@ const MARK: Record<PlanAction, string> = {
 
 function describeChange(f: FieldChange): string {
   const what = f.field && f.field !== f.key ? `${f.key} (${f.field})` : f.key;
-  return `${what}: ${f.from ?? '(unset)'} -> ${f.to}${f.reboot ? ' (at the next boot)' : ''}`;
+  return `${what}: ${f.from ?? '(unset)'} -> ${f.to}${f.detail ? ` (${f.detail})` : ''}${f.reboot ? ' (at the next boot)' : ''}`;
 }
 
 /**

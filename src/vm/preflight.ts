@@ -9,8 +9,9 @@ import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
 import { PveError } from '../proxmox/index.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { atProvider, explain, reason, setStep } from './conditions.ts';
-import type { StepContext } from './context.ts';
+import { hook, type StepContext } from './context.ts';
 import { findTemplate } from './lookup.ts';
+import { checkSnippetPossible, desiredSnippet, uploadSnippet } from './snippets.ts';
 import { desiredNets, diskBytes, memoryBytes } from './spec.ts';
 
 export type CreateSource =
@@ -32,9 +33,12 @@ export async function preflight(
   r: ProxmoxVM,
 ): Promise<{ plan?: CreatePlan; waitMs?: number; message?: string }> {
   const fp = r.spec.forProvider;
+  // A userData that needs a snippet the site cannot take is refused before anything is chosen.
+  checkSnippetPossible(ctx, r);
   setStep(r, 'CheckingNode');
   const node = await resolveNode(ctx, r);
   atProvider(r).node = node;
+  await desiredSnippet(ctx, r, node);
   setStep(r, 'CheckingBridge');
   await checkBridges(ctx, r, node);
   setStep(r, 'CheckingStorage');
@@ -54,6 +58,14 @@ export async function preflight(
   setStep(r, 'ResolvingImage');
   const source = await resolveSource(ctx, r, node, storages);
   await checkCapacity(ctx, r, node);
+  if (ctx.memory.snippet && !ctx.memory.snippet.uploaded && source.kind !== 'template') {
+    // The snippet before the VM: a failed upload leaves no VM, at worst a file named for this
+    // resource; no config ever names a file that is not on the node. (A clone gets its snippet
+    // when drift sets cicustom.)
+    setStep(r, 'UploadingSnippet');
+    await uploadSnippet(ctx);
+    await hook(ctx, 'create-snippet-uploaded', r);
+  }
   if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [storage])) {
     setStep(r, 'WaitingForSlot');
     return {

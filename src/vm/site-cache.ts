@@ -6,6 +6,7 @@
  * Secret bookkeeping. `forget(uid)` releases all of it for a resource that left the engine, so a
  * deleted, orphaned or renamed resource never keeps a slot or a VMID.
  */
+import type { SiteSsh } from '../api/provider-config.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
 import { type MarkedVm, readMarkedVm } from './inventory.ts';
@@ -20,10 +21,34 @@ export interface ResourceMemory {
    * The last full observation (config read): when, for which generation, the config digest, and
    * the name and tags the bulk list showed (a change there means a changed or another VM).
    */
-  lastFull?: { at: number; generation: number; digest: string; name?: string; tags?: string };
+  lastFull?: { at: number; generation: number; digest: string; node: string; name?: string; tags?: string };
   /** Cloud-init values from Secret references, and when and for which references they were read. */
   secrets: { password?: string; sshKeys: string[] };
   secretsLoaded?: { at: number; refs: string };
+  /**
+   * The snippet this resource's userData renders to (see snippets.ts), computed by observe before
+   * drift compares `cicustom`, and uploaded before a config change or create refers to it.
+   */
+  snippet?: { volid: string; file: string; dir: string; node: string; content: string; uploaded?: boolean };
+  /**
+   * The running VM's uptime as last read (ms; PVE's, so in the cluster's own time), which the
+   * agent wait counts, and the boot it belongs to: a smaller uptime is a new boot.
+   */
+  uptimeMs?: number;
+  boot?: number;
+  /** The boot whose cloud-init result status.atProvider.cloudInit holds. */
+  cloudInitBoot?: number;
+  /** The guest agent answered during this boot. */
+  agentAnswered?: boolean;
+  /** A `cloud-init status` started in the guest whose result is still to be read. */
+  cloudInitExec?: { pid: number; json: boolean };
+}
+
+/** Where a node's snippets go: the storage, and its snippets directory on the node. */
+export interface SnippetStore {
+  storage: string;
+  dir: string;
+  shared: boolean;
 }
 
 /**
@@ -56,6 +81,10 @@ export class SiteContext {
   readonly vmidRange: { min: number; max: number };
   /** The installation this runtime's VMs on the site belong to (written into every marker). */
   readonly installation: string;
+  /** SSH to the nodes (cloud-init snippets), when the ProviderConfig gives it. */
+  readonly ssh: SiteSsh | undefined;
+  /** Per node: where snippets go (found once, see snippets.ts snippetStore). */
+  readonly snippetStores = new Map<string, Promise<SnippetStore>>();
   private resources: { at: number; data: Promise<ClusterResource[]> } | undefined;
   private active = new Map<string, { at: number; data: Promise<Set<string>> }>();
   /** Marked VMs by VMID (their config read), shared by adoption and duplicate checks; see markedVms. */
@@ -77,10 +106,12 @@ export class SiteContext {
     limiter: SlotLimiter;
     vmidRange: { min: number; max: number };
     installation: string;
+    ssh?: SiteSsh | undefined;
     ttlMs?: number;
     now?: () => number;
   }) {
     this.name = opts.name;
+    this.ssh = opts.ssh;
     this.installation = opts.installation;
     this.client = opts.client;
     this.limiter = opts.limiter;

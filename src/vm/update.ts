@@ -8,6 +8,8 @@ import { externalName } from '../engine/resource.ts';
 import { atProvider, setStep } from './conditions.ts';
 import { hook, type StepContext } from './context.ts';
 import type { Change } from './drift.ts';
+import { checkMigration } from './migrate.ts';
+import { removeSnippets, uploadSnippet } from './snippets.ts';
 
 export async function applyChange(
   ctx: StepContext,
@@ -23,11 +25,24 @@ export async function applyChange(
     case 'config': {
       const set = { ...change.set } as Record<string, string | number>;
       const digest = ctx.memory.lastFull?.digest;
+      const snippet = ctx.memory.snippet;
+      // The file first: the config never names a snippet that is not on the node.
+      const newSnippet = snippet && set.cicustom === `user=${snippet.volid}`;
+      if (newSnippet) {
+        setStep(r, 'UploadingSnippet');
+        await uploadSnippet(ctx);
+      }
       upid = await ctx.client.updateVmConfig(node, vmid, {
         set,
         ...(change.del ? { delete: change.del } : {}),
         ...(digest ? { digest } : {}),
       });
+      if (newSnippet || change.del?.includes('cicustom')) {
+        // The old files are read by nothing now (PVE reads a snippet only when it builds the drive).
+        await removeSnippets(ctx, r, node, newSnippet ? snippet.file : undefined);
+        if (newSnippet) a.userDataSnippet = snippet.volid;
+        else delete a.userDataSnippet;
+      }
       break;
     }
     case 'resize': {
@@ -77,6 +92,50 @@ export async function applyChange(
     case 'stop':
       upid = await ctx.client.shutdownVm(node, vmid, { timeout: 60, forceStop: true });
       break;
+    case 'migrate': {
+      // Nothing moves unless the target passes its checks; the slot is the target's.
+      setStep(r, 'CheckingNode');
+      const how = await checkMigration(ctx, r, node, vmid, change);
+      const storages = how.targetStorage ? [how.targetStorage] : [];
+      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, change.target!, storages)) {
+        a.step = 'WaitingForSlot';
+        return { requeueAfterMs: ctx.taskPollMs };
+      }
+      setStep(r, 'Migrating');
+      try {
+        upid = await ctx.client.migrateVm(node, vmid, {
+          target: change.target!,
+          ...(change.running ? { online: true } : {}),
+          ...(how.withLocalDisks ? { withLocalDisks: true } : {}),
+          ...(how.targetStorage ? { targetStorage: how.targetStorage } : {}),
+        });
+      } catch (e) {
+        ctx.site.limiter.release(r.metadata.uid);
+        throw e;
+      }
+      break;
+    }
+    case 'move-disk': {
+      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [change.storage!])) {
+        a.step = 'WaitingForSlot';
+        return { requeueAfterMs: ctx.taskPollMs };
+      }
+      setStep(r, 'MovingDisk');
+      const digest = ctx.memory.lastFull?.digest;
+      try {
+        // delete=1: PVE removes the source volume only after the copy completed.
+        upid = await ctx.client.moveDisk(node, vmid, {
+          disk: change.disk!,
+          storage: change.storage!,
+          delete: true,
+          ...(digest ? { digest } : {}),
+        });
+      } catch (e) {
+        ctx.site.limiter.release(r.metadata.uid);
+        throw e;
+      }
+      break;
+    }
     default:
       return {};
   }

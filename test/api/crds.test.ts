@@ -355,8 +355,9 @@ describe('CEL rules: the seed limits with the engine messages', () => {
     assert.equal(rules[0]!.rule, 'has(self.spec.forProvider.name) || size(self.metadata.name) <= 100');
   });
 
-  test('ProxmoxVM: site, node and vmid are immutable while the VM exists (root transition rules)', () => {
+  test('ProxmoxVM: site and vmid are immutable while the VM exists (root transition rules); node is not (a migration)', () => {
     const rules = rulesAt(rootSchema('ProxmoxVM')).slice(1);
+    assert.deepEqual([...PLACEMENT_FIELDS], ['site', 'vmid']);
     assert.deepEqual(
       rules.map((r) => [r.fieldPath, r.reason]),
       PLACEMENT_FIELDS.map((f) => [`.spec.forProvider.${f}`, 'FieldValueForbidden']),
@@ -364,7 +365,7 @@ describe('CEL rules: the seed limits with the engine messages', () => {
     for (const [i, f] of PLACEMENT_FIELDS.entries()) {
       const r = rules[i]!;
       assert.equal(r.message, PLACEMENT_MESSAGE);
-      assert.match(r.message, /moving a VM between nodes or sites is not supported yet; delete and recreate/);
+      assert.match(r.message, /to another site \(cluster\) or VMID is not supported yet; delete and recreate/);
       // Gated on the old object's vmId, comparing presence and value (unset -> set is a change).
       assert.ok(
         r.rule.startsWith(

@@ -407,7 +407,9 @@ spec:
   it('a config without its Secret: the credentials check says where to put it', async () => {
     await withSim('8.4', async (_s, config) => {
       const { readFile } = await import('node:fs/promises');
-      const text = (await readFile(config, 'utf8')).split('---\n')[1]!;
+      const text = (await readFile(config, 'utf8'))
+        .split('---\n')
+        .find((d) => d.includes('kind: ClusterProviderConfig'))!;
       const noSecret = await file('nosecret.yaml', text);
       const r = await doctor(['--config', noSecret, '--site', 'site-1', '-o', 'json']);
       assert.equal(r.code, 1);

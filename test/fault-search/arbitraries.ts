@@ -22,7 +22,7 @@ import {
   Restart,
   TwoWriters,
 } from './commands.ts';
-import { type Edit, NAMES, type World, YEAR_MS } from './world.ts';
+import { type Edit, NAMES, NODE, type World, YEAR_MS } from './world.ts';
 
 const name = fc.constantFrom(...NAMES);
 const edit: fc.Arbitrary<Edit> = fc.record(
@@ -41,6 +41,7 @@ export const STEPS = [
   'finalizer-added',
   'preflight-passed',
   'create-pending',
+  'create-snippet-uploaded',
   'create-failed',
   'create-issued',
   'create-succeeded',
@@ -142,6 +143,13 @@ const taskFail: fc.Arbitrary<DrawnFault> = fc
     };
   });
 
+/** The node's sshd refuses connections for a few commands: snippet uploads fail (ECONNREFUSED). */
+const sshDown: fc.Arbitrary<DrawnFault> = fc.integer({ min: 1, max: 3 }).map((lastsFor) => ({
+  label: `sshd on ${NODE} refuses connections for the next ${lastsFor} command(s)`,
+  spec: { kind: 'ssh-refused', node: NODE } as FaultSpec,
+  lastsFor,
+}));
+
 const taskStall: fc.Arbitrary<DrawnFault> = fc.constantFrom(...TASKS).map((type) => ({
   label: `task ${type} hangs until healed`,
   spec: { kind: 'task', type, action: 'stall' },
@@ -237,6 +245,7 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
     { weight: 2, arbitrary: latency },
     { weight: 3, arbitrary: taskFail },
     { weight: 2, arbitrary: taskStall },
+    { weight: 1, arbitrary: sshDown },
     ...extra.map((arbitrary) => ({ weight: 3, arbitrary })),
   );
 }

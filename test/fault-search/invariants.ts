@@ -72,6 +72,15 @@ export function checkAlways(w: World): void {
       violated('two VMs for one resource', `uid ${uid} is carried by ${vms.map(describeVm).join(' and ')}`);
     }
   }
+  // A config never names a snippet that is not there (it would not start: "can't find file").
+  for (const c of w.sim.clusters)
+    for (const vm of c.state.vms.values()) {
+      const volid = /(?:^|,)user=([^,]+)/.exec(vm.config.cicustom ?? '')?.[1];
+      if (!volid) continue;
+      const storage = c.state.nodes.get(vm.node)?.storages.get(volid.split(':')[0]!);
+      if (![...(storage?.volumes.values() ?? [])].some((v) => v.volid === volid))
+        violated('snippet missing', `${describeVm(vm)} names ${volid}, which is not on node ${vm.node}`);
+    }
   for (const f of w.foreignBaselines()) {
     const vm = w.site.state.vms.get(f.vmid);
     if (!vm) violated('foreign VM deleted', `VM ${f.vmid} of ${FOREIGN_USER} (or the template) is gone`);

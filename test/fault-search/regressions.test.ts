@@ -285,4 +285,52 @@ describe('fault-search regressions', () => {
       ],
     );
   });
+  it('F17: two state files manage the VM of a userData snippet -> they render the same file; no turns at cicustom', async () => {
+    await runSchedule(
+      'token',
+      [vmC, vmA],
+      [
+        new OtherState('vm-c'),
+        new Reconcile('vm-a'),
+        new Apply('vm-b', { cpu: 2, memory: '1Gi', powerState: 'running' }),
+        new Reconcile('vm-c'),
+      ],
+    );
+  });
+
+  it('F18: deleted through one state file, applied again through the other -> the deleting resource leaves the new VM alone', async () => {
+    const destroy = { method: 'DELETE', path: '/nodes/{node}/qemu/{vmid}' } as const;
+    await runSchedule(
+      'token',
+      [vmB],
+      [
+        new Apply('vm-a', { cpu: 1, memory: '2Gi', powerState: 'running' }),
+        new OtherState('vm-a'),
+        new Converge('vm-b'),
+        new Delete('vm-a'),
+        new Fault('DELETE destroy is applied, then its answer is lost (connection reset) x1', {
+          kind: 'reply-lost',
+          ...destroy,
+          count: 1,
+        }),
+        new Fault('task qmstart fails at start x1', {
+          kind: 'task',
+          type: 'qmstart',
+          action: 'fail',
+          at: 'start',
+          message: LOCK_TIMEOUT,
+          count: 1,
+        }),
+        new Apply('vm-a', { cpu: 1, memory: '1Gi', powerState: 'stopped' }),
+        new Fault("DELETE destroy answers 500 'can't lock file' x3", {
+          kind: 'request',
+          ...destroy,
+          status: 500,
+          message: "can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout",
+          count: 3,
+        }),
+        new Apply('vm-c', { cpu: 1, memory: '2Gi' }),
+      ],
+    );
+  });
 });

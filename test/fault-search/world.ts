@@ -42,7 +42,11 @@ export type Name = (typeof NAMES)[number];
 const SOURCE: Record<Name, Partial<ForProvider>> = {
   'vm-a': { image: 'local:import/ubuntu-22.04-cloud.qcow2' },
   'vm-b': { template: { vmid: TEMPLATE_VMID, full: true } },
-  'vm-c': { image: 'local:import/ubuntu-22.04-cloud.qcow2' },
+  // More than the API can set: a cloud-init snippet, uploaded over SSH before the create.
+  'vm-c': {
+    image: 'local:import/ubuntu-22.04-cloud.qcow2',
+    userData: '#cloud-config\npackages: [qemu-guest-agent, jq]\nruncmd: [systemctl enable --now qemu-guest-agent]\n',
+  },
 };
 export const keyOfName = (n: Name): string => `default/${n}`;
 
@@ -86,7 +90,7 @@ interface ForeignVm {
 
 /** The ProviderConfig for the simulator: its test token, or root@pam with a password (a ticket: may unlock). */
 function simConfig(sim: Simulator, auth: 'password' | 'token'): LoadedProviderConfig {
-  let text = providerConfigYaml(sim);
+  let text = providerConfigYaml(sim, { ssh: true });
   if (auth === 'password') {
     const docs = parseAllDocuments(text).map((d) => d.toJS() as Record<string, unknown>);
     const secret = docs.find((d) => d.kind === 'Secret')!;

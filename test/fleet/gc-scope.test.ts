@@ -54,7 +54,8 @@ describe('gc on a shared site', () => {
     const docs = providerConfigYaml(sim)
       .split(/^---$/m)
       .map((d) => parse(d) as { spec?: Record<string, unknown> });
-    if (opts.installation) docs[1]!.spec!.installation = opts.installation;
+    const config = docs.find((d) => (d as { kind?: string }).kind === 'ClusterProviderConfig');
+    if (opts.installation) config!.spec!.installation = opts.installation;
     writeFileSync(file, docs.map((d) => stringify(d)).join('---\n'));
     return file;
   }

@@ -37,8 +37,16 @@ metadata: { name: default }
 spec:
   credentials: { source: Secret, secretRef: { name: proxmox-credentials, namespace: crossplane-system } }
   sites:
-    - { name: site-1, endpoints: ["https://192.168.11.10:8006"], nodes: [ml110-01], tls: { insecureSkipTLSVerify: true } }
-    - { name: site-2, endpoints: ["https://192.168.11.11:8006"], nodes: [r630-01], tls: { insecureSkipTLSVerify: true } }
+    - name: site-1
+      endpoints: ["https://192.168.11.10:8006"]
+      nodes: [ml110-01]
+      tls: { insecureSkipTLSVerify: true }
+      ssh: { secretRef: { name: proxmox-ssh, namespace: crossplane-system }, hostKeys: ["SHA256:${'a'.repeat(43)}"] }
+    - name: site-2
+      endpoints: ["https://192.168.11.11:8006"]
+      nodes: [r630-01]
+      tls: { insecureSkipTLSVerify: true }
+      ssh: { secretRef: { name: proxmox-ssh, namespace: crossplane-system }, hostKeys: ["SHA256:${'b'.repeat(43)}"] }
 `;
 
 function vm(name: string, extra = '', opts: { annotations?: string; forProvider?: string } = {}): string {
@@ -117,6 +125,19 @@ describe('validate', () => {
       assert.equal(await validateCommand({ files: [PRODUCTION], ...args, out: c.out }), 0, c.text());
       assert.equal(c.text(), '30 ProxmoxVM(s) in 30 file(s): valid\n');
     }
+  });
+
+  it('the seed fleet on sites without ssh: every userData with packages is named, with the fix', async () => {
+    const noSsh = join(dir, 'no-ssh.yaml');
+    writeFileSync(noSsh, SEED_CONFIG.replace(/^ {6}ssh: .*\n/gm, ''));
+    const c = capture();
+    assert.equal(await validateCommand({ files: [PRODUCTION], config: noSsh, out: c.out }), 1);
+    const lines = c
+      .text()
+      .split('\n')
+      .filter((l) => l.includes('spec.forProvider.userData'));
+    assert.equal(lines.length, 30, c.text());
+    assert.match(lines[0]!, /packages.*has no ssh.*userDataMode: NativeOnly/);
   });
 
   it('the CLI: exit 1 with the problems on stdout; exit 0 for the seed fleet; -o json parses', async () => {

@@ -134,6 +134,17 @@ const SAMPLES: Sample[] = [
   s('templateVm', R.templateVm(N, 100, { disk: 'scsi0' })),
   s('agentNetworkInterfaces', R.agentNetworkInterfaces(N, 100)),
   s('agentPing', R.agentPing(N, 100)),
+  s('agentExec', R.agentExec(N, 100, ['cloud-init', 'status', '--format', 'json'], true)),
+  s('agentExec', R.agentExec(N, 100, ['cloud-init', 'status', '--long'], false), undefined, 'agentExec(string)'),
+  s('agentExecStatus', R.agentExecStatus(N, 100, 4242)),
+  s('cloudInitPending', R.cloudInitPending(N, 100), '7.4'),
+  s('storageConfig', R.storageConfig('local')),
+  s('migratePrecondition', R.migratePrecondition(N, 100, 'r630-01')),
+  s(
+    'migrateVm',
+    R.migrateVm(N, 100, { target: 'r630-01', online: true, withLocalDisks: true, targetStorage: 'ceph-fs' }),
+  ),
+  s('moveDisk', R.moveDisk(N, 100, { disk: 'scsi0', storage: 'ceph-fs', delete: true, digest: 'c'.repeat(40) })),
   s(
     'listTasks',
     R.listTasks(N, {

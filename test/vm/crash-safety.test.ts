@@ -28,7 +28,7 @@ const KEY = 'default/vm1';
 const TEMPLATE_VMID = 9000;
 const STEP_TIMEOUT_MS = 30_000;
 
-type Path = 'import' | 'template';
+type Path = 'import' | 'template' | 'snippet';
 
 function manifest(path: Path): ProxmoxVM {
   return {
@@ -45,9 +45,11 @@ function manifest(path: Path): ProxmoxVM {
         disk: '8Gi',
         storage: 'local-lvm',
         network: 'vmbr0',
-        ...(path === 'import'
-          ? { image: 'local:import/ubuntu-22.04-cloud.qcow2' }
-          : { template: { vmid: TEMPLATE_VMID, full: true } }),
+        ...(path === 'template'
+          ? { template: { vmid: TEMPLATE_VMID, full: true } }
+          : { image: 'local:import/ubuntu-22.04-cloud.qcow2' }),
+        // More than the API can set: the snippet is uploaded over SSH before the create.
+        ...(path === 'snippet' ? { userData: '#cloud-config\npackages: [jq]\nruncmd: [echo ready]\n' } : {}),
         cloudInit: { user: 'ops', sshKeys: ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake ops@example'] },
       },
       providerConfigRef: { name: 'default' },
@@ -89,7 +91,7 @@ interface Env {
 async function newEnv(): Promise<Env> {
   const sim = await startTestSim();
   const dir = mkdtempSync(join(tmpdir(), 'pp-crash-'));
-  const config = parseProviderConfig(providerConfigYaml(sim), join(dir, 'providerconfig.yaml'));
+  const config = parseProviderConfig(providerConfigYaml(sim, { ssh: true }), join(dir, 'providerconfig.yaml'));
   return { sim, dir, stateFile: join(dir, 'state.json'), config };
 }
 
@@ -192,6 +194,13 @@ function assertExactlyOne(env: Env, p: Proc, label: string): void {
   assert.equal(vm.config.lock, undefined, `${label}: no lock left`);
   assert.ok(env.sim.cluster('site-1').state.vms.get(TEMPLATE_VMID), `${label}: the template is untouched`);
   assert.equal(r.status?.atProvider?.task, undefined, `${label}: no task left in status`);
+  const snippet = /^user=(.+)$/.exec(vm.config.cicustom ?? '')?.[1];
+  if (r.spec.forProvider.userData) {
+    assert.ok(snippet, `${label}: the VM refers to its snippet`);
+    const local = env.sim.cluster('site-1').state.nodes.get(vm.node)!.storages.get('local')!;
+    const ours = [...local.volumes.values()].map((v) => v.volid).filter((v) => v.includes('provider-proxmox-vm1-'));
+    assert.deepEqual(ours, [snippet], `${label}: exactly its snippet is on the node`);
+  }
 }
 
 function assertNone(env: Env, uid: string, label: string): void {
@@ -246,7 +255,7 @@ function deleteRequested(env: Env): void {
   p.store.close();
 }
 
-for (const path of ['import', 'template'] as const) {
+for (const path of ['import', 'template', 'snippet'] as const) {
   describe(`crash safety, ${path} path`, () => {
     let createSeq: string[] = [];
     let deleteSeq: string[] = [];
@@ -279,6 +288,7 @@ for (const path of ['import', 'template'] as const) {
       }
       for (const s of ['create-issued', 'create-succeeded', 'update-start']) assert.ok(createSeq.includes(s), s);
       if (path === 'template') assert.ok(createSeq.includes('update-config'), 'a clone is configured after it');
+      if (path === 'snippet') assert.ok(createSeq.includes('create-snippet-uploaded'), 'the snippet goes first');
       for (const s of ['delete-stop-issued', 'delete-destroy-issued', 'delete-issued', 'external-gone']) {
         assert.ok(deleteSeq.includes(s), `delete reaches ${s}: ${deleteSeq.join(' ')}`);
       }
@@ -349,7 +359,7 @@ for (const path of ['import', 'template'] as const) {
         const env = await newEnv();
         try {
           const site = env.sim.cluster('site-1');
-          const type = path === 'import' ? 'qmcreate' : 'qmclone';
+          const type = path === 'template' ? 'qmclone' : 'qmcreate';
           const stall = site.addFault({ kind: 'task', type, action: 'stall' });
           if (v.fail) site.addFault({ kind: 'task', type, action: 'fail', at: v.fail, message: 'simulated failure' });
           const p1 = boot(env, crashAt(v.crashStep, 1));
@@ -398,7 +408,7 @@ for (const path of ['import', 'template'] as const) {
       const env = await newEnv();
       try {
         const site = env.sim.cluster('site-1');
-        const type = path === 'import' ? 'qmcreate' : 'qmclone';
+        const type = path === 'template' ? 'qmclone' : 'qmcreate';
         site.addFault({ kind: 'task', type, action: 'fail', at: 'start', message: 'simulated failure', count: 1 });
         const p1 = boot(env, crashAt('create-issued', 1));
         p1.store.apply(manifest(path));

@@ -1,0 +1,323 @@
+/**
+ * Step 13: is the guest up? Its addresses (from the guest agent, else the static
+ * cloudInit.ipConfig), a bounded wait for an agent that may never come (the stock Ubuntu cloud
+ * image has none), and cloud-init's own result, read in the guest through the agent
+ * (`cloud-init status`, as CAPMOX does) into the CloudInit condition.
+ *
+ * When Ready is True without an address: a running VM with `agent: false` and no static address
+ * (nothing could report one), or one whose agent answered but whose guest has no address yet
+ * (the step stays WaitingForAgent until agentTimeout). A VM whose agent never answered within
+ * agentTimeout is AgentNotResponding (Ready False) and costs one agent call per poll interval
+ * from then on, not a busy loop.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { setCondition } from '../engine/resource.ts';
+import { PermissionError } from '../proxmox/errors.ts';
+import type { AgentInterface, VmStatus } from '../proxmox/types.ts';
+import { atProvider, ready } from './conditions.ts';
+import type { StepContext } from './context.ts';
+import type { ObservedVm } from './lookup.ts';
+import { parseUserData } from './spec.ts';
+
+const DEFAULT_AGENT_TIMEOUT_MS = 10 * 60_000;
+
+/** Reasons of a Ready False that no wait fixes in one run of apply (the guest must be fixed). */
+export const GUEST_FAILURE_REASONS: ReadonlySet<string> = new Set(['AgentNotResponding', 'CloudInitFailed']);
+
+/** `90s`, `10m`, `1h` in ms. */
+export function durationMs(text: string | undefined, fallback: number): number {
+  const m = /^([0-9]+)(s|m|h)$/.exec(text ?? '');
+  if (!m) return fallback;
+  return Number(m[1]) * (m[2] === 's' ? 1000 : m[2] === 'm' ? 60_000 : 3_600_000);
+}
+
+/** The static addresses of cloudInit.ipConfig (without their prefix length), in interface order. */
+export function staticAddresses(r: ProxmoxVM): string[] {
+  return (r.spec.forProvider.cloudInit?.ipConfig ?? [])
+    .filter((c) => !c.dhcp && c.address)
+    .map((c) => c.address!.split('/')[0]!);
+}
+
+/**
+ * The addresses of a running VM into status: the agent's when it answers (undefined from
+ * agentAddresses means it did not), else the static ones. `status` (read on a full observe) dates
+ * the boot, which the agent wait and the cloud-init result are measured from.
+ */
+export async function observeGuest(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  found: ObservedVm,
+  cfg: Record<string, string> | undefined,
+  status: VmStatus | undefined,
+  state: string,
+): Promise<void> {
+  const a = atProvider(r);
+  if (state !== 'running') {
+    delete a.ipAddresses;
+    delete a.ipSource;
+    delete ctx.memory.uptimeMs;
+    delete ctx.memory.agentAnswered;
+    return;
+  }
+  if (status?.uptime !== undefined) {
+    const up = status.uptime * 1000;
+    const m = ctx.memory;
+    // A new boot (the uptime went back, or the VM was seen stopped): agent and cloud-init are asked again.
+    if (m.uptimeMs === undefined || up < m.uptimeMs) {
+      m.boot = (m.boot ?? 0) + 1;
+      delete m.agentAnswered;
+    }
+    m.uptimeMs = up;
+  }
+  if (!cfg) return; // a bulk-list poll: nothing changed that the addresses depend on
+  const agentOn = /^(1|enabled=1)/.test(cfg.agent ?? '');
+  const fromAgent = agentOn ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
+  if (fromAgent !== undefined) ctx.memory.agentAnswered = true;
+  const fixed = staticAddresses(r);
+  if (fromAgent?.length) {
+    a.ipAddresses = fromAgent;
+    a.ipSource = 'agent';
+  } else if (fixed.length) {
+    a.ipAddresses = fixed;
+    a.ipSource = 'ipConfig';
+  } else {
+    delete a.ipAddresses;
+    delete a.ipSource;
+  }
+}
+
+export interface GuestGate {
+  step: string;
+  /** Requeue soon (the guest is on its way); undefined: at the normal poll interval. */
+  requeueAfterMs?: number;
+}
+
+/**
+ * What still keeps a running VM from its first Ready, or undefined when nothing does. Sets the
+ * step, the Ready condition and (through checkCloudInit) the CloudInit condition.
+ */
+export async function guestGate(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  found: ObservedVm,
+  state: string,
+): Promise<GuestGate | undefined> {
+  const fp = r.spec.forProvider;
+  const a = atProvider(r);
+  if ((fp.powerState ?? 'running') !== 'running' || state !== 'running') return undefined;
+  const vmid = found.vmid;
+  const agentWanted = fp.agent !== false;
+  if (agentWanted && !ctx.memory.agentAnswered && a.ipSource !== 'ipConfig') {
+    const timeout = durationMs(fp.agentTimeout, DEFAULT_AGENT_TIMEOUT_MS);
+    const waited = ctx.memory.uptimeMs ?? 0;
+    if (waited < timeout) {
+      a.step = 'WaitingForAgent';
+      ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for the guest agent to answer`);
+      return { step: a.step, requeueAfterMs: Math.min(ctx.options.agentPollMs ?? 5000, timeout - waited) };
+    }
+    a.step = 'AgentNotResponding';
+    ready(
+      r,
+      'False',
+      'AgentNotResponding',
+      `VM ${vmid} has been running for ${Math.round(waited / 1000)}s and its guest agent has not answered (agentTimeout ${fp.agentTimeout ?? '10m'}). Check: qemu-guest-agent is installed and running in the guest (the stock Ubuntu cloud image lacks it: add "packages: [qemu-guest-agent]" to userData, which needs the site's ssh for a snippet); the VM's agent option is on; the guest booted (console). Or set spec.forProvider.agent: false and give cloudInit.ipConfig a static address`,
+    );
+    return { step: a.step };
+  }
+  if (agentWanted && ctx.memory.agentAnswered && !a.ipAddresses?.length) {
+    const timeout = durationMs(fp.agentTimeout, DEFAULT_AGENT_TIMEOUT_MS);
+    const waited = ctx.memory.uptimeMs ?? 0;
+    if (waited < timeout) {
+      a.step = 'WaitingForAgent';
+      ready(r, 'True', 'Available', `VM ${vmid} is running; its guest agent answers but reports no address yet`);
+      return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
+    }
+  }
+  if (agentWanted && ctx.memory.agentAnswered) return checkCloudInit(ctx, r, found);
+  return undefined;
+}
+
+/** The result for this boot and user-data is known and final: no need to ask the guest again. */
+function knownResult(ctx: StepContext, r: ProxmoxVM): boolean {
+  const c = r.status?.atProvider?.cloudInit;
+  if (!c || c.status === 'running') return false;
+  if (c.for !== userDataId(r)) return false;
+  if (ctx.memory.cloudInitBoot !== undefined) return ctx.memory.cloudInitBoot === ctx.memory.boot;
+  // Another process (a restart, the next apply) asked during this boot: the boot began when it
+  // said, give or take the seconds between uptime reads.
+  if (ctx.memory.uptimeMs === undefined) return false;
+  const same = Math.abs(Date.parse(c.bootedAt) - (ctx.site.now() - ctx.memory.uptimeMs)) < 90_000;
+  if (same) ctx.memory.cloudInitBoot = ctx.memory.boot;
+  return same;
+}
+
+function userDataId(r: ProxmoxVM): string {
+  return r.status?.atProvider?.userDataSnippet ?? r.spec.forProvider.cloudInit?.userDataSnippet ?? 'native';
+}
+
+/** When this boot began, by this process's clock (to the second). */
+function bootStamp(ctx: StepContext): string {
+  const t = ctx.site.now() - (ctx.memory.uptimeMs ?? 0);
+  return new Date(Math.floor(t / 1000) * 1000).toISOString();
+}
+
+/**
+ * cloud-init's result in the guest, once per boot and user-data: `cloud-init status --format
+ * json` through the agent (older cloud-init, which lacks --format, is asked `--long`). While it
+ * runs, the step is WaitingForCloudInit; an error is CloudInitFailed with the failing modules.
+ * A guest that cannot be asked (no exec privilege, no cloud-init) does not hold the VM back.
+ */
+async function checkCloudInit(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Promise<GuestGate | undefined> {
+  const a = atProvider(r);
+  const vmid = found.vmid;
+  if (ctx.readOnly) return undefined; // a plan runs nothing in the guest
+  if (!knownResult(ctx, r)) {
+    const result = await cloudInitStatus(ctx, found);
+    if (result.kind === 'unavailable') {
+      cloudInitCondition(r, 'Unknown', 'StatusUnavailable', result.why);
+      return undefined;
+    }
+    if (result.kind === 'pending') {
+      a.step = 'WaitingForCloudInit';
+      ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for cloud-init's result in the guest`);
+      return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
+    }
+    ctx.memory.cloudInitBoot = ctx.memory.boot;
+    a.cloudInit = {
+      status: result.status,
+      ...(result.errors.length ? { errors: result.errors } : {}),
+      for: userDataId(r),
+      bootedAt: bootStamp(ctx),
+    };
+  }
+  const c = a.cloudInit!;
+  if (c.status === 'running') {
+    a.step = 'WaitingForCloudInit';
+    cloudInitCondition(r, 'Unknown', 'Running', 'cloud-init is still running in the guest');
+    ready(r, 'True', 'Available', `VM ${vmid} is running; cloud-init is still running in the guest`);
+    return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
+  }
+  if (c.status === 'error') {
+    const what = c.errors?.length ? c.errors.join('; ') : 'cloud-init reported an error';
+    cloudInitCondition(r, 'False', 'CloudInitFailed', what);
+    a.step = 'CloudInitFailed';
+    ready(
+      r,
+      'False',
+      'CloudInitFailed',
+      `cloud-init failed in VM ${vmid}: ${what}. Look at /var/log/cloud-init.log and /var/log/cloud-init-output.log in the guest; fix spec.forProvider.userData (a changed userData is a new snippet, applied at the next boot)`,
+    );
+    return { step: a.step };
+  }
+  // userDataMode NativeOnly with keys left out: that condition (set at create) says more.
+  if (
+    r.spec.forProvider.cloudInit?.userDataMode === 'NativeOnly' &&
+    parseUserData(r.spec.forProvider.userData).unsupported.length
+  )
+    return undefined;
+  cloudInitCondition(r, 'True', c.status === 'done' ? 'Done' : 'NotRun', `cloud-init: ${c.status}`);
+  return undefined;
+}
+
+function cloudInitCondition(r: ProxmoxVM, status: 'True' | 'False' | 'Unknown', why: string, message: string): void {
+  setCondition(
+    r,
+    { type: 'CloudInit', status, reason: why, message, observedGeneration: r.metadata.generation },
+    Date.now(),
+  );
+}
+
+type StatusResult =
+  | { kind: 'pending' }
+  | { kind: 'unavailable'; why: string }
+  | { kind: 'done'; status: string; errors: string[] };
+
+/**
+ * One step of asking: start `cloud-init status` (remembering its PID), or read the status of the
+ * one started before. Two agent calls per question; nothing is waited for inside a reconcile.
+ */
+async function cloudInitStatus(ctx: StepContext, found: ObservedVm): Promise<StatusResult> {
+  const { node, vmid } = found;
+  const m = ctx.memory;
+  try {
+    if (!m.cloudInitExec) {
+      const { pid } = await ctx.client.agentExec(node, vmid, ['cloud-init', 'status', '--format', 'json']);
+      m.cloudInitExec = { pid, json: true };
+    }
+    const exec = m.cloudInitExec;
+    const st = await ctx.client.agentExecStatus(node, vmid, exec.pid);
+    if (!st.exited) return { kind: 'pending' };
+    delete m.cloudInitExec;
+    const out = st['out-data'] ?? '';
+    if (exec.json && st.exitcode === 2 && /usage|unrecognized|invalid choice/i.test(`${out}${st['err-data'] ?? ''}`)) {
+      // cloud-init before 22.x has no --format: ask the long text form next time.
+      const { pid } = await ctx.client.agentExec(node, vmid, ['cloud-init', 'status', '--long']);
+      m.cloudInitExec = { pid, json: false };
+      return { kind: 'pending' };
+    }
+    if (st.exitcode === 127 || /not found|No such file/i.test(st['err-data'] ?? ''))
+      return { kind: 'unavailable', why: 'the guest has no cloud-init command' };
+    const parsed = exec.json ? parseJsonStatus(out) : parseLongStatus(out);
+    if (!parsed) return { kind: 'unavailable', why: `unreadable cloud-init status output: ${out.slice(0, 200)}` };
+    return { kind: 'done', ...parsed };
+  } catch (e) {
+    delete m.cloudInitExec;
+    if (e instanceof PermissionError)
+      return {
+        kind: 'unavailable',
+        why: `cannot run cloud-init status through the guest agent: ${e.message} (it needs VM.GuestAgent.Unrestricted on PVE 9, VM.Monitor before)`,
+      };
+    const msg = e instanceof Error ? e.message : String(e);
+    if (/not running|not available|timeout/i.test(msg)) return { kind: 'pending' };
+    return { kind: 'unavailable', why: `cannot run cloud-init status through the guest agent: ${msg}` };
+  }
+}
+
+function parseJsonStatus(out: string): { status: string; errors: string[] } | undefined {
+  try {
+    const j = JSON.parse(out) as { status?: unknown; errors?: unknown };
+    if (typeof j.status !== 'string') return undefined;
+    const errors = Array.isArray(j.errors) ? j.errors.map(String) : [];
+    return { status: j.status, errors };
+  } catch {
+    return undefined;
+  }
+}
+
+function parseLongStatus(out: string): { status: string; errors: string[] } | undefined {
+  const status = /^status:\s*(.+)$/m.exec(out)?.[1]?.trim();
+  if (!status) return undefined;
+  const errors: string[] = [];
+  const block = /^errors:\s*\n((?:[ \t]+-.*\n?)+)/m.exec(out)?.[1];
+  for (const line of block?.split('\n') ?? []) {
+    const e = line.replace(/^[ \t]+-\s*/, '').trim();
+    if (e) errors.push(e);
+  }
+  return { status, errors };
+}
+
+/**
+ * The agent's addresses (IPv4 first, then IPv6, no loopback or link-local); undefined when the
+ * agent does not answer ("QEMU guest agent is not running").
+ */
+export async function agentAddresses(ctx: StepContext, node: string, vmid: number): Promise<string[] | undefined> {
+  let ifaces: AgentInterface[];
+  try {
+    ifaces = await ctx.client.agentNetworkInterfaces(node, vmid);
+  } catch {
+    return undefined;
+  }
+  const out: string[] = [];
+  for (const i of ifaces) {
+    if (i.name === 'lo') continue;
+    for (const ip of i['ip-addresses'] ?? [])
+      if (ip['ip-address-type'] === 'ipv4' && !ip['ip-address'].startsWith('127.')) out.push(ip['ip-address']);
+  }
+  for (const i of ifaces) {
+    if (i.name === 'lo') continue;
+    for (const ip of i['ip-addresses'] ?? [])
+      if (ip['ip-address-type'] === 'ipv6' && !ip['ip-address'].startsWith('fe80') && ip['ip-address'] !== '::1')
+        out.push(ip['ip-address']);
+  }
+  return out;
+}

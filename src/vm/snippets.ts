@@ -1,0 +1,274 @@
+/**
+ * Step 10, completely: a userData with more than the Proxmox VE API can set (packages, runcmd,
+ * write_files...) becomes a cloud-init snippet. It is rendered (the user's document, plus the
+ * default user, SSH keys and hostname where it lacks them, since `cicustom user=` replaces what
+ * PVE would generate: qemu-server Cloudinit.pm:145-189 cloudinit_userdata and :637-682), written
+ * over SSH into the snippets directory of a storage on the VM's node, and referenced with
+ * `cicustom user=<storage>:snippets/<file>`.
+ *
+ * The file name is `provider-proxmox-<name>-<identity>-<content>.yaml`: the resource's name (for
+ * people), 8 hex of the SHA-256 of `installation/namespace/name`, and 12 of the content's. Content-
+ * addressed: a changed userData is a new file (a running VM keeps reading the old one until it
+ * reboots, and PVE sees a `cicustom` change). Named for the resource's identity, not its uid: two
+ * runtimes of one installation managing the same VM (two state files, a lost one) render the same
+ * file, instead of taking turns at `cicustom` (found by the fault search). And owned by that
+ * identity: its old files are removed once its VM refers to the new one, all when it is deleted. Without SSH
+ * such a VM is refused before anything is created; nothing of the userData is ever dropped silently.
+ */
+import { createHash } from 'node:crypto';
+import { parse as parseYaml, stringify } from 'yaml';
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+// ssh2 is loaded only when a snippet is really written (validate and plan never need it).
+import type { SshTarget } from '../proxmox/ssh.ts';
+import { reason } from './conditions.ts';
+import type { StepContext } from './context.ts';
+import { sshKeys } from './secrets.ts';
+import type { SnippetStore } from './site-cache.ts';
+import { parseUserData, vmName } from './spec.ts';
+
+export const SNIPPET_PREFIX = 'provider-proxmox-';
+
+/** Storage types whose volumes are files in a directory on the node (pve-storage's path-based plugins). */
+const DIR_TYPES = new Set(['dir', 'nfs', 'cifs', 'cephfs', 'glusterfs', 'btrfs']);
+
+/**
+ * Whether this resource's userData needs a snippet: it holds keys the API cannot set, the user did
+ * not name a snippet of their own, and userDataMode is not NativeOnly.
+ */
+export function needsSnippet(r: ProxmoxVM): boolean {
+  const fp = r.spec.forProvider;
+  if (fp.cloudInit?.userDataSnippet || fp.cloudInit?.userDataMode === 'NativeOnly') return false;
+  return parseUserData(fp.userData).unsupported.length > 0;
+}
+
+/**
+ * Refusals before anything is created: a snippet is needed but the site has no SSH, or the spec
+ * asks for a password that would have to be written into the snippet in clear text.
+ */
+export function checkSnippetPossible(ctx: StepContext, r: ProxmoxVM): void {
+  if (!needsSnippet(r)) return;
+  const keys = parseUserData(r.spec.forProvider.userData).unsupported.join(', ');
+  if (!ctx.site.ssh)
+    throw reason(
+      'SnippetsUnavailable',
+      `userData has keys the Proxmox VE API cannot set (${keys}): they need a cloud-init snippet, uploaded over SSH, and site ${ctx.site.name} has no ssh in its ProviderConfig. Fix: add spec.sites[].ssh (user, secretRef with privateKey, hostKeys; see docs/cloud-init.md), or set spec.forProvider.cloudInit.userDataMode: NativeOnly to apply only the users and SSH keys`,
+    );
+  if (r.spec.forProvider.cloudInit?.passwordSecretRef)
+    throw reason(
+      'PasswordInSnippetRefused',
+      'cloudInit.passwordSecretRef cannot be used with a userData snippet: Proxmox VE ignores cipassword once `cicustom user=` is set, and the provider does not write passwords into files on the node. Fix: put a hashed password into userData (users[].hashed_passwd, from `mkpasswd -m sha-512`), or remove passwordSecretRef',
+    );
+}
+
+/**
+ * The user-data document the snippet holds: the user's #cloud-config, with what PVE's own
+ * generation would have given it where the document does not say (hostname, fqdn,
+ * manage_etc_hosts, the default user, SSH keys from cloudInit and its Secret).
+ */
+export function renderUserData(ctx: StepContext, r: ProxmoxVM): string {
+  const fp = r.spec.forProvider;
+  const doc = (parseYaml(fp.userData ?? '') ?? {}) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  const name = vmName(r);
+  if (doc.hostname === undefined && doc.preserve_hostname !== true) {
+    out.hostname = name;
+    out.manage_etc_hosts ??= doc.manage_etc_hosts ?? true;
+  }
+  if (fp.cloudInit?.user && doc.user === undefined) out.user = fp.cloudInit.user;
+  // The keys PVE's sshkeys would carry; the document's own top-level keys stay first.
+  const ud = parseUserData(fp.userData);
+  const extra = sshKeys(ctx, r, { sshKeys: [] }).filter((k) => !ud.sshKeys.includes(k));
+  const own = Array.isArray(doc.ssh_authorized_keys) ? (doc.ssh_authorized_keys as unknown[]) : [];
+  const merged = { ...out, ...doc };
+  if (extra.length) merged.ssh_authorized_keys = [...own, ...extra];
+  return `#cloud-config\n${stringify(merged, { lineWidth: 0 })}`;
+}
+
+/** The part of a snippet's name that says whose it is: `<name>-<8 hex of installation/ns/name>`. */
+export function snippetOwner(r: ProxmoxVM, installation: string): string {
+  const id = `${installation}/${r.metadata.namespace ?? ''}/${r.metadata.name}`;
+  return `${r.metadata.name.slice(0, 40)}-${createHash('sha256').update(id).digest('hex').slice(0, 8)}`;
+}
+
+export function snippetFile(owner: string, content: string): string {
+  const hash = createHash('sha256').update(content).digest('hex').slice(0, 12);
+  return `${SNIPPET_PREFIX}${owner}-${hash}.yaml`;
+}
+
+/** Whether a `cicustom` value is exactly `user=` one of this owner's snippets (nothing else set). */
+export function isOwnSnippetRef(cicustom: string | undefined, owner: string): boolean {
+  const m = /^user=[^:,\s]+:snippets\/([^,\s]+)$/.exec(cicustom ?? '');
+  return !!m && snippetsOf(owner, [m[1]!]).length === 1;
+}
+
+/** This owner's snippet files (any version) among a directory's names. */
+export function snippetsOf(owner: string, names: string[]): string[] {
+  const prefix = `${SNIPPET_PREFIX}${owner}-`;
+  return names.filter((n) => n.startsWith(prefix) && /^[0-9a-f]{12}\.yaml$/.test(n.slice(prefix.length)));
+}
+
+/**
+ * Where snippets go on `node`: spec.sites[].ssh.snippetsStorage, else the first shared storage of
+ * the node with `snippets` content and a directory, else the first local one. The directory is the
+ * storage's `path` (GET /storage/{id}, which needs Datastore.Allocate; without it, pve-storage's
+ * defaults: /var/lib/vz for `local`, /mnt/pve/<id> for network file systems), plus `snippets`.
+ */
+export function snippetStore(ctx: StepContext, node: string): Promise<SnippetStore> {
+  const cached = ctx.site.snippetStores.get(node);
+  if (cached) return cached;
+  const found = (async (): Promise<SnippetStore> => {
+    const wanted = ctx.site.ssh?.snippetsStorage;
+    const storages = await ctx.client.nodeStorages(node);
+    const usable = storages.filter(
+      (s) => DIR_TYPES.has(s.type ?? '') && (s.content ?? '').split(',').includes('snippets') && s.active !== 0,
+    );
+    const pick = wanted
+      ? storages.find((s) => s.storage === wanted)
+      : (usable.find((s) => s.shared === 1) ?? usable[0]);
+    if (!pick)
+      throw reason(
+        'SnippetStorageNotFound',
+        wanted
+          ? `spec.sites[].ssh.snippetsStorage '${wanted}' is not a storage of node ${node} (it has ${storages.map((s) => s.storage).join(', ')})`
+          : `node ${node} has no active directory storage with the snippets content type. Fix: enable it on one (Datacenter > Storage > local > Content: Snippets; or \`pvesm set local --content iso,vztmpl,backup,snippets\`), or name one in spec.sites[].ssh.snippetsStorage`,
+      );
+    if (wanted && !(pick.content ?? '').split(',').includes('snippets'))
+      throw reason(
+        'SnippetStorageNotFound',
+        `storage ${wanted} (spec.sites[].ssh.snippetsStorage) does not have the snippets content type; PVE would not use a snippet there. Fix: \`pvesm set ${wanted} --content ${[pick.content, 'snippets'].filter(Boolean).join(',')}\``,
+      );
+    const path = await ctx.client
+      .storageConfig(pick.storage)
+      .then((c) => c.path)
+      .catch(() => undefined);
+    const base =
+      path ??
+      (pick.storage === 'local' && pick.type === 'dir'
+        ? '/var/lib/vz'
+        : pick.type === 'dir'
+          ? undefined
+          : `/mnt/pve/${pick.storage}`);
+    if (!base)
+      throw reason(
+        'SnippetStorageNotFound',
+        `the directory of storage ${pick.storage} is unknown: reading it (GET /storage/${pick.storage}) needs Datastore.Allocate on /storage/${pick.storage}. Fix: grant it, or use storage local (/var/lib/vz) for snippets`,
+      );
+    return { storage: pick.storage, dir: `${base.replace(/\/+$/, '')}/snippets`, shared: pick.shared === 1 };
+  })();
+  ctx.site.snippetStores.set(node, found);
+  found.catch(() => ctx.site.snippetStores.delete(node));
+  return found;
+}
+
+/**
+ * Compute this resource's snippet (content, file, volume) for `node` into its memory; undefined
+ * when it needs none. Reads only: nothing is uploaded here.
+ */
+export async function desiredSnippet(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  node: string,
+): Promise<{ volid: string } | undefined> {
+  if (!needsSnippet(r)) {
+    delete ctx.memory.snippet;
+    return undefined;
+  }
+  checkSnippetPossible(ctx, r);
+  const content = renderUserData(ctx, r);
+  const file = snippetFile(snippetOwner(r, ctx.site.installation), content);
+  const prev = ctx.memory.snippet;
+  if (prev && prev.file === file && prev.node === node) return { volid: prev.volid };
+  const store = await snippetStore(ctx, node);
+  const volid = `${store.storage}:snippets/${file}`;
+  ctx.memory.snippet = { volid, file, dir: store.dir, node, content };
+  return { volid };
+}
+
+/** Where to SSH to for `node`: spec.sites[].ssh.nodes, else the node's address in /cluster/status. */
+async function target(ctx: StepContext, node: string): Promise<SshTarget> {
+  const ssh = ctx.site.ssh!;
+  const own = ssh.nodes.get(node);
+  let host = own?.host;
+  if (!host) {
+    const status = await ctx.client.clusterStatus();
+    const entry = status.find((e) => e.type === 'node' && e.name === node);
+    host = typeof entry?.ip === 'string' ? entry.ip : undefined;
+  }
+  if (!host)
+    throw reason(
+      'SnippetUploadFailed',
+      `node ${node} has no address in /cluster/status; set it in spec.sites[].ssh.nodes (name: ${node}, host: ...)`,
+    );
+  return {
+    host,
+    port: own?.port ?? ssh.port,
+    user: ssh.user,
+    privateKey: ssh.privateKey,
+    ...(ssh.passphrase ? { passphrase: ssh.passphrase } : {}),
+    hostKeys: ssh.hostKeys,
+  };
+}
+
+/** An SSH failure as a condition reason: what to fix decides whether retrying can help. */
+async function uploadFailed(e: unknown): Promise<Error> {
+  const { SshError } = await import('../proxmox/ssh.ts');
+  if (!(e instanceof SshError)) return e instanceof Error ? e : new Error(String(e));
+  const permanent = e.kind === 'auth' || e.kind === 'host-key' || e.kind === 'permission';
+  const why =
+    e.kind === 'host-key'
+      ? 'SshHostKeyMismatch'
+      : e.kind === 'auth'
+        ? 'SshAuthenticationFailed'
+        : e.kind === 'disk-full'
+          ? 'SnippetStorageFull'
+          : 'SnippetUploadFailed';
+  return reason(why, `uploading the userData snippet: ${e.message}`, !permanent);
+}
+
+/** Upload the snippet computed by desiredSnippet (once per content and node). */
+export async function uploadSnippet(ctx: StepContext): Promise<void> {
+  const s = ctx.memory.snippet;
+  if (!s || s.uploaded) return;
+  const t = await target(ctx, s.node);
+  const { withNodeFiles } = await import('../proxmox/ssh.ts');
+  try {
+    await withNodeFiles(
+      t,
+      async (files) => {
+        await files.mkdirs(s.dir);
+        await files.write(`${s.dir}/${s.file}`, s.content);
+      },
+      ctx.signal,
+    );
+  } catch (e) {
+    throw await uploadFailed(e);
+  }
+  s.uploaded = true;
+}
+
+/**
+ * Remove this resource's snippet files on `node` but `keep` (best effort: what is left is found
+ * by `gc`). Only its own files are touched: their names carry its identity.
+ */
+export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: string, keep?: string): Promise<number> {
+  if (!ctx.site.ssh) return 0;
+  const store = await snippetStore(ctx, node).catch(() => undefined);
+  if (!store) return 0;
+  const t = await target(ctx, node).catch(() => undefined);
+  if (!t) return 0;
+  const { withNodeFiles } = await import('../proxmox/ssh.ts');
+  try {
+    return await withNodeFiles(
+      t,
+      async (files) => {
+        const owner = snippetOwner(r, ctx.site.installation);
+        const old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
+        for (const n of old) await files.remove(`${store.dir}/${n}`);
+        return old.length;
+      },
+      ctx.signal,
+    );
+  } catch {
+    return 0;
+  }
+}
