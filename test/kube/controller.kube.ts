@@ -306,12 +306,16 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       assert.equal(e.source.component, 'provider-proxmox');
       assert.ok(e.message);
     }
-    // The only warning of a clean create: the seed's userData has `packages`, which the Proxmox API
-    // cannot set (cloud-init snippets cannot be uploaded through it).
+    // A clean create warns about nothing: the seed's whole userData (its `packages` too) went into a
+    // snippet over SSH, and cloud-init said done.
     assert.deepEqual(
       events.filter((e) => e.type === 'Warning').map((e) => e.reason),
-      ['UserDataPartiallyApplied'],
+      [],
       JSON.stringify(events.map((e) => [e.type, e.reason, e.message])),
+    );
+    assert.ok(
+      events.some((e) => e.reason === 'Done' && /cloud-init: done/.test(e.message as string)),
+      'the CloudInit condition turned True',
     );
   });
 

@@ -230,16 +230,16 @@ export async function applyCrds(kube: Kube, only: (plural: string) => boolean = 
   }
 }
 
-/** The simulator's ProviderConfig (+ Secret), created in the apiserver. */
+/** The simulator's ProviderConfig (+ its Secrets: the credentials, the SSH key), created in the apiserver. */
 export async function createProviderConfig(kube: Kube, sim: Simulator, name = 'default'): Promise<Obj> {
   const docs = parseAllDocuments(providerConfigYaml(sim, { name })).map((d) => d.toJS() as Obj);
-  const secret = docs.find((d) => d.kind === 'Secret')!;
+  const secrets = docs.filter((d) => d.kind === 'Secret');
   await create(
     kube,
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: secret.metadata.namespace! } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: secrets[0]!.metadata.namespace! } },
     { existsOk: true },
   );
-  await create(kube, secret, { existsOk: true });
+  for (const secret of secrets) await create(kube, secret, { existsOk: true });
   return create(kube, docs.find((d) => d.kind === 'ClusterProviderConfig')!);
 }
 
