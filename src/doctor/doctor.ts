@@ -4,7 +4,7 @@
  * can hold VM disks, the images / templates / pools the manifests reference, and the privileges
  * the credentials lack. Every failure names the fix. No secret is ever printed.
  */
-import { findSite, type LoadedProviderConfig, siteSecretRef } from '../api/provider-config.ts';
+import { findSite, type LoadedProviderConfig, type SiteSsh, siteSecretRef, siteSsh } from '../api/provider-config.ts';
 import { authIdOf, type Credentials } from '../proxmox/auth.ts';
 import { type Capabilities, describeCapabilities } from '../proxmox/capabilities.ts';
 import { PveClient, type PveClientOptions } from '../proxmox/client.ts';
@@ -14,6 +14,7 @@ import { siteCredentials, siteTls } from '../proxmox/site.ts';
 import { probeCertificate, type TlsSettings, tlsFix, tlsMode } from '../proxmox/tls.ts';
 import type { NodeListEntry, StorageEntry, StorageVolume, VmListEntry } from '../proxmox/types.ts';
 import type { VmNeeds } from './manifests.ts';
+import { checkSsh } from './ssh.ts';
 
 export type CheckStatus = 'ok' | 'warn' | 'fail' | 'skip';
 
@@ -51,6 +52,10 @@ export interface DoctorSite {
   where: string;
   /** Where the credentials come from (`Secret ns/name`, `--token`), for fixes. */
   credentialsSource: string;
+  /** SSH to the nodes (cloud-init snippets), when the ProviderConfig gives it. */
+  ssh?: SiteSsh | undefined;
+  /** Why the ssh section cannot be used (its Secret is missing), and its fix. */
+  sshProblem?: string | undefined;
 }
 
 export interface DoctorOptions {
@@ -733,6 +738,9 @@ async function checkSite(
       for (const s of st.used) storagesUsed.add(s);
       for (const s of await checkImagesAndTemplates(ctx, node, st.storages)) storagesUsed.add(s);
     }
+    if (site.sshProblem)
+      add({ id: 'ssh', status: 'fail', detail: site.sshProblem, fix: 'add the Secret with stringData.privateKey' });
+    else if (site.ssh) for (const check of await checkSsh(c, site.ssh, nodes)) add(check);
     const pools = await checkPools(ctx);
     await checkPrivileges(ctx, {
       nodes,
@@ -810,6 +818,11 @@ export function doctorSitesFromConfig(loaded: LoadedProviderConfig, only?: strin
       where: `${loaded.file}${line ? `:${line}` : ''} (spec.sites[${i}])`,
       credentialsSource: `Secret ${ref.namespace}/${ref.name}`,
     };
+    try {
+      base.ssh = siteSsh(loaded, s.name);
+    } catch (e) {
+      base.sshProblem = e instanceof Error ? e.message : String(e);
+    }
     try {
       return { ...base, credentials: siteCredentials(loaded, s.name) };
     } catch (e) {

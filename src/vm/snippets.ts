@@ -17,7 +17,9 @@
  */
 import { createHash } from 'node:crypto';
 import { parse as parseYaml, stringify } from 'yaml';
+import type { SiteSsh } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import type { PveClient } from '../proxmox/index.ts';
 // ssh2 is loaded only when a snippet is really written (validate and plan never need it).
 import type { SshTarget } from '../proxmox/ssh.ts';
 import { reason } from './conditions.ts';
@@ -116,48 +118,52 @@ export function snippetsOf(owner: string, names: string[]): string[] {
 export function snippetStore(ctx: StepContext, node: string): Promise<SnippetStore> {
   const cached = ctx.site.snippetStores.get(node);
   if (cached) return cached;
-  const found = (async (): Promise<SnippetStore> => {
-    const wanted = ctx.site.ssh?.snippetsStorage;
-    const storages = await ctx.client.nodeStorages(node);
-    const usable = storages.filter(
-      (s) => DIR_TYPES.has(s.type ?? '') && (s.content ?? '').split(',').includes('snippets') && s.active !== 0,
-    );
-    const pick = wanted
-      ? storages.find((s) => s.storage === wanted)
-      : (usable.find((s) => s.shared === 1) ?? usable[0]);
-    if (!pick)
-      throw reason(
-        'SnippetStorageNotFound',
-        wanted
-          ? `spec.sites[].ssh.snippetsStorage '${wanted}' is not a storage of node ${node} (it has ${storages.map((s) => s.storage).join(', ')})`
-          : `node ${node} has no active directory storage with the snippets content type. Fix: enable it on one (Datacenter > Storage > local > Content: Snippets; or \`pvesm set local --content iso,vztmpl,backup,snippets\`), or name one in spec.sites[].ssh.snippetsStorage`,
-      );
-    if (wanted && !(pick.content ?? '').split(',').includes('snippets'))
-      throw reason(
-        'SnippetStorageNotFound',
-        `storage ${wanted} (spec.sites[].ssh.snippetsStorage) does not have the snippets content type; PVE would not use a snippet there. Fix: \`pvesm set ${wanted} --content ${[pick.content, 'snippets'].filter(Boolean).join(',')}\``,
-      );
-    const path = await ctx.client
-      .storageConfig(pick.storage)
-      .then((c) => c.path)
-      .catch(() => undefined);
-    const base =
-      path ??
-      (pick.storage === 'local' && pick.type === 'dir'
-        ? '/var/lib/vz'
-        : pick.type === 'dir'
-          ? undefined
-          : `/mnt/pve/${pick.storage}`);
-    if (!base)
-      throw reason(
-        'SnippetStorageNotFound',
-        `the directory of storage ${pick.storage} is unknown: reading it (GET /storage/${pick.storage}) needs Datastore.Allocate on /storage/${pick.storage}. Fix: grant it, or use storage local (/var/lib/vz) for snippets`,
-      );
-    return { storage: pick.storage, dir: `${base.replace(/\/+$/, '')}/snippets`, shared: pick.shared === 1 };
-  })();
+  const found = findSnippetStore(ctx.client, node, ctx.site.ssh?.snippetsStorage);
   ctx.site.snippetStores.set(node, found);
   found.catch(() => ctx.site.snippetStores.delete(node));
   return found;
+}
+
+/** snippetStore without the site's cache: also what `doctor` checks. */
+export async function findSnippetStore(
+  client: PveClient,
+  node: string,
+  wanted: string | undefined,
+): Promise<SnippetStore> {
+  const storages = await client.nodeStorages(node);
+  const usable = storages.filter(
+    (s) => DIR_TYPES.has(s.type ?? '') && (s.content ?? '').split(',').includes('snippets') && s.active !== 0,
+  );
+  const pick = wanted ? storages.find((s) => s.storage === wanted) : (usable.find((s) => s.shared === 1) ?? usable[0]);
+  if (!pick)
+    throw reason(
+      'SnippetStorageNotFound',
+      wanted
+        ? `spec.sites[].ssh.snippetsStorage '${wanted}' is not a storage of node ${node} (it has ${storages.map((s) => s.storage).join(', ')})`
+        : `node ${node} has no active directory storage with the snippets content type. Fix: enable it on one (Datacenter > Storage > local > Content: Snippets; or \`pvesm set local --content iso,vztmpl,backup,snippets\`), or name one in spec.sites[].ssh.snippetsStorage`,
+    );
+  if (wanted && !(pick.content ?? '').split(',').includes('snippets'))
+    throw reason(
+      'SnippetStorageNotFound',
+      `storage ${wanted} (spec.sites[].ssh.snippetsStorage) does not have the snippets content type; PVE would not use a snippet there. Fix: \`pvesm set ${wanted} --content ${[pick.content, 'snippets'].filter(Boolean).join(',')}\``,
+    );
+  const path = await client
+    .storageConfig(pick.storage)
+    .then((c) => c.path)
+    .catch(() => undefined);
+  const base =
+    path ??
+    (pick.storage === 'local' && pick.type === 'dir'
+      ? '/var/lib/vz'
+      : pick.type === 'dir'
+        ? undefined
+        : `/mnt/pve/${pick.storage}`);
+  if (!base)
+    throw reason(
+      'SnippetStorageNotFound',
+      `the directory of storage ${pick.storage} is unknown: reading it (GET /storage/${pick.storage}) needs Datastore.Allocate on /storage/${pick.storage}. Fix: grant it, or use storage local (/var/lib/vz) for snippets`,
+    );
+  return { storage: pick.storage, dir: `${base.replace(/\/+$/, '')}/snippets`, shared: pick.shared === 1 };
 }
 
 /**
@@ -185,12 +191,16 @@ export async function desiredSnippet(
 }
 
 /** Where to SSH to for `node`: spec.sites[].ssh.nodes, else the node's address in /cluster/status. */
-async function target(ctx: StepContext, node: string): Promise<SshTarget> {
-  const ssh = ctx.site.ssh!;
+function target(ctx: StepContext, node: string): Promise<SshTarget> {
+  return sshTarget(ctx.client, ctx.site.ssh!, node);
+}
+
+/** The SSH target of a node (also what `doctor` connects to). */
+export async function sshTarget(client: PveClient, ssh: SiteSsh, node: string): Promise<SshTarget> {
   const own = ssh.nodes.get(node);
   let host = own?.host;
   if (!host) {
-    const status = await ctx.client.clusterStatus();
+    const status = await client.clusterStatus();
     const entry = status.find((e) => e.type === 'node' && e.name === node);
     host = typeof entry?.ip === 'string' ? entry.ip : undefined;
   }

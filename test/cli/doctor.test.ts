@@ -89,10 +89,31 @@ describe('doctor', () => {
         j.json!.sites.map((x) => x.site),
         ['site-1', 'site-2'],
       );
-      for (const id of ['auth', 'version', 'node ml110-01', 'bridges ml110-01', 'storage ml110-01', 'privileges']) {
+      for (const id of [
+        'auth',
+        'version',
+        'node ml110-01',
+        'bridges ml110-01',
+        'storage ml110-01',
+        'ssh ml110-01',
+        'privileges',
+      ]) {
         assert.equal(check(j.json!, 'site-1', id).status, 'ok', id);
       }
       assert.ok(!t.out.includes(TOKEN_SECRET));
+    });
+  });
+
+  it('SSH for snippets: a node presenting a key that is not pinned fails, with where to read the right one', async () => {
+    await withSim('8.4', async (_s, config) => {
+      const { readFile } = await import('node:fs/promises');
+      const text = (await readFile(config, 'utf8')).replace(/SHA256:[A-Za-z0-9+/]{43}/g, `SHA256:${'A'.repeat(43)}`);
+      const r = await doctor(['--config', await file('wrong-key.yaml', text), '-o', 'json']);
+      assert.equal(r.code, 1);
+      const c = check(r.json!, 'site-1', 'ssh ml110-01');
+      assert.equal(c.status, 'fail');
+      assert.match(c.detail, /is not one of spec\.sites\[\]\.ssh\.hostKeys; nothing was sent/);
+      assert.match(c.fix!, /ssh-keygen -lf/);
     });
   });
 
