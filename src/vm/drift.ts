@@ -57,6 +57,8 @@ export interface Change {
   storage?: string;
   /** move-disk: the storage the disk is on now. */
   from?: string;
+  /** migrate, move-disk: how it is done and roughly how long it takes (`online, about 40 s`). */
+  how?: string;
 }
 
 /** SSH keys as PVE returns them (percent-encoded). */

@@ -107,9 +107,10 @@ export async function guestGate(
   if ((fp.powerState ?? 'running') !== 'running' || state !== 'running') return undefined;
   const vmid = found.vmid;
   const agentWanted = fp.agent !== false;
+  // The wait counts the VM's uptime as PVE reports it (a restarted provider does not start over).
+  const timeout = durationMs(fp.agentTimeout, DEFAULT_AGENT_TIMEOUT_MS);
+  const waited = ctx.memory.uptimeMs ?? 0;
   if (agentWanted && !ctx.memory.agentAnswered && a.ipSource !== 'ipConfig') {
-    const timeout = durationMs(fp.agentTimeout, DEFAULT_AGENT_TIMEOUT_MS);
-    const waited = ctx.memory.uptimeMs ?? 0;
     if (waited < timeout) {
       a.step = 'WaitingForAgent';
       ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for the guest agent to answer`);
@@ -124,14 +125,10 @@ export async function guestGate(
     );
     return { step: a.step };
   }
-  if (agentWanted && ctx.memory.agentAnswered && !a.ipAddresses?.length) {
-    const timeout = durationMs(fp.agentTimeout, DEFAULT_AGENT_TIMEOUT_MS);
-    const waited = ctx.memory.uptimeMs ?? 0;
-    if (waited < timeout) {
-      a.step = 'WaitingForAgent';
-      ready(r, 'True', 'Available', `VM ${vmid} is running; its guest agent answers but reports no address yet`);
-      return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
-    }
+  if (agentWanted && ctx.memory.agentAnswered && !a.ipAddresses?.length && waited < timeout) {
+    a.step = 'WaitingForAgent';
+    ready(r, 'True', 'Available', `VM ${vmid} is running; its guest agent answers but reports no address yet`);
+    return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
   }
   if (agentWanted && ctx.memory.agentAnswered) return checkCloudInit(ctx, r, found);
   return undefined;

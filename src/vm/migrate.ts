@@ -69,12 +69,14 @@ export function placementChanges(
     const specChanged = a.placedNode === undefined || a.placedNode !== want;
     if (specChanged || fp.placementPolicy === 'Enforce') {
       nodeDrift(r, undefined);
-      const disks = vmDisks(cfg);
-      const bytes = disks.reduce((s, d) => s + d.bytes, 0);
+      const bytes = vmDisks(cfg).reduce((s, d) => s + d.bytes, 0);
+      const online = state === 'running';
+      const how = `${online ? 'online' : 'offline'}, ${estimate(bytes, memoryBytes(fp) ?? 0, online)}`;
       return [
         {
           kind: 'migrate',
-          why: `migrating VM ${found.vmid} ${here} -> ${want}${specChanged ? '' : ' (back: placementPolicy Enforce)'} (${state === 'running' ? 'online' : 'offline'}, ${estimate(bytes, memoryBytes(fp) ?? 0, state === 'running')})`,
+          why: `migrating VM ${found.vmid} ${here} -> ${want}${specChanged ? '' : ' (back: placementPolicy Enforce)'} (${how})`,
+          how,
           node: here,
           target: want,
           running: state === 'running',
@@ -91,9 +93,11 @@ export function placementChanges(
   for (const d of vmDisks(cfg)) {
     const to = wantedStorage(r, d.key);
     if (!to || to === d.storage) continue;
+    const how = `${Math.round(d.bytes / GiB)} GiB, ${estimate(d.bytes, 0, false)}`;
     out.push({
       kind: 'move-disk',
-      why: `moving disk ${d.key} ${d.storage} -> ${to} (${Math.round(d.bytes / GiB)} GiB, ${estimate(d.bytes, 0, false)})`,
+      why: `moving disk ${d.key} ${d.storage} -> ${to} (${how})`,
+      how,
       disk: d.key,
       storage: to,
       from: d.storage,

@@ -138,7 +138,7 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
           from: c.node ?? '',
           to: c.target!,
           reboot: false,
-          detail: `migrate${/\((.*)\)$/.exec(c.why)?.[1] ? `, ${/\((.*)\)$/.exec(c.why)![1]}` : ''}`,
+          detail: c.how ? `migrate, ${c.how}` : 'migrate',
         },
       ];
     case 'move-disk':
@@ -149,7 +149,7 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
           from: c.from ?? '',
           to: c.storage!,
           reboot: false,
-          detail: `move disk${/\((.*)\)$/.exec(c.why)?.[1] ? `, ${/\((.*)\)$/.exec(c.why)![1]}` : ''}`,
+          detail: c.how ? `move disk, ${c.how}` : 'move disk',
         },
       ];
     case 'start':
