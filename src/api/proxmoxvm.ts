@@ -237,7 +237,7 @@ export const ForProviderSchema = Type.Object(
       Type.String({
         minLength: 1,
         description:
-          "The site (a spec.sites[].name of the ProviderConfig) to create the VM in; required when the ProviderConfig has several sites. Cannot change while the VM exists (status.atProvider.vmId is set). Default: the ProviderConfig's only site.",
+          "The site (a spec.sites[].name of the ProviderConfig) to create the VM in; required when the ProviderConfig has several sites. Changed while the VM exists, the VM is moved to the other cluster with its disks by a remote migration (`POST .../remote_migrate`, PVE >= 7.3; the target site needs API-token credentials), keeping its VMID when it is free there; where that is impossible the change is refused (the PlacementChangeRefused condition), unless replacePolicy allows a replacement. Default: the ProviderConfig's only site.",
       }),
     ),
     node: Type.Optional(
@@ -385,6 +385,12 @@ export const ForProviderSchema = Type.Object(
       Type.Union([Type.Literal('Follow'), Type.Literal('Enforce')], {
         description:
           'What to do when the VM was moved off spec.forProvider.node by someone else (HA, a person): Follow keeps it where it is and reports it (the NodeDrift condition True); Enforce migrates it back. A change of spec.forProvider.node is always carried out. Default: Follow.',
+      }),
+    ),
+    replacePolicy: Type.Optional(
+      Type.Union([Type.Literal('Never'), Type.Literal('CreateThenDelete')], {
+        description:
+          "What to do when a change of spec.forProvider.site cannot be made by a remote migration (a version before 7.3, a target site without API-token credentials, or one it cannot reach): Never refuses it (the PlacementChangeRefused condition names why, nothing changes); CreateThenDelete creates a new VM on the new site from the spec, and destroys the old one with its disks once the new one is Ready. The disks' data is lost: plan shows it as 'replace (data loss)'. Default: Never.",
       }),
     ),
     agent: Type.Optional(
