@@ -623,6 +623,14 @@ export class PveClient {
     return this.call(R.migrateVm(node, vmid, opts));
   }
 
+  remoteMigrateVm(node: string, vmid: number, opts: Parameters<typeof R.remoteMigrateVm>[2]): Promise<R.Upid> {
+    return this.call(R.remoteMigrateVm(node, vmid, opts));
+  }
+
+  certificatesInfo(node: string): Promise<Array<{ filename?: string; fingerprint?: string }>> {
+    return this.call(R.certificatesInfo(node));
+  }
+
   moveDisk(node: string, vmid: number, opts: Parameters<typeof R.moveDisk>[2]): Promise<R.Upid> {
     return this.call(R.moveDisk(node, vmid, opts));
   }

@@ -443,6 +443,45 @@ export function migrateVm(
   );
 }
 
+/**
+ * `POST .../remote_migrate` (PVE >= 7.3): a `qmigrate` task on the source that moves the VM to
+ * another cluster. `targetEndpoint` carries the target's API token, so it is a secret: the
+ * request is sent in the body (a POST), and nothing logs bodies. `targetStorage` and
+ * `targetBridge` are PVE id maps (`src:dst,...`, or one id that maps all).
+ */
+export function remoteMigrateVm(
+  node: string,
+  vmid: number,
+  opts: {
+    targetEndpoint: string;
+    targetStorage: string;
+    targetBridge: string;
+    targetVmid?: number;
+    online?: boolean;
+    delete?: boolean;
+  },
+): PveRequest<Upid> {
+  return req(
+    'POST',
+    '/nodes/{node}/qemu/{vmid}/remote_migrate',
+    { node, vmid },
+    {
+      'target-endpoint': opts.targetEndpoint,
+      'target-storage': opts.targetStorage,
+      'target-bridge': opts.targetBridge,
+      'target-vmid': opts.targetVmid,
+      online: opts.online ? true : undefined,
+      delete: opts.delete ? true : undefined,
+    },
+    { decode: upid },
+  );
+}
+
+/** `GET /nodes/{node}/certificates/info`: the node's certificates, with their SHA-256 fingerprints. */
+export function certificatesInfo(node: string): PveRequest<Array<{ filename?: string; fingerprint?: string }>> {
+  return req('GET', '/nodes/{node}/certificates/info', { node });
+}
+
 /** `POST .../move_disk`: a task copying one disk to another storage (`delete`: the source goes after). */
 export function moveDisk(
   node: string,
