@@ -30,11 +30,12 @@ export class Flock {
   /** Number of shared holders. */
   private sharedHolders = 0;
   private waiters: Waiter[] = [];
-  private readonly file: string;
   private readonly clock: Clock;
-  constructor(file: string, clock: Clock) {
-    this.file = file;
+  private readonly timeoutMessage: string;
+  /** `timeoutMessage`: what a waiter that gives up reads (default: lock_file's `can't lock file`). */
+  constructor(file: string, clock: Clock, timeoutMessage?: string) {
     this.clock = clock;
+    this.timeoutMessage = timeoutMessage ?? `can't lock file '${file}' - got timeout`;
   }
 
   get isHeld(): boolean {
@@ -65,7 +66,7 @@ export class Flock {
       const timer = setTimeout(
         () => {
           this.waiters = this.waiters.filter((x) => x !== w);
-          reject(new PveHttpError(500, `can't lock file '${this.file}' - got timeout`));
+          reject(new PveHttpError(500, this.timeoutMessage));
         },
         Math.max(this.clock.scaled(timeoutMs), timeoutMs / FLOCK_MAX_SPEED),
       );

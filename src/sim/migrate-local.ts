@@ -13,31 +13,21 @@
  * pve-guest-common src/PVE/AbstractMigrate.pm:104-251; pve-storage src/PVE/Storage.pm:917-1040
  * (storage_migrate: the same name on a storage of the same type, `successfully imported`).
  *
- * Durations: setup `migrateConnect`; each offline copy and each drive mirror at the slowest of the
- * two storages, the migration network (MIGRATION_NETWORK_MBPS) and `bwlimit`; the target QEMU's
- * start `start`; the RAM (the configured memory) at the network's rate or `bwlimit`; the finish
+ * Durations: setup `migrateConnect`; each offline copy and each drive mirror a flow through the
+ * two storages and the two nodes' networks (MIGRATION_NETWORK_MBPS each way), shared with the
+ * other copies on them (bandwidth.ts, migration-copy.ts), at most `bwlimit`; the target QEMU's
+ * start `start`; the RAM (the configured memory) through the two networks likewise; the finish
  * `migrateFinish`. A target node that goes offline fails the step in progress.
  */
 import { die } from './errors.ts';
 import { checkLocalResources, type LocalVolume, scanVolumes } from './migrate-scan.ts';
-import {
-  AbstractMigration,
-  allocNamed,
-  copyProgress,
-  freedLine,
-  type IdMap,
-  type LinkStep,
-  MIGRATION_NETWORK_MBPS,
-  message,
-  mirrorProgress,
-  ramProgress,
-  rate,
-  transferMs,
-} from './migration.ts';
+import { AbstractMigration, allocNamed, freedLine, type IdMap, type LinkStep, message } from './migration.ts';
+import { migrationLinks, sharedCopyProgress, sharedMirrorProgress, sharedRamProgress } from './migration-copy.ts';
 import { configMemoryMiB, DRIVE_KEY_RE, parseDrive, UNUSED_KEY_RE } from './qemu-config.ts';
 import { checkLock, DURATIONS, loadVm } from './routes/qemu-common.ts';
 import { printDrive, renderBytes } from './routes/qemu-drives.ts';
 import { MiB, type VmState, type Volume } from './state.ts';
+import { underStorageLock } from './storage-lock.ts';
 import { isWorkerDeath } from './tasks.ts';
 
 export interface LocalMigrateOpts {
@@ -144,7 +134,8 @@ export class LocalMigration extends AbstractMigration<LocalMigrateOpts> {
     if (!this.targetOnline) throw failed;
     let nv: Volume;
     try {
-      nv = allocNamed(c, ts, o.vmid, lv.vol.size, fmt, baseName(lv.vol));
+      // pvesm import allocates with vdisk_alloc, under the target storage's lock.
+      nv = await underStorageLock(ts, c.clock, () => allocNamed(c, ts, o.vmid, lv.vol.size, fmt, baseName(lv.vol)));
     } catch (e) {
       // pvesm import on the target fails before it reads anything: nothing to clean up there.
       log.info(message(e));
@@ -152,14 +143,11 @@ export class LocalMigration extends AbstractMigration<LocalMigrateOpts> {
     }
     if (lv.vol.snapshots?.length) nv.snapshots = [...lv.vol.snapshots];
     if (ts.type === 'lvm' || ts.type === 'lvmthin') log.info(`  Logical volume "${nv.volname}" created.`);
-    const bps = rate([lv.source.bandwidth, ts.bandwidth, MIGRATION_NETWORK_MBPS], lv.bwlimit);
-    const total = transferMs(lv.vol.size, bps);
     try {
       // The copy fails (TargetGone) the moment the target is gone.
-      await copyProgress(log, lv.vol.size, total, async (ms) => {
-        await this.remoteStep(ms);
-        return true;
-      });
+      const links = migrationLinks({ c, node: o.node, storage: lv.source }, { c, node: o.target, storage: ts });
+      if (!(await sharedCopyProgress(c, log, lv.vol.size, links, lv.bwlimit, () => this.targetOnline)))
+        throw new TargetGone();
     } catch (e) {
       if (isWorkerDeath(e)) throw e;
       // The import dies with the stream; on a node that went away its volume stays behind.
@@ -207,7 +195,7 @@ export class LocalMigration extends AbstractMigration<LocalMigrateOpts> {
       try {
         // vm_migrate_alloc_nbd_disks: the source's format where the target takes it.
         const fmt = ts.isFileBased && lv.source.isFileBased ? lv.vol.format : 'raw';
-        nv = allocNamed(c, ts, o.vmid, lv.vol.size, fmt, baseName(lv.vol));
+        nv = await underStorageLock(ts, c.clock, () => allocNamed(c, ts, o.vmid, lv.vol.size, fmt, baseName(lv.vol)));
       } catch (e) {
         log.info(`[${o.target}] ${message(e)}`);
         throw new Error('remote command failed with exit code 255');
@@ -247,12 +235,9 @@ export class LocalMigration extends AbstractMigration<LocalMigrateOpts> {
     log.info(`${lv.drivename}: start migration to nbd:unix:/run/qemu-server/${o.vmid}_nbd.migrate:exportname=${d}`);
     log.info(`drive mirror is starting for ${d}${lv.bwlimit ? ` with bandwidth limit: ${lv.bwlimit} KiB/s` : ''}`);
     const ts = c.storage(o.target, lv.targetsid)!;
-    const total = transferMs(
-      lv.vol.size,
-      rate([lv.source.bandwidth, ts.bandwidth, MIGRATION_NETWORK_MBPS], lv.bwlimit),
-    );
     log.info(`${d}: transferred 0.0 B of ${renderBytes(lv.vol.size)} (0.00%) in 0s`);
-    await mirrorProgress(log, d, lv.vol.size, total, this.linkStep);
+    const links = migrationLinks({ c, node: o.node, storage: lv.source }, { c, node: o.target, storage: ts });
+    await sharedMirrorProgress(c, log, d, lv.vol.size, links, lv.bwlimit, () => this.targetOnline);
   }
 
   /** The RAM: QEMU's migrate to the target and qemu-server's query-migrate lines. */
@@ -266,7 +251,8 @@ export class LocalMigration extends AbstractMigration<LocalMigrateOpts> {
     log.info(`migration cachesize: ${renderBytes(roundPow2(Math.floor(mem / 10)))}`);
     log.info('set migration parameters');
     log.info(`start migrate command to ${uri}`);
-    await ramProgress(log, mem, o.bwlimit, this.linkStep);
+    const links = migrationLinks({ c: this.c, node: o.node }, { c: this.c, node: o.target });
+    await sharedRamProgress(this.c, log, mem, links, o.bwlimit, () => this.targetOnline);
   }
 
   /** phase2_cleanup: cancel, unlock, stop the target's QEMU, free what was made there. */

@@ -12,6 +12,7 @@
  * src/PVE/Format.pm:31-58 (render_duration); qemu-server src/PVE/QemuMigrate.pm at e6352be
  * (the progress lines of storage_migrate's dd, phase2's mirror and query-migrate loops).
  */
+import type { Transfer } from './bandwidth.ts';
 import { die, paramError } from './errors.ts';
 import { renderBytes } from './routes/qemu-drives.ts';
 import { storageConfig } from './routes/qemu-migrate.ts';
@@ -142,6 +143,15 @@ export class MigrationLog {
   async step(ms: number): Promise<void> {
     await this.t.sleep(ms);
     this.elapsed += ms;
+  }
+  /**
+   * A wait for a copy (bandwidth.ts) to reach `bytes`, one step of the task; the copy's time
+   * counts towards the duration. `base`: the duration when the copy started.
+   */
+  async copied(flow: Transfer, bytes: number, base: number): Promise<number> {
+    const ms = await this.t.wait((signal) => flow.reached(bytes, signal));
+    this.elapsed = Math.max(this.elapsed, base + ms);
+    return ms;
   }
   duration(): string {
     return hms(this.elapsed);

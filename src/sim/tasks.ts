@@ -24,6 +24,12 @@ export interface TaskHandle {
   /** Wait a simulated duration (scaled by the speed factor); honours stall and die faults. */
   sleep(simMs: number): Promise<void>;
   /**
+   * Wait for something the simulated world does in its own time (a copy reaching a point, see
+   * bandwidth.ts): a step like `sleep`, for the stall and die faults. `until` gets the task's
+   * abort signal.
+   */
+  wait<T>(until: (signal: AbortSignal) => Promise<T>): Promise<T>;
+  /**
    * The worker's work is done and it is about to write its result (the final config, the unlock):
    * where a `die` fault `at: 'end'` kills it. Workers without such a write need not call it; the
    * runner then applies `die` at `end` after the worker returns.
@@ -154,13 +160,15 @@ export class TaskRunner {
         warnings++;
         task.log.push(`WARN: ${line}`);
       },
-      sleep: async (ms) => {
+      sleep: (ms) => handle.wait((signal) => c.clock.sleep(ms, signal)),
+      wait: async (until) => {
         if (died) die();
         waits++;
         if (dieAtStep.some((f) => f.step === waits)) die();
-        await c.clock.sleep(ms, abort.signal);
+        const v = await until(abort.signal);
         await this.faults.waitWhileStalled(faults, abort.signal, waits);
         if (died) die();
+        return v;
       },
       endOfWork: () => {
         if (died || dieAtEnd) die();

@@ -185,11 +185,11 @@ describe('create: a worker that dies leaves its placeholder', () => {
     assert.deepEqual(await volumesOf(url, 411), ['local-lvm:vm-411-cloudinit', 'local-lvm:vm-411-disk-0']);
   });
 
-  it('die at step 2 of an import: the target volume exists, half copied; over /_sim/faults', async () => {
+  it('die at step 3 of an import (step 1 allocates): the target volume exists, half copied; over /_sim/faults', async () => {
     const add = await fetch(`${url}/_sim/faults`, {
       method: 'POST',
       headers: { Authorization: 'PVEAPIToken=root@pam!test=c0ffee00-0000-4000-8000-000000000001' },
-      body: JSON.stringify({ kind: 'task', type: 'qmcreate', id: '412', action: 'die', step: 2 }),
+      body: JSON.stringify({ kind: 'task', type: 'qmcreate', id: '412', action: 'die', step: 3 }),
     });
     assert.equal(add.status, 200);
     const upid = await createVm(url, {

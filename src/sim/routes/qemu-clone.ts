@@ -47,7 +47,7 @@ import type { Route, RouteCtx } from '../server.ts';
 import { MiB, type VmState, type Volume } from '../state.ts';
 import { isWorkerDeath, type TaskHandle } from '../tasks.ts';
 import { checkLock, checkPoolExists, DURATIONS, loadVm, vmPerm } from './qemu-common.ts';
-import { copyMs, copyWithProgress, printDrive } from './qemu-drives.ts';
+import { allocUnderLock, copyWithProgress, printDrive, writeLinks } from './qemu-drives.ts';
 
 /** The temporary config as parse_vm_config reads "# qmclone temporary file\nlock: clone\n". */
 export const CLONE_TEMP_CONFIG: Readonly<Record<string, string>> = {
@@ -264,19 +264,25 @@ async function cloneDisks(
       t.log(`create ${asFull ? 'full' : 'linked'} clone of drive ${d.key} (${d.vol.volid})`);
       const ts = c.storage(target, storageId ?? d.vol.storage)!;
       let nv: Volume;
+      // vdisk_alloc / vdisk_clone: under the target storage's lock (storage-lock.ts); the copy of a
+      // full clone runs outside it.
       if (isCloudinit(d.drive)) {
-        await t.sleep(DURATIONS.cloudinit);
-        nv = c.allocVolume(target, ts.id, newid, 4 * MiB, 'cloudinit');
+        nv = await allocUnderLock(c, t, ts, DURATIONS.cloudinit, () =>
+          c.allocVolume(target, ts.id, newid, 4 * MiB, 'cloudinit'),
+        );
         created.push(nv);
         newconf[d.key] = `${nv.volid},media=cdrom`;
       } else if (asFull) {
-        nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk');
+        nv = await allocUnderLock(c, t, ts, DURATIONS.alloc, () =>
+          c.allocVolume(target, ts.id, newid, d.vol.size, 'disk'),
+        );
         created.push(nv);
-        await copyWithProgress(t, d.vol.size, copyMs(d.vol.size, ts));
+        await copyWithProgress(c, t, d.vol.size, writeLinks(ts));
         newconf[d.key] = printDrive(nv.volid, d.drive, nv.size);
       } else {
-        await t.sleep(DURATIONS.linkedClone);
-        nv = c.allocVolume(target, ts.id, newid, d.vol.size, 'disk', d.vol);
+        nv = await allocUnderLock(c, t, ts, DURATIONS.linkedClone, () =>
+          c.allocVolume(target, ts.id, newid, d.vol.size, 'disk', d.vol),
+        );
         created.push(nv);
         newconf[d.key] = printDrive(nv.volid, d.drive, nv.size);
       }

@@ -175,6 +175,7 @@ export function syncHandle(c: ClusterState): TaskHandle {
     log: () => {},
     warn: () => {},
     sleep: (ms) => c.clock.sleep(Math.min(ms, 50)),
+    wait: (until) => until(new AbortController().signal),
     endOfWork: () => {},
   };
 }

@@ -4,6 +4,7 @@
  * with qemu-img's progress lines.
  */
 import { isRootUser, requirePriv } from '../auth.ts';
+import { flowsOf, type Link, storageLink } from '../bandwidth.ts';
 import { die, paramError } from '../errors.ts';
 import {
   DRIVE_KEY_RE,
@@ -17,12 +18,9 @@ import {
 } from '../qemu-config.ts';
 import type { RouteCtx } from '../server.ts';
 import { type ClusterState, formatSize, GiB, MiB, type StorageState, type VmState, type Volume } from '../state.ts';
+import { underStorageLock } from '../storage-lock.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { DURATIONS } from './qemu-common.ts';
-
-export function copyMs(bytes: number, s: StorageState): number {
-  return (bytes / (s.bandwidth * 1e6)) * 1000;
-}
 
 /** PVE::Format::render_bytes($value, 1). */
 export function renderBytes(value: number): string {
@@ -36,17 +34,56 @@ export function renderBytes(value: number): string {
 }
 
 /**
- * A copy through `qemu-img convert -p` (import-from, offline full clones): qemu_img_convert
- * prints `transferred X of Y (P%)` for every percent qemu-img reports, 0.00% to 100.00%.
+ * A copy through `qemu-img convert -p` (import-from, offline full clones, offline disk moves) of
+ * `size` bytes through `links` (capped at `limitBps`): a flow of the bandwidth model
+ * (bandwidth.ts), so it shares each storage with the copies running beside it. qemu_img_convert
+ * prints `transferred X of Y (P%)` for every percent qemu-img reports, 0.00% to 100.00%
+ * (qemu-server src/PVE/QemuServer/QemuImage.pm:187-199 at e6352be); each quarter is one step of
+ * the task (stall and die faults). A worker that stops mid-copy stops the flow.
  */
-export async function copyWithProgress(t: TaskHandle, size: number, totalMs: number): Promise<void> {
+export async function copyWithProgress(
+  c: ClusterState,
+  t: TaskHandle,
+  size: number,
+  links: readonly Link[],
+  limitBps?: number,
+): Promise<void> {
   const line = (pct: number) =>
     t.log(`transferred ${renderBytes(Math.floor((size * pct) / 100))} of ${renderBytes(size)} (${pct.toFixed(2)}%)`);
-  line(0);
-  for (let step = 1; step <= 4; step++) {
-    await t.sleep(totalMs / 4);
-    for (let pct = (step - 1) * 25 + 1; pct <= step * 25; pct++) line(pct);
+  const flow = flowsOf(c.clock).start(links, size, limitBps);
+  try {
+    line(0);
+    for (let step = 1; step <= 4; step++) {
+      await t.wait((signal) => flow.reached((size * step) / 4, signal));
+      for (let pct = (step - 1) * 25 + 1; pct <= step * 25; pct++) line(pct);
+    }
+  } finally {
+    flow.cancel();
   }
+}
+
+/**
+ * The storages a qemu-img copy of a volume contends on: the one it writes. Its source is read
+ * through the host's page cache (qemu-img's default source cache mode: qemu-server passes `-T`
+ * only for a zfspool source, QemuImage.pm:122 and :150 at e6352be), so imports of one image read
+ * it once from disk and only their writes share a storage.
+ */
+export function writeLinks(target: StorageState): Link[] {
+  return [storageLink(target)];
+}
+
+/** vdisk_alloc: the allocation under the storage's lock (storage-lock.ts), taking `ms`. */
+export function allocUnderLock<T>(
+  c: ClusterState,
+  t: TaskHandle,
+  s: StorageState,
+  ms: number,
+  alloc: () => T,
+): Promise<T> {
+  return underStorageLock(s, c.clock, async () => {
+    await t.sleep(ms);
+    return alloc();
+  });
 }
 
 export function parseVolid(
@@ -198,16 +235,16 @@ export async function executeDrives(
     }
     const s = p.storage!;
     if (p.kind === 'cloudinit') {
-      await t.sleep(DURATIONS.cloudinit);
-      const v = c.allocVolume(node, s.id, vmid, 4 * MiB, 'cloudinit');
+      const v = await allocUnderLock(c, t, s, DURATIONS.cloudinit, () =>
+        c.allocVolume(node, s.id, vmid, 4 * MiB, 'cloudinit'),
+      );
       created.push(v);
       t.log(`${s.type === 'lvmthin' ? '  Logical volume "' + v.volname + '" created.' : `Formatting '${v.volname}'`}`);
       out[p.key] = `${v.volid},media=cdrom`;
       continue;
     }
     if (p.kind === 'new') {
-      await t.sleep(DURATIONS.alloc);
-      const v = c.allocVolume(node, s.id, vmid, p.size!, 'disk');
+      const v = await allocUnderLock(c, t, s, DURATIONS.alloc, () => c.allocVolume(node, s.id, vmid, p.size!, 'disk'));
       created.push(v);
       if (s.type === 'lvmthin' || s.type === 'lvm') t.log(`  Logical volume "${v.volname}" created.`);
       else t.log(`Formatting '${s.path ?? s.id}/images/${v.volname}', fmt=${v.format} size=${v.size}`);
@@ -221,11 +258,14 @@ export async function executeDrives(
       throw new Error(
         src.startsWith('/') ? `unable to import '${src}': No such file or directory` : `volume '${src}' does not exist`,
       );
-    const v = c.allocVolume(node, s.id, vmid, source.size, 'disk');
+    // ImportDisk::do_import: vdisk_alloc under the storage's lock, then the copy outside it.
+    const v = await allocUnderLock(c, t, s, DURATIONS.alloc, () =>
+      c.allocVolume(node, s.id, vmid, source.size, 'disk'),
+    );
     created.push(v);
     t.log(`importing disk '${src}' to VM ${vmid} ...`);
     if (s.type === 'lvmthin' || s.type === 'lvm') t.log(`  Logical volume "${v.volname}" created.`);
-    await copyWithProgress(t, source.size, copyMs(source.size, s));
+    await copyWithProgress(c, t, source.size, writeLinks(s));
     t.log(`Successfully imported disk as '${p.key}:${v.volid}'`);
     out[p.key] = printDrive(v.volid, p.drive, v.size);
   }

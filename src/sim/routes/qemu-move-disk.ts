@@ -24,14 +24,17 @@
  * - 9.2: the task logs `copying volume …`, `allocated target volume …`, `adding source volume …
  *   as 'unusedN' to config` and `removing source volume … after successful copy`.
  *
- * Duration: the disk's size at the slower of the two storages' bandwidths (or `bwlimit` KiB/s).
+ * Duration: the disk's size through both storages, shared with the copies running on them
+ * (bandwidth.ts), at most `bwlimit` KiB/s; the allocation waits for the target storage's lock.
  */
 import { requirePriv } from '../auth.ts';
+import { flowsOf, type Link, storageLink } from '../bandwidth.ts';
 import { die, paramError } from '../errors.ts';
-import { allocNamed, rate, renderDuration, storageCheckEnabled, storageFormats, transferMs } from '../migration.ts';
+import { allocNamed, renderDuration, storageCheckEnabled, storageFormats } from '../migration.ts';
 import { DRIVE_KEY_RE, isCdrom, isCloudinit, parseDrive, UNUSED_KEY_RE } from '../qemu-config.ts';
 import type { Route, RouteCtx } from '../server.ts';
 import { type ClusterState, MiB, type StorageState, type VmState, type Volume } from '../state.ts';
+import { underStorageLock } from '../storage-lock.ts';
 import { isWorkerDeath, type TaskHandle } from '../tasks.ts';
 import { checkLock, loadVm, vmPerm } from './qemu-common.ts';
 import { copyWithProgress, printDrive, renderBytes } from './qemu-drives.ts';
@@ -145,17 +148,23 @@ async function moveWorker(ctx: RouteCtx, t: TaskHandle, node: string, storeid: s
       t.warn(`format '${requested}' is not supported by the target storage '${storeid}' - using '${fmt}' instead`);
     const cloudinit = isCloudinit(parseDrive(vm.config[disk]!));
     const size = cloudinit ? 4 * MiB : old.size;
-    const nv = allocNamed(c, target, vmid, size, fmt, cloudinit ? `vm-${vmid}-cloudinit` : undefined);
+    const ts = target;
+    // vdisk_alloc: under the target storage's lock (storage-lock.ts).
+    const nv = await underStorageLock(ts, c.clock, () =>
+      allocNamed(c, ts, vmid, size, fmt, cloudinit ? `vm-${vmid}-cloudinit` : undefined),
+    );
     newvols.push(nv);
     if (p === '9.2') t.log(`allocated target volume '${nv.volid}'`);
     else if (target.type === 'lvm' || target.type === 'lvmthin') t.log(`  Logical volume "${nv.volname}" created.`);
     else if (target.isFileBased) t.log(`Formatting '${target.path}/images/${nv.volname}', fmt=${fmt} size=${size}`);
     const bwlimit = params.bwlimit as number | undefined;
-    const total = cloudinit ? 0 : transferMs(size, rate([source.bandwidth, target.bandwidth], bwlimit));
+    // The copy reads the source and writes the target: it shares both (bandwidth.ts).
+    const links = [storageLink(source), storageLink(target)];
+    const limit = bwlimit ? bwlimit * 1024 : undefined;
     if (cloudinit) {
       // No data is copied for a cloud-init drive (it is generated).
-    } else if (mirror) await driveMirror(t, disk, size, total, bwlimit);
-    else await copyWithProgress(t, size, total);
+    } else if (mirror) await driveMirror(c, t, disk, size, links, bwlimit);
+    else await copyWithProgress(c, t, size, links, limit);
     const d = parseDrive(vm.config[disk]!);
     // The config write: the drive on the new volume, the old one as unusedN.
     t.endOfWork();
@@ -192,16 +201,28 @@ function storageCheckEnabledMessage(c: ClusterState, sid: string, node: string):
 }
 
 /** qemu_drive_mirror + the block job monitor: progress lines, ready, completed (the disk switched). */
-async function driveMirror(t: TaskHandle, disk: string, size: number, total: number, bwlimit?: number): Promise<void> {
+async function driveMirror(
+  c: ClusterState,
+  t: TaskHandle,
+  disk: string,
+  size: number,
+  links: Link[],
+  bwlimit?: number,
+): Promise<void> {
   const d = `drive-${disk}`;
   t.log(`drive mirror is starting for ${d}${bwlimit ? ` with bandwidth limit: ${bwlimit} KiB/s` : ''}`);
   const all = renderBytes(size);
   t.log(`${d}: transferred 0.0 B of ${all} (0.00%) in 0s`);
-  for (let q = 1; q <= 4; q++) {
-    await t.sleep(total / 4);
-    t.log(
-      `${d}: transferred ${renderBytes(Math.floor((size * q) / 4))} of ${all} (${(q * 25).toFixed(2)}%) in ${renderDuration((total * q) / 4 / 1000)}${q === 4 ? ', ready' : ''}`,
-    );
+  const flow = flowsOf(c.clock).start(links, size, bwlimit ? bwlimit * 1024 : undefined);
+  try {
+    for (let q = 1; q <= 4; q++) {
+      const ms = await t.wait((signal) => flow.reached((size * q) / 4, signal));
+      t.log(
+        `${d}: transferred ${renderBytes(Math.floor((size * q) / 4))} of ${all} (${(q * 25).toFixed(2)}%) in ${renderDuration(ms / 1000)}${q === 4 ? ', ready' : ''}`,
+      );
+    }
+  } finally {
+    flow.cancel();
   }
   t.log("all 'mirror' jobs are ready");
   t.log(`${d}: Completing block job...`);

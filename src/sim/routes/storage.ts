@@ -13,9 +13,10 @@
  */
 import { createHash } from 'node:crypto';
 import { hasAnyPriv, requirePriv } from '../auth.ts';
+import { copyStep, storageLink } from '../bandwidth.ts';
 import { die, paramError } from '../errors.ts';
 import type { Route, RouteCtx } from '../server.ts';
-import type { ClusterState, StorageState, Volume } from '../state.ts';
+import type { ClusterState, StorageState } from '../state.ts';
 import { volumePath } from '../storage-files.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { DURATIONS } from './qemu-common.ts';
@@ -198,7 +199,8 @@ export const storageRoutes: Route[] = [
         t.log(`target file: ${dest}`);
         t.log(`file size is: ${data.length}`);
         t.log(`command: cp -- ${tmp} ${dest}`);
-        await t.sleep(DURATIONS.fileCopy + (data.length / (s.bandwidth * 1e6)) * 1000);
+        // The cp into the storage shares its bandwidth with the other copies there (bandwidth.ts).
+        await copyStep(c.clock, t, [storageLink(s)], data.length, DURATIONS.fileCopy);
         t.endOfWork();
         // "we simply overwrite the destination file if it already exists"
         addFile(c, s, content, filename, data.length);
@@ -240,7 +242,8 @@ export const storageRoutes: Route[] = [
         } catch (e) {
           throw new Error(`download failed: command '${wget}' failed: exit code ${(e as { code?: number }).code ?? 4}`);
         }
-        await t.sleep(DURATIONS.fileCopy);
+        // wget writes the file into the storage: a copy sharing its bandwidth (bandwidth.ts).
+        await copyStep(c.clock, t, [storageLink(s)], data.length, DURATIONS.fileCopy);
         checksumStep(t, params, data);
         t.endOfWork();
         addFile(c, s, content, filename, data.length);

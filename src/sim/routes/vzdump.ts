@@ -13,18 +13,21 @@
  * qemu-server src/PVE/VZDump/QemuServer.pm (lock_vm, stop_vm, suspend_vm, resume_vm).
  *
  * Simplified: the archive's size is the sum of the guest's disk sizes (a quarter of it when
- * compressed), every guest takes DURATIONS.vzdump, `stop` mode stops the VM for the whole backup
+ * compressed), every guest takes DURATIONS.vzdump plus the archive's bytes written to the backup
+ * storage while its disks are read (bandwidth.ts: shared with the other copies on those
+ * storages), `stop` mode stops the VM for the whole backup
  * and starts it again afterwards, and the per-guest log lines are the job-level ones of
  * PVE/VZDump.pm (not the plugins' disk-by-disk progress).
  */
 
 import { hasPriv, isRootUser, requirePriv } from '../auth.ts';
+import { copyStep, storageLink } from '../bandwidth.ts';
 import { paramError } from '../errors.ts';
 import { Flock } from '../flock.ts';
 import { stopGuest } from '../guest-cloudinit.ts';
 import { DRIVE_KEY_RE, isCdrom, parseDrive } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
-import type { ClusterState, StorageState } from '../state.ts';
+import type { ClusterState, StorageState, Volume } from '../state.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { DURATIONS } from './qemu-common.ts';
 import { bootVm } from './qemu-power.ts';
@@ -95,14 +98,20 @@ function guest(c: ClusterState, vmid: number): Guest | undefined {
 
 /** The archive's simulated size: the guest's disks (rootfs for a container). */
 function guestDataSize(c: ClusterState, g: Guest): number {
-  let total = 0;
+  return guestDisks(c, g).reduce((a, v) => a + v.size, 0);
+}
+
+/** The guest's disks (what vzdump reads). */
+function guestDisks(c: ClusterState, g: Guest): Volume[] {
+  const out: Volume[] = [];
   for (const [k, v] of Object.entries(g.config)) {
     if (!DRIVE_KEY_RE.test(k) && k !== 'rootfs' && !/^mp\d+$/.test(k)) continue;
     const d = parseDrive(v);
     if (g.type === 'qemu' && isCdrom(d)) continue;
-    total += c.volume(g.node, d.file)?.size ?? 0;
+    const vol = c.volume(g.node, d.file);
+    if (vol) out.push(vol);
   }
-  return total;
+  return out;
 }
 
 interface Job {
@@ -162,9 +171,14 @@ async function backupGuest(c: ClusterState, t: TaskHandle, node: string, job: Jo
       resume = true;
     }
     info(`creating vzdump archive '${dumpdir}/${basename}${ext}'`);
-    await t.sleep(DURATIONS.vzdump);
     const data = guestDataSize(c, g);
     const size = compressExt(job.compress) ? Math.round(data / 4) : data;
+    // The archive is written to the backup storage while the disks are read: a copy sharing
+    // both with the other copies there (bandwidth.ts), after the job's fixed part.
+    const links = [job.storage, ...guestDisks(c, g).map((v) => c.storage(g.node, v.storage))]
+      .filter((s): s is StorageState => s !== undefined)
+      .map(storageLink);
+    await copyStep(c.clock, t, links, size, DURATIONS.vzdump);
     const volname = `backup/${basename}${ext}`;
     job.storage.volumes.set(volname, {
       volid: `${job.storage.id}:${volname}`,
