@@ -25,20 +25,8 @@ import { die } from './errors.ts';
 import { stopGuest } from './guest-cloudinit.ts';
 import { baseName } from './migrate-local.ts';
 import { checkLocalResources, type LocalVolume, scanVolumes } from './migrate-scan.ts';
-import {
-  AbstractMigration,
-  copyProgress,
-  type IdMap,
-  type LinkStep,
-  MIGRATION_NETWORK_MBPS,
-  mapId,
-  message,
-  mirrorProgress,
-  ramProgress,
-  rate,
-  storageCheckEnabled,
-  transferMs,
-} from './migration.ts';
+import { AbstractMigration, type IdMap, mapId, message, storageCheckEnabled } from './migration.ts';
+import { migrationLinks, sharedCopyProgress, sharedMirrorProgress, sharedRamProgress } from './migration-copy.ts';
 import { type GuestCarry, openTunnel, type TunnelSession, WS_TUNNEL_VERSION } from './mtunnel.ts';
 import {
   configMemoryMiB,
@@ -89,11 +77,15 @@ export class RemoteMigration extends AbstractMigration<RemoteMigrateOpts> {
     }
   }
 
-  /** A wait over the websocket tunnel: false once the target cluster is unreachable. */
-  private readonly linkStep: LinkStep = async (ms) => {
-    await this.log.step(ms);
-    return this.tunnel!.reachable;
-  };
+  /** The links a stream crosses: the source node's network out, the target's in, and a volume's two storages. */
+  private links(lv?: LocalVolume) {
+    const tunnel = this.tunnel!;
+    const target = lv ? tunnel.c.storage(this.o.targetNode, lv.targetsid) : undefined;
+    return migrationLinks(
+      { c: this.c, node: this.o.node, ...(lv ? { storage: lv.source } : {}) },
+      { c: tunnel.c, node: this.o.targetNode, ...(target ? { storage: target } : {}) },
+    );
+  }
 
   /** write_tunnel, with the websocket tunnel helper's own lines. */
   private async cmd<T>(name: string, params: Record<string, unknown>, fn: (vm: VmState) => T | Promise<T>): Promise<T> {
@@ -193,17 +185,9 @@ export class RemoteMigration extends AbstractMigration<RemoteMigrateOpts> {
       log.print(`tunnel: established new WS for forwarding '/run/pve/${o.vmid}.storage'`);
     }
     if (!tunnel.importFailed) {
-      const target = tunnel.c.storage(o.targetNode, lv.targetsid);
-      const bps = rate(
-        [lv.source.bandwidth, target?.bandwidth ?? MIGRATION_NETWORK_MBPS, MIGRATION_NETWORK_MBPS],
-        lv.bwlimit,
-      );
-      // The stream stops when the tunnel goes (query-disk-import then tells).
-      await copyProgress(log, lv.vol.size, transferMs(lv.vol.size, bps), async (ms) => {
-        if (!tunnel.reachable) return false;
-        await log.step(ms);
-        return true;
-      });
+      // The stream shares the source storage, both clusters' node networks and the target storage
+      // with every other copy (bandwidth.ts); it stops when the tunnel goes (query-disk-import tells).
+      await sharedCopyProgress(this.c, log, lv.vol.size, this.links(lv), lv.bwlimit, () => tunnel.reachable);
     }
     const res = await this.cmd('query-disk-import', {}, () => tunnel.queryDiskImport());
     if (res.status !== 'complete') {
@@ -284,12 +268,7 @@ export class RemoteMigration extends AbstractMigration<RemoteMigrateOpts> {
         const d = `drive-${ds}`;
         log.info(`${ds}: start migration to nbd:unix:/run/qemu-server/${o.vmid}_nbd.migrate:exportname=${d}`);
         log.info(`drive mirror is starting for ${d}${lv.bwlimit ? ` with bandwidth limit: ${lv.bwlimit} KiB/s` : ''}`);
-        const target = tunnel.c.storage(o.targetNode, lv.targetsid);
-        const total = transferMs(
-          lv.vol.size,
-          rate([lv.source.bandwidth, target?.bandwidth ?? MIGRATION_NETWORK_MBPS, MIGRATION_NETWORK_MBPS], lv.bwlimit),
-        );
-        await mirrorProgress(log, d, lv.vol.size, total, this.linkStep);
+        await sharedMirrorProgress(this.c, log, d, lv.vol.size, this.links(lv), lv.bwlimit, () => tunnel.reachable);
       }
       log.info("all 'mirror' jobs are ready");
     }
@@ -300,7 +279,7 @@ export class RemoteMigration extends AbstractMigration<RemoteMigrateOpts> {
     log.info('migration downtime limit: 100 ms');
     log.info('set migration parameters');
     log.info(`start migrate command to ${uri}`);
-    await ramProgress(log, mem, o.bwlimit, this.linkStep);
+    await sharedRamProgress(this.c, log, mem, this.links(), o.bwlimit, () => tunnel.reachable);
     for (const ds of this.nbd.keys()) log.info(`drive-${ds}: mirror-job finished`);
   }
 

@@ -1,8 +1,8 @@
 /**
  * A migration's streams on the bandwidth model (bandwidth.ts): the links they cross and the
  * progress lines of storage_migrate's dd, the drive mirrors and the RAM while they share those
- * links with the other copies, as migration.ts's fixed-rate copyProgress, mirrorProgress and
- * ramProgress print them (qemu-server src/PVE/QemuMigrate.pm at e6352be). Each quarter of a
+ * links with the other copies, as qemu-server prints them (src/PVE/QemuMigrate.pm at e6352be),
+ * for in-cluster and remote migrations alike. Each quarter of a
  * stream is one step of the task; its time counts towards the migration's duration.
  */
 import { flowsOf, type Link, nodeNetwork, storageLink } from './bandwidth.ts';
@@ -13,7 +13,7 @@ import type { ClusterState, StorageState } from './state.ts';
 /**
  * The links an in-cluster migration's streams cross (bandwidth.ts): the source node's network out
  * and the target node's in (MIGRATION_NETWORK_MBPS each) and, for a disk, the two storages. A
- * remote migration would pass its two clusters' nodes the same way.
+ * remote migration passes its two clusters' nodes the same way.
  */
 export function migrationLinks(
   src: { c: ClusterState; node: string; storage?: StorageState },

@@ -256,76 +256,11 @@ export abstract class AbstractMigration<O extends { vmid: number }> {
  */
 export type LinkStep = (ms: number) => Promise<boolean>;
 
-/**
- * storage_migrate's dd status lines while `size` bytes copy in `total` ms (about one per 3 s; a
- * copy under 4 s shows its last only). Stops without a line when the link is gone.
- */
-export async function copyProgress(log: MigrationLog, size: number, total: number, step: LinkStep): Promise<void> {
-  for (let q = 1; q <= 4; q++) {
-    if (!(await step(total / 4))) return;
-    if (q < 4 && total < 4000) continue;
-    const bytes = Math.floor((size * q) / 4);
-    const secs = Math.max(1, Math.round((total * q) / 4 / 1000));
-    log.info(
-      `${bytes} bytes (${(bytes / 1e9).toFixed(1)} GB, ${renderBytes(bytes)}) copied, ${secs} s, ${Math.round(bytes / secs / 1e6)} MB/s`,
-    );
-  }
-}
-
-/** A drive-mirror job `d` of `size` bytes over `total` ms: qemu-server's progress lines, to `ready`. */
-export async function mirrorProgress(
-  log: MigrationLog,
-  d: string,
-  size: number,
-  total: number,
-  step: LinkStep,
-): Promise<void> {
-  const of = renderBytes(size);
-  for (let q = 1; q <= 4; q++) {
-    if (!(await step(total / 4))) throw new Error(`mirroring error: ${d}: Input/output error (io-status: ok)`);
-    log.info(
-      `${d}: transferred ${renderBytes(Math.floor((size * q) / 4))} of ${of} (${(q * 25).toFixed(2)}%) in ${renderDuration((total * q) / 4 / 1000)}${q === 4 ? ', ready' : ''}`,
-    );
-  }
-}
-
-/**
- * The RAM (`mem` bytes) moving at the network's rate or `bwlimit` (KiB/s): qemu-server's
- * query-migrate lines, to `migration status: completed`. A link that goes away breaks QEMU's pipe.
- */
-export async function ramProgress(
-  log: MigrationLog,
-  mem: number,
-  bwlimit: number | undefined,
-  step: LinkStep,
-): Promise<void> {
-  const bps = rate([MIGRATION_NETWORK_MBPS], bwlimit);
-  const total = transferMs(mem, bps);
-  for (let q = 1; q <= 4; q++) {
-    if (!(await step(total / 4))) {
-      log.info('migration status error: failed - Unable to write to socket: Broken pipe');
-      throw new Error('aborting');
-    }
-    if (q < 4)
-      log.info(
-        `migration active, transferred ${renderBytes(Math.floor((mem * q) / 4))} of ${renderBytes(mem)} VM-state, ${renderBytes(bps)}/s`,
-      );
-  }
-  log.info(`average migration speed: ${renderBytes(bps)}/s - downtime 42 ms`);
-  log.info(`migration completed, transferred ${renderBytes(mem)} VM-state`);
-  log.info('migration status: completed');
-}
-
 /** Bytes per second of the slowest of `mbps` (MB/s) and `bwlimitKiB` (KiB/s; 0 or unset: none). */
 export function rate(mbps: number[], bwlimitKiB?: number): number {
   let bps = Math.min(...mbps.map((m) => m * 1e6));
   if (bwlimitKiB) bps = Math.min(bps, bwlimitKiB * 1024);
   return bps;
-}
-
-/** Simulated ms to move `bytes` at `bps`. */
-export function transferMs(bytes: number, bps: number): number {
-  return (bytes / bps) * 1000;
 }
 
 /** The image formats a storage takes and its default (pve-storage Plugin get_formats). */
