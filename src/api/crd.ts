@@ -18,6 +18,8 @@ import Type, { type Static } from 'typebox';
 import { stringify } from 'yaml';
 import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { ProviderConfigSpec } from './provider-config.ts';
+import { imageCrdSpec } from './proxmoximage.ts';
+import { templateCrdSpec } from './proxmoxtemplate.ts';
 import { type AtProvider, GROUP, LIMITS, MESSAGES, NAME_PATTERN, ProxmoxVMSpecSchema, VERSION } from './proxmoxvm.ts';
 import { formatBytes, GiB, MiB } from './quantity.ts';
 import { ProxmoxVMScaleSetSpecSchema, ProxmoxVMScaleSetStatusSchema } from './scaleset.ts';
@@ -84,6 +86,12 @@ export const RULES = {
     rule: '!has(self.namespace)',
     message: 'namespace is not allowed: a ProxmoxVM reads Secrets of its own namespace',
   },
+  /** One source of the boot disk: an image to import, a template VM, or a ProxmoxTemplate. */
+  oneSource: {
+    rule: '(has(self.image) ? 1 : 0) + (has(self.template) ? 1 : 0) + (has(self.templateRef) ? 1 : 0) <= 1',
+    message:
+      'set at most one of image (import a cloud image), template (clone a template VM) and templateRef (clone a ProxmoxTemplate)',
+  },
   /** Without forProvider.name, the VM is named after the resource: the same limit applies. */
   metadataName: {
     rule: `has(self.spec.forProvider.name) || size(self.metadata.name) <= ${LIMITS.name.max}`,
@@ -92,15 +100,15 @@ export const RULES = {
 } as const satisfies Record<string, ValidationRule>;
 
 /**
- * The placement fields that cannot change once the VM exists: a VMID is the VM's identity, and a
- * move to another cluster (remote migration) is not made by the engine yet. A node change is a
- * migration, a storage change a disk move.
+ * The placement fields that cannot change once the VM exists: a VMID is the VM's identity. A node
+ * change is a migration, a storage change a disk move, a site change a remote migration (which
+ * keeps the VMID where it is free on the target; see src/vm/site-move.ts).
  */
-export const PLACEMENT_FIELDS = ['site', 'vmid'] as const;
+export const PLACEMENT_FIELDS = ['vmid'] as const;
 
 /** The message of the placement rules: why, and what to do instead (the API server names the field). */
 export const PLACEMENT_MESSAGE =
-  'cannot change while the VM exists (status.atProvider.vmId is set): moving a VM to another site (cluster) or VMID is not supported yet; delete and recreate the resource, or revert the field. A node change inside the site is a migration and is allowed';
+  'cannot change while the VM exists (status.atProvider.vmId is set): a VMID is the identity of a VM; revert the field, or delete and recreate the resource. A node change is a migration and a site change a remote migration; both are allowed';
 
 /**
  * A transition rule on the root (only the root sees both spec and status): while the old object
@@ -137,6 +145,7 @@ function forProviderRules(fp: JsonSchema): void {
   addRule(schemaAt(fp, 'cpu'), RULES.cpu);
   addRule(schemaAt(fp, 'memory'), RULES.memory);
   addRule(schemaAt(fp, 'disk'), RULES.disk);
+  addRule(fp, RULES.oneSource);
   // Not disks[].size: see the top of this file.
   for (const ref of ['passwordSecretRef', 'sshKeysSecretRef'])
     addRule(schemaAt(fp, `cloudInit.${ref}`), RULES.localSecret);
@@ -263,6 +272,45 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
       Type.String({
         description:
           'The node the provider last put the VM on (its create or a migration it made); a VM found elsewhere with spec.forProvider.node unchanged was moved by someone else.',
+      }),
+    ),
+    siteMove: Type.Optional(
+      Type.Object(
+        {
+          from: Type.String({ description: 'The site the VM leaves.' }),
+          fromNode: Type.String({ description: 'Its node there.' }),
+          fromVmid: Type.Integer({ description: 'Its VMID there.' }),
+          to: Type.String({ description: 'The site it goes to (spec.forProvider.site).' }),
+          vmid: Type.Integer({ description: 'Its VMID there: the same one when it was free.' }),
+          node: Type.String({ description: "The node there (the target endpoint's node)." }),
+          at: Type.String({ description: 'When the move was recorded (RFC 3339).' }),
+          upid: Type.Optional(Type.String({ description: 'The qmigrate task on the source, once sent.' })),
+        },
+        {
+          description:
+            'A move to another site (a remote migration), recorded before it is sent, as a create records its VMID first.',
+        },
+      ),
+    ),
+    replacing: Type.Optional(
+      Type.Object(
+        {
+          site: Type.String({ description: 'The old site.' }),
+          node: Type.String({ description: 'The old node.' }),
+          vmid: Type.Integer({ description: 'The old VM.' }),
+          at: Type.String({ description: 'When the replacement was recorded (RFC 3339).' }),
+          upid: Type.Optional(Type.String({ description: 'The stop or destroy task of the old VM, while it runs.' })),
+        },
+        {
+          description:
+            'The VM a replacement (replacePolicy: CreateThenDelete) leaves on the old site, destroyed once the new VM is Ready.',
+        },
+      ),
+    ),
+    movedFromVmid: Type.Optional(
+      Type.Integer({
+        description:
+          'The VMID the VM had before a remote migration gave it another one; its marker names it until drift rewrites the description.',
       }),
     ),
     ipSource: Type.Optional(
@@ -532,6 +580,8 @@ export function crdSpecs(): CrdSpec[] {
         labelSelectorPath: '.status.selector',
       },
     },
+    imageCrdSpec(MANAGED_CATEGORIES),
+    templateCrdSpec(MANAGED_CATEGORIES),
     providerConfigCrd(false),
     providerConfigCrd(true),
     usageCrd(false),

@@ -13,7 +13,14 @@ export interface Permission {
   why: string;
 }
 
-const OWN_KINDS_PLURALS = ['proxmoxvms', 'proxmoxvmscalesets', 'providerconfigs', 'clusterproviderconfigs'];
+const OWN_KINDS_PLURALS = [
+  'proxmoxvms',
+  'proxmoxvmscalesets',
+  'proxmoximages',
+  'proxmoxtemplates',
+  'providerconfigs',
+  'clusterproviderconfigs',
+];
 
 /**
  * The least the controller needs (deploy/rbac.yaml and the Helm chart implement it; test/api/deploy.test.ts

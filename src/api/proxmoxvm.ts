@@ -324,6 +324,16 @@ export const ForProviderSchema = Type.Object(
         },
       ),
     ),
+    templateRef: Type.Optional(
+      Type.Object(
+        { name: ObjectName('Name of the ProxmoxTemplate, in the namespace of this VM.') },
+        {
+          additionalProperties: false,
+          description:
+            "Clone the ProxmoxTemplate of this name (same namespace, as Crossplane resolves references of namespaced resources): its template VM on the VM's node, or the site's one on a shared storage. A linked clone where the template's storage supports it (lvmthin, zfspool, rbd, dir/nfs with qcow2) and is spec.forProvider.storage (default local-lvm), a full clone onto spec.forProvider.storage otherwise. While the template is not built for the node the VM waits (Synced False, reason ReferenceNotReady). Not together with image or template.",
+        },
+      ),
+    ),
     disks: Type.Optional(
       Type.Array(DiskSchema, {
         description: 'Disks besides the boot disk: added when missing, grown when smaller, never removed or shrunk.',
@@ -448,12 +458,42 @@ export interface AtProvider {
    * elsewhere with the spec unchanged was moved by someone else (placementPolicy).
    */
   placedNode?: string;
+  /**
+   * A move to another site (a remote migration) chosen and recorded before it is sent, as a create
+   * records its VMID first: the sites, the VM's VMID and node there and here, and the UPID once sent.
+   */
+  siteMove?: SiteMove;
+  /**
+   * The VMID the VM had before a remote migration gave it another one: its marker still names that
+   * VMID until drift rewrites the description, and is this resource's meanwhile.
+   */
+  movedFromVmid?: number;
+  /**
+   * The VM a replacement (replacePolicy: CreateThenDelete) leaves behind on the old site: destroyed
+   * once the new VM is Ready (its task's UPID while that runs).
+   */
+  replacing?: { site: string; node: string; vmid: number; at: string; upid?: string };
   /** Where ipAddresses came from: the guest agent, or the static cloudInit.ipConfig. */
   ipSource?: 'agent' | 'ipConfig';
   /** The snippet volume of the rendered userData (`cicustom user=`), when one is used. */
   userDataSnippet?: string;
   /** cloud-init's result in the guest, read through the guest agent. */
   cloudInit?: CloudInitResult;
+}
+
+export interface SiteMove {
+  /** The site and node the VM leaves, and its VMID there. */
+  from: string;
+  fromNode: string;
+  fromVmid: number;
+  /** The site it goes to, its VMID there (the same one when it was free), and the node the target endpoint is. */
+  to: string;
+  vmid: number;
+  node: string;
+  /** When it was recorded (RFC 3339). */
+  at: string;
+  /** The `qmigrate` task on the source, once sent. */
+  upid?: string;
 }
 
 export interface CloudInitResult {

@@ -93,6 +93,14 @@ export class Controller<R extends Managed = Managed> {
   }
 
   /**
+   * Reconcile `key` now, ahead of its requeue: what it waited for happened (its Proxmox task ended,
+   * a concurrency slot was taken for it), so that it need not poll for it.
+   */
+  wake(key: string): void {
+    if (!this.stopped) this.queue.add(key);
+  }
+
+  /**
    * Stop taking work, abort what in-flight reconciles wait for (Proxmox calls, task polls), and
    * wait for them to return: after this resolves, this controller sends nothing more. A request
    * already on the wire may still be applied by Proxmox; the next writer's observe settles that

@@ -7,19 +7,20 @@
  * importing src/local (fleet and local sit side by side; neither imports the other), planCommand
  * takes that as a function, `changesOf`, which the CLI, the one place that wires both, passes
  * from src/local (planChanges). So fleet keeps the capacity plan and the output, local keeps the
- * runtime, and a test can pass its own changesOf.
+ * runtime, and a test can pass its own changesOf. `plan` and `gc` load the engine and the client
+ * when they run, so that `validate` starts without them.
  */
 import { stringify } from 'yaml';
 import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { describePlans, plansChange, type ResourcePlan } from '../vm/plan.ts';
+import type { ResourcePlan } from '../vm/plan.ts';
 import { chooseState, configAmong, loadConfigArg, UsageError } from '../workspace/arguments.ts';
 import { write as emit } from '../workspace/lines.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
 import { RolloutError } from '../workspace/phases.ts';
 import { readStateFile, type StateFile, StateFileError } from '../workspace/state-file.ts';
-import { collect, formatGc, type GcFinding, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } from './gc.ts';
-import { formatPlan, type PlanResult, planFleet } from './plan.ts';
+import type { GcFinding } from './gc.ts';
+import type { PlanResult } from './plan.ts';
 import { validateManifests } from './validate.ts';
 
 type Output = 'table' | 'json' | 'yaml';
@@ -94,6 +95,12 @@ export async function planCommand(args: {
   if (!config)
     throw new UsageError('plan reads capacities live: pass --config FILE (a ProviderConfig with its Secret)');
   const vms: ProxmoxVM[] = m.vms.map((x) => x.vm);
+  // Loaded here, not at start: `validate` (and `--help`) need none of the engine or the client.
+  const [{ formatPlan, planFleet }, { describePlans, plansChange }, { planImages }] = await Promise.all([
+    import('./plan.ts'),
+    import('../vm/plan.ts'),
+    import('../image/plan.ts'),
+  ]);
   let p: PlanResult;
   try {
     p = await planFleet(vms, config);
@@ -101,6 +108,13 @@ export async function planCommand(args: {
     if (e instanceof RolloutError) throw new UsageError(e.message); // a dependency cycle: fix the manifests
     throw e;
   }
+  // Images and templates come before the VMs (apply makes them first).
+  if (m.images.length || m.templates.length)
+    p.images = await planImages(
+      m.images.map((x) => x.obj),
+      m.templates.map((x) => x.obj),
+      config,
+    );
   // What apply would do to each resource: the state file's view of it (as apply finds the file),
   // with the manifest's spec, observed against Proxmox without changing anything.
   const stored = readStateFile<ProxmoxVM>(chooseState({ state: args.state }, config));
@@ -111,8 +125,11 @@ export async function planCommand(args: {
       [formatPlan(p), '', 'Changes, read from Proxmox:', ...describePlans(changes)].join('\n'),
     ),
   );
-  if (p.findings.some((f) => f.severity === 'violation') || changes.some((c) => c.action === 'refused')) return 1;
-  return args.detailedExitCode && plansChange(changes) ? CHANGES_PENDING : 0;
+  const refusedImage = (p.images ?? []).some((i) => i.action === 'refused');
+  if (p.findings.some((f) => f.severity === 'violation') || changes.some((c) => c.action === 'refused') || refusedImage)
+    return 1;
+  const imagesChange = (p.images ?? []).some((i) => i.action === 'download' || i.action === 'build');
+  return args.detailedExitCode && (plansChange(changes) || imagesChange) ? CHANGES_PENDING : 0;
 }
 
 /**
@@ -140,6 +157,7 @@ export async function gcCommand(args: {
   if (args.delete && !args.yes) throw new UsageError('--delete removes VMs: add --yes to confirm');
   const config = await configFrom(args.config, () => loadManifests(args.files ?? []).others);
   if (!config) throw new UsageError('gc needs --config FILE (a ProviderConfig with its Secret)');
+  const { collect, formatGc, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } = await import('./gc.ts');
   // The state file apply writes for this installation (or --state, or the old ./.provider-proxmox one).
   const stateFile = chooseState({ state: args.state }, config);
   const installation = installationOf(config.config, cliInstallation);

@@ -134,7 +134,8 @@ function judge(
   scanStartedAt: number,
   placeholderIdle: (vm: MarkedVm) => Promise<boolean>,
 ): Promise<GcFinding | undefined> | GcFinding | undefined {
-  if (vm.template) return undefined;
+  // Templates, and a ProxmoxTemplate's VM before its conversion: the image room's (src/image).
+  if (vm.template || vm.templateBuild) return undefined;
   const m = vm.marker;
   const store = policy.storeName ?? 'this state file';
   const base = {

@@ -3,9 +3,11 @@
  * live), the VMs already there, overcommit warnings, hard violations, the placement of unpinned
  * VMs and the phase order. Nothing is changed.
  */
+
 import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, parseQuantity } from '../api/quantity.ts';
+import { formatImagePlans, type ImagePlan } from '../image/plan.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { diskBytes, hasOwnerTag, memoryBytes, vmName } from '../vm/spec.ts';
@@ -65,6 +67,8 @@ export interface PlanResult {
   findings: Finding[];
   phases: Array<{ name: string; members: string[] }>;
   totals: { vms: number; cpus: number; memory: number; disk: number };
+  /** What apply would do for the ProxmoxImages and ProxmoxTemplates (planImages), before the VMs. */
+  images?: ImagePlan[];
 }
 
 interface SiteFacts {
@@ -395,6 +399,7 @@ export function formatPlan(p: PlanResult): string {
     }
     out.push('');
   }
+  if (p.images?.length) out.push('images and templates (before the VMs):', ...formatImagePlans(p.images), '');
   out.push(
     `total: ${p.totals.vms} VMs, ${p.totals.cpus} vCPUs, ${gib(p.totals.memory)} GiB memory, ${gib(p.totals.disk)} GiB disk`,
   );
@@ -403,6 +408,7 @@ export function formatPlan(p: PlanResult): string {
   const w = p.findings.filter((f) => f.severity === 'warning');
   if (w.length) out.push('', 'warnings:', ...w.map((f) => `  - ${f.message}`));
   if (v.length) out.push('', 'violations (apply would fail):', ...v.map((f) => `  - ${f.message}`));
+  for (const i of p.images ?? []) if (i.action === 'refused') out.push(`  - ${i.kind} ${i.key}: ${i.message}`);
   if (!v.length) out.push('', 'no hard violations');
   return out.join('\n');
 }

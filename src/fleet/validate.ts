@@ -36,6 +36,8 @@ export interface ValidateResult {
 /** Kinds a manifest directory of ours may hold besides ProxmoxVM; anything else of our group is a typo. */
 const KNOWN_KINDS = [
   'ProxmoxVM',
+  'ProxmoxImage',
+  'ProxmoxTemplate',
   'ProxmoxVMScaleSet',
   'ProviderConfig',
   'ClusterProviderConfig',
@@ -201,6 +203,52 @@ export function validateManifests(paths: string[], opts: { config?: LoadedProvid
       }
     }
   }
+  // References: apply (and validate) see only the manifests, so what a reference names must be among them.
+  const imageNames = new Set(m.images.map((x) => `${x.obj.metadata.namespace}/${x.obj.metadata.name}`));
+  const templateNames = new Set(m.templates.map((x) => `${x.obj.metadata.namespace}/${x.obj.metadata.name}`));
+  for (const { obj, doc } of m.templates) {
+    const ref = `${obj.metadata.namespace}/${obj.spec.forProvider.imageRef.name}`;
+    if (!imageNames.has(ref)) {
+      const hint = didYouMean(
+        obj.spec.forProvider.imageRef.name,
+        m.images.map((x) => x.obj.metadata.name),
+      );
+      problems.push({
+        file: doc.file,
+        ...at(doc, 'spec.forProvider.imageRef.name'),
+        field: 'spec.forProvider.imageRef.name',
+        message: `names no ProxmoxImage among the manifests (${ref}; a reference resolves in the template's namespace)${hint ? ` (did you mean '${hint}'?)` : ''}`,
+      });
+    }
+    if (config) {
+      const site = obj.spec.forProvider.site;
+      const sites = config.config.spec.sites;
+      if (site && !sites.some((x) => x.name === site))
+        problems.push({
+          file: doc.file,
+          ...at(doc, 'spec.forProvider.site'),
+          field: 'spec.forProvider.site',
+          message: `unknown site '${site}' (sites of ${config.config.metadata.name}: ${sites.map((x) => x.name).join(', ')})`,
+        });
+    }
+  }
+  for (const { vm, doc } of docs) {
+    const ref = (vm.spec?.forProvider as { templateRef?: { name?: unknown } } | undefined)?.templateRef?.name;
+    if (typeof ref !== 'string') continue;
+    const key = `${vm.metadata?.namespace ?? 'default'}/${ref}`;
+    if (!templateNames.has(key)) {
+      const hint = didYouMean(
+        ref,
+        m.templates.map((x) => x.obj.metadata.name),
+      );
+      problems.push({
+        file: doc.file,
+        ...at(doc, 'spec.forProvider.templateRef.name'),
+        field: 'spec.forProvider.templateRef.name',
+        message: `names no ProxmoxTemplate among the manifests (${key}; a reference resolves in the VM's namespace)${hint ? ` (did you mean '${hint}'?)` : ''}`,
+      });
+    }
+  }
   // Dependencies must be satisfiable: no cycles, nothing that waits for a later phase.
   const depGraph = new Map<string, { doc: ManifestDoc; deps: string[]; phase: string }>();
   for (const { vm, doc } of docs) {
@@ -254,6 +302,8 @@ export function validateManifests(paths: string[], opts: { config?: LoadedProvid
     ...m.vms.map((x) => x.doc.file),
     ...m.others.map((d) => d.file),
     ...m.rejected.map((d) => d.file),
+    ...m.images.map((x) => x.doc.file),
+    ...m.templates.map((x) => x.doc.file),
     ...m.problems.map((p) => p.file),
   ]);
   return { files: files.size, resources: m.vms.length, problems };

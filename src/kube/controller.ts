@@ -10,6 +10,8 @@
  */
 import { hostname } from 'node:os';
 import { INSTALLATION_RE, installationOf } from '../api/provider-config.ts';
+import type { ProxmoxImage } from '../api/proxmoximage.ts';
+import type { ProxmoxTemplate } from '../api/proxmoxtemplate.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GROUP, VERSION } from '../api/proxmoxvm.ts';
 import type { ProxmoxVMScaleSet } from '../api/scaleset.ts';
@@ -17,6 +19,8 @@ import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler } from '../engine/reconciler.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
 import { collect, knownResources, scanSite } from '../fleet/gc.ts';
+import { type Catalog, templateOnNode } from '../image/references.ts';
+import { ImageRuntime } from '../image/runtime.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { startHealthServer } from '../observability/server.ts';
 import { clientForSite } from '../proxmox/site.ts';
@@ -104,7 +108,13 @@ export class ProviderController {
   readonly pcs: Informer<Obj>;
   readonly cpcs: Informer<Obj>;
   readonly usages: Informer<Obj>;
+  readonly images: Informer<ProxmoxImage>;
+  readonly templates: Informer<ProxmoxTemplate>;
   readonly store: KubeStore<ProxmoxVM>;
+  /** ProxmoxImages and ProxmoxTemplates: their reconcilers run while this replica leads. */
+  private imageRuntime: ImageRuntime | undefined;
+  /** What the informers hold, for references between images, templates and VMs. */
+  private readonly catalog: Catalog;
   readonly connector: VmConnector;
   readonly usage: UsageTracker;
   /** One source for the connector, the scale sets and the orphan scan: it caches configs and their Secrets. */
@@ -134,6 +144,13 @@ export class ProviderController {
     this.pcs = new Informer<Obj>(this.api, path('providerconfigs'), { log });
     this.cpcs = new Informer<Obj>(this.api, path('clusterproviderconfigs'), { log });
     this.usages = new Informer<Obj>(this.api, path('providerconfigusages'), { log });
+    this.images = new Informer<ProxmoxImage>(this.api, path('proxmoximages'), { log });
+    this.templates = new Informer<ProxmoxTemplate>(this.api, path('proxmoxtemplates'), { log });
+    this.catalog = {
+      images: () => this.images.cache.values(),
+      templates: () => this.templates.cache.values(),
+      vms: () => this.vms.cache.values(),
+    };
     this.api.onRequest = (verb, status) => this.metrics.kubeRequests.inc({ verb, code: String(status) });
     this.recorder = new EventRecorder(this.api);
     this.store = new KubeStore<ProxmoxVM>(
@@ -156,6 +173,10 @@ export class ProviderController {
     this.connector = new VmConnector(this.configSource, {
       // ProviderConfig spec.installation wins; this is the cluster's default (resolved in start()).
       installation: () => this.installation,
+      // spec.forProvider.templateRef: the ProxmoxTemplate in the VM's namespace, from the informer.
+      templateOnNode: (r, node) => templateOnNode(this.catalog, r, node),
+      // A task that ended or a slot taken for a resource reconciles it at once (no polling for it).
+      wake: (key) => this.controller?.wake(key),
       ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
       siteTtlMs: Math.min(10_000, Math.max(100, (o.pollIntervalMs ?? 60_000) / 2)),
       // Cloud-init Secrets live in the resource's namespace (the CRD forbids other namespaces).
@@ -272,7 +293,7 @@ export class ProviderController {
   }
 
   private informers(): Array<Pick<Informer<KubeObject>, 'hasSynced' | 'absent' | 'collection' | 'startSettled'>> {
-    return [this.vms, this.sets, this.pcs, this.cpcs, this.usages];
+    return [this.vms, this.sets, this.pcs, this.cpcs, this.usages, this.images, this.templates];
   }
 
   /** Wrap the connector: every connected resource has its ProviderConfigUsage. */
@@ -326,10 +347,42 @@ export class ProviderController {
     });
     this.controller.queue.onLatency = (ms) => this.metrics.queueLatency.observe({ kind: 'ProxmoxVM' }, ms / 1000);
     void this.controller.start();
+    const gvr = (plural: string, kind: string) => ({ group: GROUP, version: VERSION, plural, kind });
+    this.imageRuntime = new ImageRuntime({
+      source: this.configSource,
+      images: new KubeStore<ProxmoxImage>(this.api, this.images, gvr('proxmoximages', 'ProxmoxImage'), this.recorder),
+      templates: new KubeStore<ProxmoxTemplate>(
+        this.api,
+        this.templates,
+        gvr('proxmoxtemplates', 'ProxmoxTemplate'),
+        this.recorder,
+      ),
+      catalog: this.catalog,
+      installation: () => this.installation,
+      ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
+      pollIntervalMs: o.pollIntervalMs ?? 60_000,
+      ...(o.backoff ? { backoff: o.backoff } : {}),
+      wakeVms: (t) => {
+        for (const vm of this.vms.cache.values())
+          if (
+            vm.spec.forProvider.templateRef?.name === t.metadata.name &&
+            vm.metadata.namespace === t.metadata.namespace
+          )
+            this.controller?.queue.add(`${vm.metadata.namespace}/${vm.metadata.name}`);
+      },
+      onResult: (kind, _key, result) =>
+        this.metrics.reconciles.inc({
+          kind,
+          result: result.kind === 'rateLimited' ? 'error' : result.kind === 'done' ? 'done' : 'requeue',
+        }),
+      ...(o.log ? { log: o.log } : {}),
+    });
+    void this.imageRuntime.start();
     // Deleted resources: release their usage and per-resource caches.
     this.unsubs.push(
       this.vms.on((type, obj) => {
         if (type === 'DELETED') {
+          this.imageRuntime?.vmGone(obj);
           this.createAttempts.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);
           this.connector.forget(obj.metadata.uid);
           this.usage.release(obj).catch((e) => o.log?.('warn', 'cannot delete usage', { error: String(e) }));
@@ -406,8 +459,10 @@ export class ProviderController {
     for (const t of this.timers.splice(0)) clearTimeout(t);
     clearTimeout(this.pcTimer);
     this.pcTimer = undefined;
-    await this.controller?.stop();
+    await Promise.all([this.controller?.stop(), this.imageRuntime?.stop()]);
+    await this.imageRuntime?.close();
     this.controller = undefined;
+    this.imageRuntime = undefined;
   }
 
   private pcTimer: NodeJS.Timeout | undefined;
@@ -442,7 +497,7 @@ export class ProviderController {
     ] as const) {
       for (const pc of inf.cache.values()) {
         try {
-          await reconcileProviderConfigInUse(this.api, pc as never, kind, usages);
+          await reconcileProviderConfigInUse(this.api, pc as never, kind, usages, this.recorder);
         } catch (e) {
           if (!(e instanceof KubeError && e.status === 409))
             this.o.log?.('warn', 'provider config in-use sync failed', { error: String(e) });
@@ -570,7 +625,15 @@ export class ProviderController {
     await this.elector?.stop();
     await this.stopLeading();
     await this.scaleSets.stop();
-    await Promise.all([this.vms.stop(), this.sets.stop(), this.pcs.stop(), this.cpcs.stop(), this.usages.stop()]);
+    await Promise.all([
+      this.vms.stop(),
+      this.sets.stop(),
+      this.pcs.stop(),
+      this.cpcs.stop(),
+      this.usages.stop(),
+      this.images.stop(),
+      this.templates.stop(),
+    ]);
     await this.connector.close();
     await this.health?.close();
     await this.metricsServer?.close();

@@ -14,10 +14,11 @@ import {
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GROUP, VERSION } from '../api/proxmoxvm.ts';
 import { FINALIZER_IN_USE, LABEL_PROVIDER_CONFIG } from '../api/usage.ts';
-import type { Managed } from '../engine/resource.ts';
+import type { Condition, Managed } from '../engine/resource.ts';
 import type { ProviderConfigSource } from '../vm/connector.ts';
 import { collectionPath, type KubeApi, KubeError } from './api.ts';
 import type { Informer, KubeObject } from './informer.ts';
+import type { EventRecorder } from './store.ts';
 
 type PcObject = ProviderConfig &
   KubeObject & { metadata: { finalizers?: string[]; deletionTimestamp?: string; uid?: string } };
@@ -205,6 +206,7 @@ export async function reconcileProviderConfigInUse(
   pc: PcObject,
   kind: 'ProviderConfig' | 'ClusterProviderConfig',
   usages: Array<{ providerConfigRef?: { kind?: string; name?: string }; metadata: { namespace?: string } }>,
+  events?: { record: EventRecorder['record'] },
 ): Promise<void> {
   const users = usages.filter(
     (u) =>
@@ -227,12 +229,35 @@ export async function reconcileProviderConfigInUse(
       },
     });
   }
-  const status = (pc as { status?: { users?: number } }).status;
-  if ((status?.users ?? -1) !== users) {
+  // Deleted while in use: says so, as crossplane-runtime's providerconfig reconciler does (the
+  // Terminating condition, reason InUse, and a UsageAccounting warning), with who uses it.
+  const blocked = Boolean(pc.metadata.deletionTimestamp) && users > 0;
+  const message = `Blocking deletion while usages still exist: ${users} resource(s) use this ${kind}; delete them or point them at another provider config`;
+  const status = (pc as { status?: { users?: number; conditions?: Condition[] } }).status;
+  const terminating = status?.conditions?.find((c) => c.type === 'Terminating');
+  const conditionDue = blocked ? terminating?.message !== message : terminating !== undefined;
+  if (blocked && conditionDue && events)
+    events.record(
+      { apiVersion: `${GROUP}/${VERSION}`, kind, metadata: pc.metadata as never },
+      'Warning',
+      'UsageAccounting',
+      message,
+    );
+  if ((status?.users ?? -1) !== users || conditionDue) {
     try {
       const fresh = await api.request<PcObject>('GET', path);
+      const old = (fresh as { status?: { conditions?: Condition[] } }).status?.conditions ?? [];
+      const conditions = old.filter((c) => c.type !== 'Terminating');
+      if (blocked)
+        conditions.push({
+          type: 'Terminating',
+          status: 'True',
+          reason: 'InUse',
+          message,
+          lastTransitionTime: terminating?.lastTransitionTime ?? new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+        });
       await api.request('PUT', `${path}/status`, {
-        body: { ...fresh, status: { ...(fresh as { status?: object }).status, users } },
+        body: { ...fresh, status: { ...(fresh as { status?: object }).status, users, conditions } },
       });
     } catch {
       // status is informative; the next event retries

@@ -14,7 +14,7 @@ import {
   stateFileFor,
   UsageError,
 } from '../workspace/arguments.ts';
-import type { ManifestDoc } from '../workspace/manifests.ts';
+import { loadManifests, type ManifestDoc } from '../workspace/manifests.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -37,7 +37,10 @@ import { type ApplyArgs, loadVms, openRuntime, planChanges, planTarget, resolveC
  */
 export async function applyCommand(args: ApplyArgs): Promise<number> {
   const { vms, others } = loadVms(args.files);
-  if (!vms.length) throw new UsageError(`no ProxmoxVM in ${args.files.join(', ')}`);
+  // (loadVms refused every manifest problem, these kinds' included)
+  const { images, templates } = loadManifests(args.files);
+  if (!vms.length && !images.length && !templates.length)
+    throw new UsageError(`no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${args.files.join(', ')}`);
   let plan: RolloutPlan;
   try {
     plan = planRollout(vms, {
@@ -91,6 +94,21 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   if (args.signal?.aborted) abort.abort();
   args.signal?.addEventListener('abort', onSignal, { once: true });
   try {
+    // Images first, then templates, then the VMs: each waits for what it is made from.
+    rt.applyImages(
+      'ProxmoxImage',
+      images.map((x) => x.obj),
+    );
+    const imageKeys = images.map((x) => manifestKey(x.obj));
+    const templateKeys = templates.map((x) => manifestKey(x.obj));
+    const imagesReady = () => imageKeys.every((k) => rt.stateOfImage('ProxmoxImage', k) === 'ready');
+    const templatesReady = () => templateKeys.every((k) => rt.stateOfImage('ProxmoxTemplate', k) === 'ready');
+    const imageFailed = () =>
+      [
+        ...imageKeys.map((k) => ['ProxmoxImage', k] as const),
+        ...templateKeys.map((k) => ['ProxmoxTemplate', k] as const),
+      ].filter(([kind, k]) => rt.stateOfImage(kind, k) === 'failed');
+    let templatesApplied = false;
     // Resume: what an earlier run already started keeps going, with the manifests' current spec.
     rt.applyManifests(keys.filter((k) => rt.store.getSync(k)).map((k) => byKey.get(k)!));
     const started = Date.now();
@@ -99,6 +117,25 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       timeoutMs: args.timeoutMs ?? 30 * 60_000,
       signal: abort.signal,
       check: () => {
+        if (imageFailed().length) return 'fail';
+        if (!templatesApplied && imagesReady()) {
+          rt.applyImages(
+            'ProxmoxTemplate',
+            templates.map((x) => x.obj),
+          );
+          templatesApplied = true;
+        }
+        if (!templatesApplied || !templatesReady()) {
+          blocked = templatesApplied
+            ? 'the ProxmoxTemplates are being built'
+            : 'the ProxmoxImages are being downloaded';
+          if (!args.quiet)
+            progress.update(
+              rt.rows().filter((r) => byKey.has(r.key)),
+              `${args.header ?? 'Applying'}: ${blocked} (${((Date.now() - started) / 1000).toFixed(0)}s)`,
+            );
+          return 'continue';
+        }
         const adm = nextAdmissions(plan, (k) => rt.stateOf(k), { noWait: Boolean(args.noWait) });
         if (adm.admit.length) rt.applyManifests(adm.admit.map((k) => byKey.get(k)!));
         blocked = adm.blocked?.reason;
@@ -124,6 +161,11 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       },
     });
     progress.done();
+    for (const [kind, k] of imageFailed()) {
+      const obj = (kind === 'ProxmoxImage' ? rt.images : rt.templates).getSync(k);
+      const c = obj?.status?.conditions?.find((x) => x.type === 'Synced');
+      o.say(`${kind} ${k} failed: ${c?.reason}: ${c?.message}`);
+    }
     const rows = rt.rows().filter((r) => byKey.has(r.key));
     o.result(o.machine ? formatRows(rows, o.format) : `\n${formatRows(rows, 'table')}`);
     const notStarted = keys.filter((k) => !rt.store.getSync(k));

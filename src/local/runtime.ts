@@ -4,12 +4,17 @@
  * has failed for a reason that retrying will not fix — as observed by a reconcile of this run:
  * the state file only remembers what Proxmox held when it was written.
  */
+
 import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
+import type { ProxmoxImage } from '../api/proxmoximage.ts';
+import type { ProxmoxTemplate } from '../api/proxmoxtemplate.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
 import { externalName, FINALIZER, getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
+import { type Catalog, IMAGE_PERMANENT_REASONS, templateOnNode } from '../image/references.ts';
+import { ImageRuntime } from '../image/runtime.ts';
 import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { type ProviderConfigSource, VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { GUEST_FAILURE_REASONS } from '../vm/guest.ts';
@@ -24,6 +29,7 @@ import { FileStore, MemoryStore } from './store.ts';
  */
 export const STOP_REASONS: ReadonlySet<string> = new Set([
   ...PERMANENT_REASONS,
+  ...IMAGE_PERMANENT_REASONS,
   'CreateFailed',
   'SecretNotFound',
   'TaskFailed',
@@ -164,8 +170,18 @@ export function failedPermanently(r: ProxmoxVM): boolean {
   return ready?.status === 'False' && GUEST_FAILURE_REASONS.has(ready.reason);
 }
 
+/** The kinds besides ProxmoxVM that apply runs (images, then templates, then VMs). */
+export type ImageKind = 'ProxmoxImage' | 'ProxmoxTemplate';
+
 export class LocalRuntime {
   readonly store: MemoryStore<ProxmoxVM>;
+  /**
+   * ProxmoxImages and ProxmoxTemplates of this run. In memory: Proxmox holds what they stand for
+   * (a file found by its name, template VMs by name and marker), so a new run finds it again.
+   */
+  readonly images = new MemoryStore<ProxmoxImage>();
+  readonly templates = new MemoryStore<ProxmoxTemplate>();
+  readonly imageRuntime: ImageRuntime;
   readonly connector: VmConnector;
   readonly controller: Controller<ProxmoxVM>;
   /** The installation the VMs of this runtime belong to (the ProviderConfig's; see installationOf). */
@@ -185,7 +201,15 @@ export class LocalRuntime {
       fs.open(this.installation);
       this.store = fs;
     } else this.store = new MemoryStore<ProxmoxVM>();
+    const catalog: Catalog = {
+      images: () => this.images.listSync(),
+      templates: () => this.templates.listSync(),
+      vms: () => this.store.listSync(),
+    };
     this.connector = new VmConnector(new FileConfigSource(opts.config), {
+      templateOnNode: (r, node) => templateOnNode(catalog, r, node),
+      // A task that ended or a slot taken for a resource reconciles it at once (no polling for it).
+      wake: (key) => this.controller?.wake(key),
       // /cluster/resources refreshes every 10 s in PVE (pvestatd): no point in reading it more often.
       siteTtlMs: Math.min(10_000, Math.max(100, (opts.pollIntervalMs ?? 60_000) / 2)),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
@@ -213,9 +237,14 @@ export class LocalRuntime {
     });
     // A resource that left the store takes its per-resource client (drift bookkeeping) with it.
     const uids = new Map<string, string>();
+    const gone = new Map<string, ProxmoxVM>();
     this.store.watch((key, event, obj) => {
       if (obj) uids.set(key, obj.metadata.uid);
+      if (obj) gone.set(key, obj);
       if (event === 'DELETED') {
+        const last = obj ?? gone.get(key);
+        gone.delete(key);
+        if (last) this.imageRuntime.vmGone(last);
         const uid = uids.get(key);
         uids.delete(key);
         if (uid) this.connector.forget(uid);
@@ -230,6 +259,56 @@ export class LocalRuntime {
         opts.onResult?.(key, result, failures);
       },
     });
+    this.imageRuntime = new ImageRuntime({
+      source: new FileConfigSource(opts.config),
+      images: this.images,
+      templates: this.templates,
+      catalog,
+      ...(opts.taskPollMs !== undefined ? { taskPollMs: opts.taskPollMs } : {}),
+      pollIntervalMs: opts.pollIntervalMs ?? 60_000,
+      ...(opts.creationGraceMs !== undefined ? { creationGraceMs: opts.creationGraceMs } : {}),
+      ...(opts.backoff ? { backoff: opts.backoff } : {}),
+      ...(opts.hooks ? { hooks: opts.hooks } : {}),
+      wakeVms: (t) => {
+        for (const vm of this.store.listSync())
+          if (
+            vm.spec.forProvider.templateRef?.name === t.metadata.name &&
+            vm.metadata.namespace === t.metadata.namespace
+          )
+            this.controller.queue.add(keyOf(vm));
+      },
+      onResult: (kind, key, result, failures) => {
+        this.failures.set(`${kind}/${key}`, failures);
+        this.lastResult.set(`${kind}/${key}`, result);
+      },
+    });
+  }
+
+  /** Put ProxmoxImage or ProxmoxTemplate manifests into their store (as applyManifests does for VMs). */
+  applyImages(kind: ImageKind, objs: Array<ProxmoxImage | ProxmoxTemplate>): void {
+    const store = (kind === 'ProxmoxImage' ? this.images : this.templates) as MemoryStore<
+      ProxmoxImage | ProxmoxTemplate
+    >;
+    for (const o of objs) {
+      const copy = structuredClone(o);
+      copy.metadata.namespace ??= 'default';
+      copy.metadata.uid = store.getSync(keyOf(copy))?.metadata.uid ?? '';
+      store.apply(copy);
+    }
+  }
+
+  /** Where an image or template stands, as stateOf says for VMs (Ready and Synced, observed so in this run). */
+  stateOfImage(kind: ImageKind, key: string): 'absent' | 'progressing' | 'ready' | 'failed' {
+    const o = (kind === 'ProxmoxImage' ? this.images : this.templates).getSync(key);
+    if (!o) return 'absent';
+    const last = this.lastResult.get(`${kind}/${key}`);
+    if (!last) return 'progressing';
+    const readyNow = getCondition(o, 'Ready')?.status === 'True' && getCondition(o, 'Synced')?.status === 'True';
+    if (readyNow && last.kind === 'requeueAfter' && !last.progress) return 'ready';
+    const s = getCondition(o, 'Synced');
+    if (s?.status === 'False' && STOP_REASONS.has(s.reason) && (this.failures.get(`${kind}/${key}`) ?? 0) >= 1)
+      return 'failed';
+    return 'progressing';
   }
 
   /** Put the manifests into the store (a new uid the first time, kept in the state file after). */
@@ -315,6 +394,7 @@ export class LocalRuntime {
     signal?: AbortSignal;
   }): Promise<{ ok: boolean; timedOut: boolean }> {
     await this.controller.start();
+    await this.imageRuntime.start();
     const deadline = Date.now() + opts.timeoutMs;
     try {
       for (;;) {
@@ -324,7 +404,7 @@ export class LocalRuntime {
         await new Promise((resolve) => setTimeout(resolve, opts.tickMs ?? 200));
       }
     } finally {
-      await this.controller.stop();
+      await Promise.all([this.controller.stop(), this.imageRuntime.stop()]);
     }
   }
 
@@ -357,6 +437,7 @@ export class LocalRuntime {
 
   async close(): Promise<void> {
     await this.connector.close();
+    await this.imageRuntime.close();
     if (this.store instanceof FileStore) this.store.close();
   }
 }

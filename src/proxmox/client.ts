@@ -557,6 +557,16 @@ export class PveClient {
     return this.call(R.storageContent(node, storage, opts));
   }
 
+  /** Start a download of `url` onto a storage of `node` (a `download` task). */
+  downloadUrl(node: string, storage: string, opts: R.DownloadUrlOptions): Promise<R.Upid> {
+    return this.call(R.downloadUrl(node, storage, opts));
+  }
+
+  /** Remove a volume (an `imgdel` task). */
+  deleteVolume(node: string, storage: string, volume: string): Promise<R.Upid | null> {
+    return this.call(R.deleteVolume(node, storage, volume));
+  }
+
   // --- qemu --------------------------------------------------------------------------------------
 
   listVms(node: string): Promise<VmListEntry[]> {
@@ -625,10 +635,6 @@ export class PveClient {
 
   remoteMigrateVm(node: string, vmid: number, opts: Parameters<typeof R.remoteMigrateVm>[2]): Promise<R.Upid> {
     return this.call(R.remoteMigrateVm(node, vmid, opts));
-  }
-
-  certificatesInfo(node: string): Promise<Array<{ filename?: string; fingerprint?: string }>> {
-    return this.call(R.certificatesInfo(node));
   }
 
   moveDisk(node: string, vmid: number, opts: Parameters<typeof R.moveDisk>[2]): Promise<R.Upid> {

@@ -284,6 +284,49 @@ export function storageContent(
   );
 }
 
+export interface DownloadUrlOptions {
+  url: string;
+  content: 'iso' | 'vztmpl' | 'import';
+  filename: string;
+  checksum?: { algorithm: 'md5' | 'sha1' | 'sha224' | 'sha256' | 'sha384' | 'sha512'; value: string };
+  verifyCertificates?: boolean;
+}
+
+/**
+ * `POST .../download-url` -> `download` task: the node fetches the URL itself and, with a checksum,
+ * hashes the file and refuses it on a mismatch before it is renamed into place (pve-storage
+ * `PVE/API2/Storage/Status.pm` download_url; in the API from PVE 7).
+ */
+export function downloadUrl(node: string, storage: string, opts: DownloadUrlOptions): PveRequest<Upid> {
+  return req(
+    'POST',
+    '/nodes/{node}/storage/{storage}/download-url',
+    { node, storage },
+    {
+      url: opts.url,
+      content: opts.content,
+      filename: opts.filename,
+      checksum: opts.checksum?.value,
+      'checksum-algorithm': opts.checksum?.algorithm,
+      'verify-certificates': opts.verifyCertificates,
+    },
+    { decode: upid },
+  );
+}
+
+/** `DELETE .../content/{volume}` -> `imgdel` task (null only with `delay`, which is not sent). */
+export function deleteVolume(node: string, storage: string, volume: string): PveRequest<Upid | null> {
+  return req(
+    'DELETE',
+    '/nodes/{node}/storage/{storage}/content/{volume}',
+    { node, storage, volume },
+    {},
+    {
+      decode: upidOrNull,
+    },
+  );
+}
+
 // --- qemu ----------------------------------------------------------------------------------------
 
 const SENSITIVE_CONFIG = ['cipassword'];
@@ -475,11 +518,6 @@ export function remoteMigrateVm(
     },
     { decode: upid },
   );
-}
-
-/** `GET /nodes/{node}/certificates/info`: the node's certificates, with their SHA-256 fingerprints. */
-export function certificatesInfo(node: string): PveRequest<Array<{ filename?: string; fingerprint?: string }>> {
-  return req('GET', '/nodes/{node}/certificates/info', { node });
 }
 
 /** `POST .../move_disk`: a task copying one disk to another storage (`delete`: the source goes after). */

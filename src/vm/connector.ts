@@ -11,14 +11,16 @@ import {
   type ProviderConfig,
   type SiteSsh,
   siteConcurrency,
+  siteFingerprints,
   siteSsh,
   siteVmidRange,
 } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
+import type { Credentials } from '../proxmox/auth.ts';
 import type { ClientHooks } from '../proxmox/metrics.ts';
-import { clientForSite } from '../proxmox/site.ts';
+import { clientForSite, siteCredentials } from '../proxmox/site.ts';
 import { type VmClientOptions, VmExternal } from './external.ts';
 import { SlotLimiter } from './limits.ts';
 import { SiteContext } from './site-cache.ts';
@@ -62,6 +64,18 @@ export class VmConnector implements Connector<ProxmoxVM> {
     );
   }
 
+  /**
+   * Where the resource's VM is: the site it was last seen on while a change of
+   * spec.forProvider.site has not moved it yet (then the reconcile runs there, and the spec's site
+   * is the target of the move), else the spec's site.
+   */
+  static placedSiteName(r: ProxmoxVM, config: LoadedProviderConfig): string {
+    const wanted = VmConnector.siteName(r, config);
+    const at = r.status?.atProvider?.site;
+    if (at && at !== wanted && externalName(r) && config.config.spec.sites.some((s) => s.name === at)) return at;
+    return wanted;
+  }
+
   /** A client for this reconcile: every Proxmox call it makes is aborted with `signal`. */
   async connect(r: ProxmoxVM, signal?: AbortSignal): Promise<VmExternal> {
     const ref = r.spec.providerConfigRef ?? { kind: 'ClusterProviderConfig', name: 'default' };
@@ -71,7 +85,24 @@ export class VmConnector implements Connector<ProxmoxVM> {
     } catch (e) {
       throw new ReasonedError('ProviderConfigNotFound', e instanceof Error ? e.message : String(e));
     }
-    const siteName = VmConnector.siteName(r, config);
+    const wanted = VmConnector.siteName(r, config);
+    const placed = VmConnector.placedSiteName(r, config);
+    const site = await this.siteContext(config, placed);
+    const target = placed === wanted ? undefined : await this.siteContext(config, wanted);
+    // A replacement's old VM, until it is destroyed (replace.ts).
+    const old = r.status?.atProvider?.replacing?.site;
+    const previous =
+      old && old !== placed && config.config.spec.sites.some((s) => s.name === old)
+        ? await this.siteContext(config, old)
+        : undefined;
+    const seen = this.seenAt.get(r.metadata.uid) ?? new Set<SiteContext>();
+    for (const s of [site, target, previous]) if (s) seen.add(s);
+    this.seenAt.set(r.metadata.uid, seen);
+    return new VmExternal(site, this.opts, signal, { target, previous });
+  }
+
+  /** The shared context of one site of a config (made on first use, again when the config changed). */
+  private async siteContext(config: LoadedProviderConfig, siteName: string): Promise<SiteContext> {
     let s: ReturnType<typeof findSite>;
     try {
       s = findSite(config.config, siteName);
@@ -82,45 +113,46 @@ export class VmConnector implements Connector<ProxmoxVM> {
     const { kind, metadata } = config.config;
     const siteKey = `${kind}/${metadata.namespace ?? ''}/${metadata.name}/${siteName}`;
     let site = this.sites.get(siteKey);
-    if (!site || site.config !== config) {
-      const conc = siteConcurrency(config.config, s);
-      let client: ReturnType<typeof clientForSite>;
-      try {
-        client = clientForSite(config, siteName, {
-          ...(this.opts.clientHooks ? { hooks: this.opts.clientHooks } : {}),
-        });
-      } catch (e) {
-        throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
-      }
-      let ssh: SiteSsh | undefined;
-      try {
-        ssh = siteSsh(config, siteName);
-      } catch (e) {
-        await client.close().catch(() => {});
-        throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
-      }
-      if (site) {
-        await site.ctx.client.close().catch(() => {});
-        for (const sites of this.seenAt.values()) sites.delete(site.ctx);
-      }
-      site = {
-        config,
-        ctx: new SiteContext({
-          name: siteName,
-          client,
-          limiter: new SlotLimiter({ perNode: conc.perNode, perStorage: conc.perStorage }),
-          vmidRange: siteVmidRange(config.config, s),
-          installation: installationOf(config.config, this.opts.installation ?? cliInstallation),
-          ssh,
-          ...(this.opts.siteTtlMs !== undefined ? { ttlMs: this.opts.siteTtlMs } : {}),
-        }),
-      };
-      this.sites.set(siteKey, site);
+    if (site && site.config === config) return site.ctx;
+    const conc = siteConcurrency(config.config, s);
+    let client: ReturnType<typeof clientForSite>;
+    let credentials: Credentials;
+    try {
+      credentials = siteCredentials(config, siteName);
+      client = clientForSite(config, siteName, {
+        credentials,
+        ...(this.opts.clientHooks ? { hooks: this.opts.clientHooks } : {}),
+      });
+    } catch (e) {
+      throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
     }
-    const seen = this.seenAt.get(r.metadata.uid) ?? new Set<SiteContext>();
-    seen.add(site.ctx);
-    this.seenAt.set(r.metadata.uid, seen);
-    return new VmExternal(site.ctx, this.opts, signal);
+    let ssh: SiteSsh | undefined;
+    try {
+      ssh = siteSsh(config, siteName);
+    } catch (e) {
+      await client.close().catch(() => {});
+      throw new ReasonedError('CredentialsNotFound', e instanceof Error ? e.message : String(e));
+    }
+    if (site) {
+      site.ctx.stop();
+      await site.ctx.client.close().catch(() => {});
+      for (const sites of this.seenAt.values()) sites.delete(site.ctx);
+    }
+    site = {
+      config,
+      ctx: new SiteContext({
+        name: siteName,
+        client,
+        limiter: new SlotLimiter({ perNode: conc.perNode, perStorage: conc.perStorage }),
+        vmidRange: siteVmidRange(config.config, s),
+        installation: installationOf(config.config, this.opts.installation ?? cliInstallation),
+        ssh,
+        access: { endpoint: s.endpoints[0]!, fingerprints: siteFingerprints(s), credentials },
+        ...(this.opts.siteTtlMs !== undefined ? { ttlMs: this.opts.siteTtlMs } : {}),
+      }),
+    };
+    this.sites.set(siteKey, site);
+    return site.ctx;
   }
 
   /** The resource left the engine (deleted, orphaned, renamed): release its slots, VMIDs and memory. */
@@ -130,6 +162,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
   }
 
   async close(): Promise<void> {
+    for (const s of this.sites.values()) s.ctx.stop();
     await Promise.all([...this.sites.values()].map((s) => s.ctx.client.close().catch(() => {})));
     this.sites.clear();
     this.seenAt.clear();

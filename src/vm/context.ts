@@ -3,7 +3,9 @@
  * reconcile (aborted with it), the options, and the resource's memory in the site. Steps are plain
  * functions over this context, so a step holds no state of its own between reconciles.
  */
+import type { TemplateNode } from '../api/proxmoxtemplate.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { ResourceMemory, SiteContext } from './site-cache.ts';
@@ -30,10 +32,28 @@ export interface VmClientOptions {
    * a VMID that a resource with a not-yet-created VM already owns.
    */
   vmidHolders?: (site: string) => Map<number, string>;
+  /**
+   * Reconcile the resource of this key now (the runtime's queue): called when a task it waits for
+   * ended or a slot it waits for was taken for it, so that it need not poll for either.
+   */
+  wake?: (key: string) => void;
+  /**
+   * The template VM `spec.forProvider.templateRef` resolves to on `node`: the runtime looks the
+   * ProxmoxTemplate up in its store (src/image/references.ts templateOnNode) and throws
+   * ReferenceNotReady while it is not built there.
+   */
+  templateOnNode?: (r: ProxmoxVM, node: string) => TemplateNode;
 }
 
 export interface StepContext {
   readonly site: SiteContext;
+  /**
+   * The site spec.forProvider.site names, while the VM is still on another one (`site`): a move
+   * there is due (site-move.ts).
+   */
+  readonly target?: SiteContext;
+  /** The site a replacement left its old VM on, until that VM is destroyed (replace.ts). */
+  readonly previous?: SiteContext;
   /** The site's client as seen by this reconcile: every call is aborted with the reconcile. */
   readonly client: PveClient;
   readonly options: VmClientOptions;
@@ -51,15 +71,43 @@ export function stepContext(
   r: ProxmoxVM,
   options: VmClientOptions,
   signal: AbortSignal | undefined,
+  others: { target?: SiteContext | undefined; previous?: SiteContext | undefined } = {},
 ): StepContext {
   return {
     site,
+    ...(others.target ? { target: others.target } : {}),
+    ...(others.previous ? { previous: others.previous } : {}),
     client: site.client.withSignal(signal),
     options,
     memory: site.remember(r.metadata.uid),
     signal,
     taskPollMs: options.taskPollMs ?? 2000,
   };
+}
+
+/**
+ * After a task was issued or found running: have the resource woken when it ends (when the runtime
+ * can wake it), and how soon to look again anyway (the poll, or with a wake only a fallback).
+ */
+export function followTask(ctx: StepContext, r: ProxmoxVM, upid: string, expectedMs = 0): number {
+  const wake = ctx.options.wake;
+  if (!wake) return ctx.taskPollMs;
+  const key = keyOf(r);
+  ctx.site.watchTask(upid, () => wake(key), expectedMs, Math.min(ctx.taskPollMs, 500));
+  return Math.max(ctx.taskPollMs * 10, expectedMs + ctx.taskPollMs * 5);
+}
+
+/** A slot waiter's wake (limits.ts), when the runtime can wake it. */
+export function slotWake(ctx: StepContext, r: ProxmoxVM): (() => void) | undefined {
+  const wake = ctx.options.wake;
+  if (!wake) return undefined;
+  const key = keyOf(r);
+  return () => wake(key);
+}
+
+/** How soon a resource waiting for a slot looks again: soon by polling, or only as a fallback to its wake. */
+export function slotWait(ctx: StepContext): number {
+  return ctx.options.wake ? Math.max(ctx.taskPollMs * 10, 1000) : ctx.taskPollMs;
 }
 
 /** A crash point for the crash-safety tests (see EngineHooks). */

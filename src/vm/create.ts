@@ -11,7 +11,7 @@ import { ANNOTATION_CREATE_PENDING, annotation, externalName, setCondition } fro
 import { ReconcileAborted } from '../engine/types.ts';
 import { AlreadyExistsError, PveError } from '../proxmox/index.ts';
 import { atProvider, explain, outcomeUnknown, reason, setStep } from './conditions.ts';
-import type { StepContext } from './context.ts';
+import { followTask, type StepContext } from './context.ts';
 import { locate } from './lookup.ts';
 import { ownershipOf } from './ownership.ts';
 import type { CreatePlan } from './preflight.ts';
@@ -45,11 +45,13 @@ export async function issueCreate(
     let upid: string;
     if (source.kind === 'template') {
       setStep(r, 'Cloning');
+      const full = source.full ?? fp.template?.full ?? true;
       upid = await ctx.client.cloneVm(source.node, source.vmid, vmid, {
         name: vmName(r),
         description: desiredDescription(r, { installation: ctx.site.installation, vmid }),
-        full: fp.template?.full ?? true,
-        ...(fp.template?.full === false ? {} : { storage }),
+        full,
+        // A linked clone stays on the template's storage (PVE refuses `storage` for one).
+        ...(full ? { storage } : {}),
         ...(source.node !== node ? { target: node } : {}),
         ...(fp.pool ? { pool: fp.pool } : {}),
       });
@@ -62,7 +64,7 @@ export async function issueCreate(
     a.task = upid;
     delete a.createOutcome;
     ctx.site.invalidate();
-    return { requeueAfterMs: ctx.taskPollMs };
+    return { requeueAfterMs: followTask(ctx, r, upid) };
   } catch (e) {
     ctx.site.invalidate();
     // Stopping: this process writes nothing more. The next one finds `external-create-pending`

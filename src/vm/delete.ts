@@ -10,7 +10,7 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { NotFoundError } from '../proxmox/index.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
-import { hook, type StepContext } from './context.ts';
+import { followTask, hook, type StepContext } from './context.ts';
 import { locate } from './lookup.ts';
 import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
 import { isPlaceholderLock } from './spec.ts';
@@ -19,7 +19,7 @@ import { lateCreateMayStillApply } from './vmid.ts';
 export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
   const a = atProvider(r);
   const vmid = Number(externalName(r));
-  if (a.task) return { requeueAfterMs: ctx.taskPollMs }; // observe clears it once the task ends
+  if (a.task) return { requeueAfterMs: followTask(ctx, r, a.task) }; // observe clears it once the task ends
   const found = await locate(ctx, vmid, true);
   const cfg = found
     ? await ctx.client.vmConfig(found.node, vmid).catch((e) => {
@@ -68,7 +68,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     });
     ctx.site.invalidate();
     await hook(ctx, 'delete-destroy-issued', r);
-    return { requeueAfterMs: ctx.taskPollMs };
+    return { requeueAfterMs: followTask(ctx, r, a.task) };
   }
   if (lock) {
     throw reason(
@@ -83,11 +83,11 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     a.task = await ctx.client.stopVm(found.node, vmid);
     ctx.site.invalidate();
     await hook(ctx, 'delete-stop-issued', r);
-    return { requeueAfterMs: ctx.taskPollMs };
+    return { requeueAfterMs: followTask(ctx, r, a.task) };
   }
   setStep(r, 'Destroying');
   a.task = await ctx.client.deleteVm(found.node, vmid, { purge: true, destroyUnreferencedDisks: true });
   ctx.site.invalidate();
   await hook(ctx, 'delete-destroy-issued', r);
-  return { requeueAfterMs: ctx.taskPollMs };
+  return { requeueAfterMs: followTask(ctx, r, a.task) };
 }

@@ -3,7 +3,7 @@
  * to make (one config POST with the digest, one disk resize, or a power action), so that one
  * reconcile makes at most one mutation. Disks only grow; a smaller size is reported, not applied.
  */
-import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import type { ProxmoxVM, SiteMove } from '../api/proxmoxvm.ts';
 import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
 import { setCondition } from '../engine/resource.ts';
 import type { StepContext } from './context.ts';
@@ -30,6 +30,7 @@ export interface Change {
   /** `retire-duplicate`: this VM duplicates the one kept (see lookup.ts duplicateKept): stop it, then destroy it. */
   /** `reboot`: pending changes are applied by a reboot (rebootPolicy: IfNeeded). */
   /** `migrate` (to `target`, see migrate.ts) and `move-disk` (`disk` to `storage`, from `from`). */
+  /** `reserve-site-move`, then `remote-migrate`: a move to another site (see site-move.ts). */
   kind:
     | 'config'
     | 'resize'
@@ -39,8 +40,16 @@ export interface Change {
     | 'destroy-placeholder'
     | 'retire-duplicate'
     | 'migrate'
-    | 'move-disk';
+    | 'move-disk'
+    | 'reserve-site-move'
+    | 'remote-migrate'
+    | 'reserve-replacement'
+    | 'retire-replaced';
   why: string;
+  /** reserve-site-move: the move to record; remote-migrate: the recorded move to send (site-move.ts). */
+  move?: SiteMove;
+  /** reserve-replacement: the VM the new one replaces (replace.ts). */
+  replaced?: { site: string; node: string; vmid: number };
   set?: Record<string, string | number>;
   del?: string[];
   disk?: string;
@@ -51,7 +60,7 @@ export interface Change {
   vmid?: number;
   /** retire-duplicate: whether the duplicate still runs (it is stopped first); migrate: online. */
   running?: boolean;
-  /** migrate: the target node. */
+  /** migrate: the target node; reserve-replacement: the new site. */
   target?: string;
   /** migrate: where local disks go; move-disk: the target storage. */
   storage?: string;
@@ -59,6 +68,8 @@ export interface Change {
   from?: string;
   /** migrate, move-disk: how it is done and roughly how long it takes (`online, about 40 s`). */
   how?: string;
+  /** migrate, move-disk, remote-migrate: the expected duration of its task (ms), from sizes. */
+  expectedMs?: number;
 }
 
 /** SSH keys as PVE returns them (percent-encoded). */

@@ -16,6 +16,7 @@ import type { Change } from './drift.ts';
 import { observe } from './observe.ts';
 import { planResource, type ResourcePlan } from './plan.ts';
 import { type CreatePlan, preflight } from './preflight.ts';
+import { retireBeforeDelete } from './replace.ts';
 import type { SiteContext } from './site-cache.ts';
 import { applyChange } from './update.ts';
 import { chooseVmid } from './vmid.ts';
@@ -26,19 +27,26 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   private readonly site: SiteContext;
   private readonly options: VmClientOptions;
   private readonly signal: AbortSignal | undefined;
+  private readonly others: { target?: SiteContext | undefined; previous?: SiteContext | undefined };
   /** The change observe() found, for update() in the same reconcile. */
   private change: Change | undefined;
   /** What preflight() resolved, for create() in the same reconcile. */
   private plan: CreatePlan | undefined;
 
-  constructor(site: SiteContext, options: VmClientOptions = {}, signal?: AbortSignal) {
+  constructor(
+    site: SiteContext,
+    options: VmClientOptions = {},
+    signal?: AbortSignal,
+    others: { target?: SiteContext | undefined; previous?: SiteContext | undefined } = {},
+  ) {
     this.site = site;
+    this.others = others;
     this.options = options;
     this.signal = signal;
   }
 
   private ctx(r: ProxmoxVM): StepContext {
-    return stepContext(this.site, r, this.options, this.signal);
+    return stepContext(this.site, r, this.options, this.signal, this.others);
   }
 
   /** Whatever a step meets, credentials and certificate problems are reported as such. */
@@ -81,7 +89,10 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     return this.guard(applyChange(this.ctx(r), r, change));
   }
 
-  delete(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
+  async delete(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
+    // A replacement's old VM goes first, so that deleting never leaves it behind (replace.ts).
+    const wait = await this.guard(retireBeforeDelete(this.ctx(r), r));
+    if (wait !== undefined) return { requeueAfterMs: wait };
     return this.guard(deleteVm(this.ctx(r), r));
   }
 

@@ -20,6 +20,11 @@ export interface MarkedVm {
   status: string;
   lock?: string;
   template: boolean;
+  /**
+   * A ProxmoxTemplate's VM before its conversion (tags `provider-proxmox;template`, see
+   * src/image/template-build.ts): its resource is a template, never an orphan of the VM store.
+   */
+  templateBuild?: boolean;
   marker?: Marker;
   /** When PVE created it (the config's `meta: …,ctime=<epoch>`, written by create), seconds. */
   ctime?: number;
@@ -89,6 +94,7 @@ export async function readMarkedVm(client: PveClient, e: ClusterResource): Promi
     status: e.status ?? 'unknown',
     ...(v.lock ? { lock: v.lock } : {}),
     template: e.template === 1 || v.template === '1',
+    ...(hasOwnerTag(v.tags) && (v.tags ?? '').split(/[;,\s]/).includes('template') ? { templateBuild: true } : {}),
     ...(marker ? { marker } : {}),
     ...(ctime !== undefined ? { ctime } : {}),
     digest: cfg.digest,

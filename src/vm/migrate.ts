@@ -44,7 +44,7 @@ export function vmDisks(cfg: Record<string, string>): Array<{ key: string; stora
 }
 
 /** The storage each disk should be on: disks[] own, else spec.forProvider.storage (when set). */
-function wantedStorage(r: ProxmoxVM, key: string): string | undefined {
+export function wantedStorage(r: ProxmoxVM, key: string): string | undefined {
   const fp = r.spec.forProvider;
   const i = (fp.disks ?? []).findIndex((d, j) => (d.slot ?? `scsi${j + 1}`) === key);
   if (i >= 0) return fp.disks![i]!.storage ?? fp.storage;
@@ -77,6 +77,7 @@ export function placementChanges(
           kind: 'migrate',
           why: `migrating VM ${found.vmid} ${here} -> ${want}${specChanged ? '' : ' (back: placementPolicy Enforce)'} (${how})`,
           how,
+          expectedMs: estimateMs(bytes, memoryBytes(fp) ?? 0, online),
           node: here,
           target: want,
           running: state === 'running',
@@ -98,6 +99,7 @@ export function placementChanges(
       kind: 'move-disk',
       why: `moving disk ${d.key} ${d.storage} -> ${to} (${how})`,
       how,
+      expectedMs: estimateMs(d.bytes, 0, false),
       disk: d.key,
       storage: to,
       from: d.storage,
@@ -106,9 +108,14 @@ export function placementChanges(
   return out;
 }
 
-/** A rough duration from sizes (disk copies at ~100 MiB/s, memory at ~500 MiB/s), for plans. */
+/** A rough duration from sizes (disk copies at ~100 MiB/s, memory at ~500 MiB/s), in ms. */
+export function estimateMs(diskBytes: number, memBytes: number, online: boolean): number {
+  return 1000 * Math.ceil(diskBytes / (100 * MiB) + (online ? memBytes / (500 * MiB) : 0));
+}
+
+/** The same, for plans. */
 export function estimate(diskBytes: number, memBytes: number, online: boolean): string {
-  const s = Math.ceil(diskBytes / (100 * MiB) + (online ? memBytes / (500 * MiB) : 0));
+  const s = estimateMs(diskBytes, memBytes, online) / 1000;
   return s < 90 ? `about ${Math.max(1, s)} s` : `about ${Math.round(s / 60)} min`;
 }
 

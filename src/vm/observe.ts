@@ -18,14 +18,16 @@ import {
 import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
-import type { StepContext } from './context.ts';
+import { followTask, type StepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import { cloneSource, manualCleanup, type Ownership, ownershipOf, placeholderFate } from './ownership.ts';
+import { retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
+import { observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
-import { validateSpec } from './spec.ts';
+import { diskBytes, memoryBytes, parseMarker, validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
 import { confirmedAt, giveUpVmid, lateCreateMayStillApply, vmidChosenByUs } from './vmid.ts';
 
@@ -36,6 +38,7 @@ const STEP_OF: Partial<Record<Change['kind'], string>> = {
   resize: 'Resizing',
   migrate: 'Migrating',
   'move-disk': 'MovingDisk',
+  'remote-migrate': 'MigratingToSite',
 };
 
 export interface Observed {
@@ -44,22 +47,15 @@ export interface Observed {
   change?: Change;
 }
 
-/** The refusals that keep one resource on one VM: no second VM after a change of site or VMID. */
-function checkPlacement(ctx: StepContext, r: ProxmoxVM, vmid: number | undefined): void {
+/** The refusal that keeps one resource on one VM: no second VM after a change of VMID. */
+function checkPlacement(r: ProxmoxVM, vmid: number | undefined): void {
   const a = r.status?.atProvider;
   const fp = r.spec.forProvider;
   if (a?.vmId === undefined) return;
-  const fix =
-    'moving a VM to another site or VMID is not supported yet: revert the field, or delete this resource (its VM is destroyed) and create a new one';
-  if (a.site && a.site !== ctx.site.name)
-    throw reason(
-      'PlacementChangeRefused',
-      `spec.forProvider.site is now '${ctx.site.name}' but VM ${a.vmId} of this resource is on site '${a.site}'; nothing is created on '${ctx.site.name}'. Fix: ${fix}`,
-    );
   if (fp.vmid !== undefined && vmid !== undefined && fp.vmid !== vmid && a.vmId === vmid)
     throw reason(
       'PlacementChangeRefused',
-      `spec.forProvider.vmid is now ${fp.vmid} but this resource's VM is ${vmid}; no VM is created at ${fp.vmid}. Fix: ${fix}`,
+      `spec.forProvider.vmid is now ${fp.vmid} but this resource's VM is ${vmid}; no VM is created at ${fp.vmid}. Fix: a VMID is the identity of a VM: revert the field, or delete this resource (its VM is destroyed) and create a new one`,
     );
 }
 
@@ -170,7 +166,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   const a = atProvider(r);
   const wasReady = a.step === 'Ready';
   const vmidText = externalName(r);
-  checkPlacement(ctx, r, vmidText ? Number(vmidText) : undefined);
+  checkPlacement(r, vmidText ? Number(vmidText) : undefined);
   a.site = ctx.site.name;
   await loadSecrets(ctx, r);
   const observeOnly =
@@ -193,7 +189,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   const task = a.task;
   if (task) {
     const done = await taskDone(ctx, task);
-    if (!done.finished) return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+    if (!done.finished) return { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } };
     delete a.task;
     ctx.site.releaseCreate(r.metadata.uid);
     ctx.site.invalidate();
@@ -231,9 +227,16 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     }
   }
 
+  // Deleting while a replacement's old VM is still there: delete() destroys it first (replace.ts).
+  if (r.metadata.deletionTimestamp && a.replacing && ctx.previous) return { obs: { exists: true, upToDate: true } };
+
+  // spec.forProvider.site names another site: the VM moves there (a remote migration, site-move.ts).
+  if (ctx.target && !observeOnly && (a.siteMove || !r.metadata.deletionTimestamp)) return observeSiteMove(ctx, r, vmid);
+
   // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
   let found = adopted ?? (await locate(ctx, vmid, false));
-  if (!observeOnly && !task && createIncomplete(r) && a.createOutcome === undefined) {
+  // (Once our VM was confirmed at this VMID, the create's outcome is known: it was made.)
+  if (!observeOnly && !task && createIncomplete(r) && a.createOutcome === undefined && !confirmedAt(r, vmid)) {
     // `external-create-pending` is the newest record and no task is known: a process stopped
     // between marking the create and recording its answer (a crash, SIGKILL, a lost status
     // write). The create may have been sent: its outcome is unknown.
@@ -283,6 +286,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     if (own.kind === 'other' || own.kind === 'foreign') return notOurs(ctx, r, found, own);
     if (own.kind === 'placeholder') return settlePlaceholder(ctx, r, found, own.lock, own);
     a.vmId = vmid;
+    // The marker names this VMID again (drift rewrote it after a remote migration).
+    if (a.movedFromVmid !== undefined && parseMarker(cfg.description)?.vmid === vmid) delete a.movedFromVmid;
     const uuid = smbiosUuid(cfg.smbios1);
     if (uuid) a.smbiosUuid = uuid;
     delete a.createOutcome;
@@ -315,11 +320,13 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   }
 
   if (observeOnly) {
-    ready(
-      r,
-      state === 'running' || state === 'stopped' ? 'True' : 'False',
-      state === 'running' || state === 'stopped' ? 'Available' : 'Unavailable',
-    );
+    const available = state === 'running' || state === 'stopped';
+    // Observed, available and (with an agent) its addresses known: steady state, read from the bulk
+    // list between drift reads like any Ready VM.
+    const agent = /^(1|enabled=1)/.test(cfg?.agent ?? '');
+    const settled = available && (state !== 'running' || !agent || Boolean(a.ipAddresses?.length));
+    a.step = settled ? 'Ready' : 'Observing';
+    ready(r, available ? 'True' : 'False', available ? 'Available' : 'Unavailable');
     return { obs: { exists: true, upToDate: true } };
   }
 
@@ -373,9 +380,19 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     const late = await retireDuplicates(ctx, r, found, state, true);
     if (late) return late;
   }
+  // A replacement's old VM goes once the new one got here (replace.ts).
+  const old = await retireReplaced(ctx, r);
+  if (old?.change) return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change: old.change };
   a.step = 'Ready';
   ready(r, 'True', 'Available');
-  return { obs: { exists: true, upToDate: true, ...connection(ctx, r, found) } };
+  return {
+    obs: {
+      exists: true,
+      upToDate: true,
+      ...(old?.waitMs !== undefined ? { requeueAfterMs: old.waitMs } : {}),
+      ...connection(ctx, r, found),
+    },
+  };
 }
 
 /** The change that retires a duplicate of this resource's VM (ours, or a stray twin), if there is one. */
@@ -455,14 +472,46 @@ function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): bo
   if (last.generation !== r.metadata.generation) return true;
   if (!isReady(r)) return true;
   if (r.status?.atProvider?.step !== 'Ready') return true;
-  if (found.entry.lock) return true;
-  if ((found.entry.status ?? '') !== (r.status?.atProvider?.state ?? '')) return true;
+  const e = found.entry;
+  if (e.lock) return true;
+  if ((e.status ?? '') !== (r.status?.atProvider?.state ?? '')) return true;
   // Migrated by someone else (HA, a person): followed, and compared with the spec's node.
   if (found.node !== last.node) return true;
   // Renamed or re-tagged (by hand), or another VM at our VMID: the bulk list shows it at once.
-  if ((found.entry.name ?? '') !== (last.name ?? found.entry.name ?? '')) return true;
-  if ((found.entry.tags ?? '') !== (last.tags ?? found.entry.tags ?? '')) return true;
-  return ctx.site.now() - last.at > (ctx.options.driftIntervalMs ?? 300_000);
+  if ((e.name ?? '') !== (last.name ?? e.name ?? '')) return true;
+  if ((e.tags ?? '') !== (last.tags ?? e.tags ?? '')) return true;
+  // Memory, CPUs and the boot disk changed by hand: the bulk list carries them too.
+  if (bulkDrift(r, e)) return true;
+  return driftDue(r.metadata.uid, last.at, ctx.site.now(), ctx.options.driftIntervalMs ?? 300_000);
+}
+
+/** What /cluster/resources shows of a VM that differs from the spec (maxmem, maxcpu, maxdisk). */
+function bulkDrift(r: ProxmoxVM, e: ObservedVm['entry']): boolean {
+  // Observe-only: nothing is put back, so nothing is worth an early read.
+  if (!policyAllows(r.spec.managementPolicies, 'Update')) return false;
+  const fp = r.spec.forProvider;
+  const mem = memoryBytes(fp);
+  // A running VM shows its running memory and CPUs: a pending change shows up after the reboot.
+  if (e.status !== 'running') {
+    if (mem !== undefined && e.maxmem !== undefined && e.maxmem !== mem) return true;
+    const cores = (fp.cpu ?? 1) * (fp.sockets ?? 1);
+    if (fp.cpu !== undefined && e.maxcpu !== undefined && e.maxcpu !== cores) return true;
+  }
+  const disk = diskBytes(fp);
+  return disk !== undefined && e.maxdisk !== undefined && e.maxdisk > 0 && e.maxdisk < disk;
+}
+
+/**
+ * The periodic full read (config, status, pending: what only the config holds) comes once per
+ * drift interval, at a moment of its own in the interval (from the resource's uid): VMs that
+ * became Ready together are read at moments spread over the interval, never in one burst.
+ */
+export function driftDue(uid: string, lastAt: number, now: number, intervalMs: number): boolean {
+  if (intervalMs <= 0) return true;
+  let h = 0x811c9dc5;
+  for (let i = 0; i < uid.length; i++) h = Math.imul(h ^ uid.charCodeAt(i), 0x01000193) >>> 0;
+  const phase = h % intervalMs;
+  return Math.floor((now - phase) / intervalMs) > Math.floor((lastAt - phase) / intervalMs);
 }
 
 /** Whether the VM has a cloud-init drive (`ide2: local-lvm:vm-100-cloudinit,media=cdrom`). */

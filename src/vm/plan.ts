@@ -20,7 +20,16 @@ import { type Change, changes } from './drift.ts';
 import { observe } from './observe.ts';
 import { driveSize, parseNetValue } from './spec.ts';
 
-export type PlanAction = 'create' | 'adopt' | 'update' | 'update-reboot' | 'reboot' | 'no-op' | 'refused';
+export type PlanAction =
+  | 'create'
+  | 'adopt'
+  | 'update'
+  | 'update-reboot'
+  | 'reboot'
+  /** A new VM on another site, then the old one destroyed: the disks' data is lost (replacePolicy). */
+  | 'replace'
+  | 'no-op'
+  | 'refused';
 
 export interface FieldChange {
   /** The Proxmox config key (`memory`, `net0`, `scsi0`...) or `powerState`. */
@@ -152,6 +161,31 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
           detail: c.how ? `move disk, ${c.how}` : 'move disk',
         },
       ];
+    case 'reserve-site-move':
+    case 'remote-migrate': {
+      const m = c.move!;
+      return [
+        {
+          key: 'site',
+          field: 'site',
+          from: `${m.from}/${m.fromNode}`,
+          to: `${m.to}/${m.node}${m.vmid === m.fromVmid ? '' : ` (VM ${m.vmid})`}`,
+          reboot: false,
+          detail: c.how ? `remote migrate, ${c.how}` : 'remote migrate',
+        },
+      ];
+    }
+    case 'reserve-replacement':
+      return [
+        {
+          key: 'site',
+          field: 'site',
+          from: `${c.replaced!.site}/${c.replaced!.node}`,
+          to: c.target ?? '',
+          reboot: false,
+          detail: c.how ?? 'replace (data loss)',
+        },
+      ];
     case 'start':
       return [{ key: 'status', field: 'powerState', from: 'stopped', to: 'running', reboot: false }];
     case 'stop':
@@ -198,20 +232,25 @@ export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string):
   const state = a.state ?? 'unknown';
   const running = state === 'running';
   const found = { vmid, node, entry: { id: `qemu/${vmid}`, type: 'qemu', vmid, node } as ClusterResource };
-  const fields = changes(ctx, copy, found, cfg, state).flatMap((c) => fieldsOf(c, cfg, running));
+  // A move to another site comes first and alone: what drift would change follows on the new site.
+  const moving = observed.change?.move || observed.change?.replaced;
+  const planned = moving ? [observed.change!] : changes(ctx, copy, found, cfg, state);
+  const fields = planned.flatMap((c) => fieldsOf(c, cfg, running));
   const pending = running ? (a.pendingChanges ?? []) : [];
   const reboots = fields.some((f) => f.reboot) || pending.length > 0;
   const action: PlanAction = adopted
     ? 'adopt'
-    : fields.length
-      ? reboots
-        ? 'update-reboot'
-        : 'update'
-      : pending.length
-        ? r.spec.forProvider.rebootPolicy === 'IfNeeded'
-          ? 'reboot'
-          : 'update-reboot'
-        : 'no-op';
+    : planned.some((c) => c.kind === 'reserve-replacement')
+      ? 'replace'
+      : fields.length
+        ? reboots
+          ? 'update-reboot'
+          : 'update'
+        : pending.length
+          ? r.spec.forProvider.rebootPolicy === 'IfNeeded'
+            ? 'reboot'
+            : 'update-reboot'
+          : 'no-op';
   return { key, action, vmid, node, state, changes: fields, pending };
 }
 
@@ -253,6 +292,7 @@ const MARK: Record<PlanAction, string> = {
   update: '~',
   'update-reboot': '~',
   reboot: '↻',
+  replace: '±',
   'no-op': ' ',
   refused: '!',
 };
@@ -291,7 +331,7 @@ export function describePlans(
   const n = (a: PlanAction) => plans.filter((p) => p.action === a).length;
   const reboots = n('update-reboot');
   lines.push(
-    `Plan: ${n('create')} to create, ${n('adopt')} to adopt, ${n('update') + reboots} to update${reboots ? ` (${reboots} only at the next boot)` : ''}, ${n('reboot')} to reboot, ${n('no-op')} unchanged${n('refused') ? `, ${n('refused')} refused` : ''}.`,
+    `Plan: ${n('create')} to create, ${n('adopt')} to adopt, ${n('update') + reboots} to update${reboots ? ` (${reboots} only at the next boot)` : ''}, ${n('reboot')} to reboot, ${n('no-op')} unchanged${n('replace') ? `, ${n('replace')} to replace (data loss)` : ''}${n('refused') ? `, ${n('refused')} refused` : ''}.`,
   );
   return lines;
 }

@@ -9,7 +9,7 @@ import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
 import { PveError } from '../proxmox/index.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { atProvider, explain, reason, setStep } from './conditions.ts';
-import { hook, type StepContext } from './context.ts';
+import { hook, type StepContext, slotWait, slotWake } from './context.ts';
 import { findTemplate } from './lookup.ts';
 import { checkSnippetPossible, desiredSnippet, uploadSnippet } from './snippets.ts';
 import { desiredNets, diskBytes, memoryBytes } from './spec.ts';
@@ -17,7 +17,8 @@ import { desiredNets, diskBytes, memoryBytes } from './spec.ts';
 export type CreateSource =
   | { kind: 'blank' }
   | { kind: 'import'; from: string }
-  | { kind: 'template'; vmid: number; node: string };
+  /** `full`: decided here for a templateRef (linked where the storage can); else spec.forProvider.template.full. */
+  | { kind: 'template'; vmid: number; node: string; full?: boolean };
 
 /** What preflight resolved, for create (in the same reconcile). */
 export interface CreatePlan {
@@ -44,7 +45,9 @@ export async function preflight(
   setStep(r, 'CheckingStorage');
   const storage = fp.storage ?? 'local-lvm';
   const storages = await ctx.client.nodeStorages(node);
-  checkStorage(storages, storage, diskBytes(fp) ?? 0, 'spec.forProvider.storage');
+  // Creates already in flight on this storage count: their disks are not in Proxmox's numbers yet.
+  const inFlight = ctx.site.storageInFlight(node, storage, r.metadata.uid);
+  const entry = checkStorage(storages, storage, (diskBytes(fp) ?? 0) + inFlight, 'spec.forProvider.storage');
   for (const [i, d] of (fp.disks ?? []).entries()) {
     checkStorage(
       storages,
@@ -66,14 +69,19 @@ export async function preflight(
     await uploadSnippet(ctx);
     await hook(ctx, 'create-snippet-uploaded', r);
   }
-  if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [storage])) {
+  // A node's local storage is a slot per node, a shared one a slot for the site; a freed slot is
+  // taken for the oldest waiter and wakes it (limits.ts), so a waiter need not poll for one.
+  if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [{ storage, shared: entry.shared === 1 }], slotWake(ctx, r))) {
     setStep(r, 'WaitingForSlot');
     return {
-      waitMs: ctx.taskPollMs,
+      waitMs: slotWait(ctx),
       message: `waiting for a free slot on node ${node} / storage ${storage} (concurrency limits of the ProviderConfig)`,
     };
   }
-  ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, (fp.cpu ?? 1) * (fp.sockets ?? 1));
+  ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, (fp.cpu ?? 1) * (fp.sockets ?? 1), {
+    id: storage,
+    bytes: diskBytes(fp) ?? 0,
+  });
   return { plan: { node, storage, ciStorage, source } };
 }
 
@@ -220,6 +228,18 @@ export async function resolveSource(
   storages: StorageEntry[],
 ): Promise<CreateSource> {
   const fp = r.spec.forProvider;
+  if (fp.templateRef) {
+    if (!ctx.options.templateOnNode)
+      throw reason(
+        'TemplateNotFound',
+        `spec.forProvider.templateRef: this runtime resolves no ProxmoxTemplate references; use spec.forProvider.template (a template VM by name or vmid)`,
+      );
+    const t = ctx.options.templateOnNode(r, node);
+    // A linked clone stays on the template's storage and needs a storage that can make one; the
+    // VM's storage (default local-lvm, as everywhere) must be it, or drift would move the disk.
+    const linked = t.linkedClone && (fp.storage ?? 'local-lvm') === t.storage;
+    return { kind: 'template', vmid: t.vmid, node: t.host, full: !linked };
+  }
   if (fp.template) {
     const t = findTemplate(await ctx.site.clusterResources(false, ctx.signal), fp.template);
     const what = fp.template.vmid !== undefined ? `VMID ${fp.template.vmid}` : `'${fp.template.name}'`;

@@ -7,10 +7,12 @@
  * deleted, orphaned or renamed resource never keeps a slot or a VMID.
  */
 import type { SiteSsh } from '../api/provider-config.ts';
+import type { Credentials } from '../proxmox/auth.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
 import { type MarkedVm, readMarkedVm } from './inventory.ts';
 import type { SlotLimiter } from './limits.ts';
+import { TaskWatcher } from './task-watch.ts';
 
 /** How long a VM's marker, once read, serves adoption and duplicate checks. */
 const MARKER_TTL_MS = 30_000;
@@ -42,6 +44,16 @@ export interface ResourceMemory {
   agentAnswered?: boolean;
   /** A `cloud-init status` started in the guest whose result is still to be read. */
   cloudInitExec?: { pid: number; json: boolean };
+}
+
+/**
+ * How another cluster's node reaches this site's API, for a remote migration to it
+ * (`target-endpoint`): the endpoint, the pinned certificate fingerprints, the credentials.
+ */
+export interface SiteAccess {
+  endpoint: string;
+  fingerprints: string[];
+  credentials: Credentials;
 }
 
 /** Where a node's snippets go: the storage, and its snippets directory on the node. */
@@ -83,6 +95,8 @@ export class SiteContext {
   readonly installation: string;
   /** SSH to the nodes (cloud-init snippets), when the ProviderConfig gives it. */
   readonly ssh: SiteSsh | undefined;
+  /** How a remote migration from another site reaches this one. */
+  readonly access: SiteAccess | undefined;
   /** Per node: where snippets go (found once, see snippets.ts snippetStore). */
   readonly snippetStores = new Map<string, Promise<SnippetStore>>();
   private resources: { at: number; data: Promise<ClusterResource[]> } | undefined;
@@ -91,12 +105,17 @@ export class SiteContext {
   private marked = new Map<number, { at: number; data: Promise<MarkedVm | undefined> }>();
   /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
   readonly reserved = new Map<number, string>();
-  /** Memory/CPU promised to creates in flight, per node, for placement. */
+  /** Memory, CPU and disk bytes (per storage) promised to creates in flight, per node. */
   readonly inflight = new Map<
     string,
-    { memory: number; cpu: number; holders: Map<string, { memory: number; cpu: number }> }
+    {
+      memory: number;
+      cpu: number;
+      holders: Map<string, { memory: number; cpu: number; storage?: { id: string; bytes: number } }>;
+    }
   >();
   private readonly memory = new Map<string, ResourceMemory>();
+  private watcher: TaskWatcher | undefined;
   readonly ttlMs: number;
   readonly now: () => number;
 
@@ -107,11 +126,13 @@ export class SiteContext {
     vmidRange: { min: number; max: number };
     installation: string;
     ssh?: SiteSsh | undefined;
+    access?: SiteAccess | undefined;
     ttlMs?: number;
     now?: () => number;
   }) {
     this.name = opts.name;
     this.ssh = opts.ssh;
+    this.access = opts.access;
     this.installation = opts.installation;
     this.client = opts.client;
     this.limiter = opts.limiter;
@@ -180,6 +201,30 @@ export class SiteContext {
     return abortable(data, signal);
   }
 
+  /**
+   * Call `wake` once task `upid` ended: one watcher per node reads the node's active tasks for
+   * every task watched there (task-watch.ts), and its reads serve activeTasks() too.
+   */
+  watchTask(upid: string, wake: () => void, expectedMs: number, minMs: number): void {
+    this.watcher ??= new TaskWatcher({
+      minMs,
+      now: this.now,
+      activeTasks: (node) => {
+        const data = this.client.activeTasks(node).then((l) => new Set(l.map((x) => x.upid)));
+        this.active.set(node, { at: this.now(), data });
+        data.catch(() => this.active.delete(node));
+        return data;
+      },
+    });
+    this.watcher.watch(upid, wake, expectedMs);
+  }
+
+  /** Stop watching tasks (the connector closes). */
+  stop(): void {
+    this.watcher?.stop();
+    this.watcher = undefined;
+  }
+
   /** The resource's memory (created on first use). */
   remember(uid: string): ResourceMemory {
     let m = this.memory.get(uid);
@@ -190,15 +235,32 @@ export class SiteContext {
     return m;
   }
 
-  /** Promise a node's memory and CPU to a create in flight (idempotent per resource). */
-  reserveCapacity(uid: string, node: string, memory: number, cpu: number): void {
+  /**
+   * Promise a node's memory, CPU and room on a storage to a create in flight (idempotent per
+   * resource): the next create's checks count it, until the task ended and Proxmox shows it.
+   */
+  reserveCapacity(
+    uid: string,
+    node: string,
+    memory: number,
+    cpu: number,
+    storage?: { id: string; bytes: number },
+  ): void {
     const e = this.inflight.get(node) ?? { memory: 0, cpu: 0, holders: new Map() };
     if (!e.holders.has(uid)) {
       e.memory += memory;
       e.cpu += cpu;
-      e.holders.set(uid, { memory, cpu });
+      e.holders.set(uid, { memory, cpu, ...(storage ? { storage } : {}) });
     }
     this.inflight.set(node, e);
+  }
+
+  /** Bytes promised on a node's storage to creates in flight (but `except`'s own). */
+  storageInFlight(node: string, id: string, except?: string): number {
+    let bytes = 0;
+    for (const [uid, h] of this.inflight.get(node)?.holders ?? [])
+      if (uid !== except && h.storage?.id === id) bytes += h.storage.bytes;
+    return bytes;
   }
 
   /** Release what `reserveCapacity` promised (by what was promised, not by today's spec). */

@@ -69,6 +69,12 @@ export function validateSpec(r: ProxmoxVM): Problem[] {
       message: 'set either image (import a cloud image) or template (clone a template VM), not both',
     });
   }
+  if (fp.templateRef !== undefined && (fp.image !== undefined || fp.template !== undefined)) {
+    out.push({
+      field: `${FP}.templateRef`,
+      message: `set one of image, template and templateRef, not ${fp.image !== undefined ? 'image' : 'template'} and templateRef`,
+    });
+  }
   if (fp.template && fp.template.name === undefined && fp.template.vmid === undefined) {
     out.push({ field: `${FP}.template`, message: 'template needs name or vmid' });
   }

@@ -6,9 +6,11 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { atProvider, setStep } from './conditions.ts';
-import { hook, type StepContext } from './context.ts';
+import { followTask, hook, type StepContext, slotWake } from './context.ts';
 import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
+import { reserveReplacement, retireStep } from './replace.ts';
+import { sendSiteMove } from './site-move.ts';
 import { removeSnippets, uploadSnippet } from './snippets.ts';
 
 export async function applyChange(
@@ -46,7 +48,7 @@ export async function applyChange(
       break;
     }
     case 'resize': {
-      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [])) {
+      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [], slotWake(ctx, r))) {
         a.step = 'WaitingForSlot';
         return { requeueAfterMs: ctx.taskPollMs };
       }
@@ -97,7 +99,7 @@ export async function applyChange(
       setStep(r, 'CheckingNode');
       const how = await checkMigration(ctx, r, node, vmid, change);
       const storages = how.targetStorage ? [how.targetStorage] : [];
-      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, change.target!, storages)) {
+      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, change.target!, storages, slotWake(ctx, r))) {
         a.step = 'WaitingForSlot';
         return { requeueAfterMs: ctx.taskPollMs };
       }
@@ -116,7 +118,7 @@ export async function applyChange(
       break;
     }
     case 'move-disk': {
-      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [change.storage!])) {
+      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [change.storage!], slotWake(ctx, r))) {
         a.step = 'WaitingForSlot';
         return { requeueAfterMs: ctx.taskPollMs };
       }
@@ -136,6 +138,27 @@ export async function applyChange(
       }
       break;
     }
+    case 'reserve-site-move':
+      // Written before anything is sent (the engine writes the status after this update), as a
+      // create's VMID is: the next reconcile sends exactly this move, and finds it afterwards.
+      a.siteMove = change.move!;
+      setStep(r, 'ReservingTarget');
+      await hook(ctx, 'update-reserve-site-move', r);
+      return { requeueAfterMs: 0 };
+    case 'reserve-replacement':
+      reserveReplacement(ctx, r, change);
+      await hook(ctx, 'update-reserve-replacement', r);
+      return { requeueAfterMs: 0 };
+    case 'retire-replaced':
+      await retireStep(ctx, r, change);
+      await hook(ctx, 'update-retire-replaced', r);
+      return { requeueAfterMs: ctx.taskPollMs };
+    case 'remote-migrate': {
+      setStep(r, 'MigratingToSite');
+      upid = await sendSiteMove(ctx, r, change);
+      a.siteMove = { ...change.move!, upid };
+      break;
+    }
     default:
       return {};
   }
@@ -143,5 +166,5 @@ export async function applyChange(
   ctx.site.invalidate();
   if (upid) a.task = upid;
   await hook(ctx, `update-${change.kind}`, r);
-  return { requeueAfterMs: ctx.taskPollMs };
+  return { requeueAfterMs: upid ? followTask(ctx, r, upid, change.expectedMs) : ctx.taskPollMs };
 }

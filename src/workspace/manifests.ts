@@ -15,6 +15,8 @@ import {
   POLL_INTERVAL_ANNOTATION,
   pollIntervalProblem,
 } from '../api/metadata.ts';
+import { IMAGE_KIND, imageSpecProblems, type ProxmoxImage, ProxmoxImageSpecSchema } from '../api/proxmoximage.ts';
+import { type ProxmoxTemplate, ProxmoxTemplateSpecSchema, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
 import { API_VERSION, ForProviderSchema, GROUP, type ProxmoxVM, ProxmoxVMSpecSchema } from '../api/proxmoxvm.ts';
 
 export interface ManifestProblem {
@@ -209,8 +211,8 @@ function levenshtein(a: string, b: string): number {
 const FOR_PROVIDER_KEYS = Object.keys(ForProviderSchema.properties);
 
 /** The sub-schema an error's schemaPath (`#/properties/forProvider/properties/cpu`) points at. */
-function schemaAt(schemaPath: string): Record<string, unknown> | undefined {
-  let s: unknown = ProxmoxVMSpecSchema;
+function schemaAt(schemaPath: string, root: unknown = ProxmoxVMSpecSchema): Record<string, unknown> | undefined {
+  let s: unknown = root;
   for (const seg of schemaPath.replace(/^#/, '').split('/').filter(Boolean)) {
     s =
       s && typeof s === 'object'
@@ -264,6 +266,28 @@ export function checkMetadata(d: ManifestDoc): ManifestProblem[] {
 
 /** Schema problems of a ProxmoxVM document (its metadata included), each with its line and field. */
 export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
+  return checkManaged(d, ProxmoxVMSpecSchema, 'the VM to create');
+}
+
+/** The spec schema of each of our managed kinds, and what its forProvider describes. */
+const MANAGED_KINDS: Record<string, { schema: unknown; what: string }> = {
+  ProxmoxVM: { schema: ProxmoxVMSpecSchema, what: 'the VM to create' },
+  [IMAGE_KIND]: { schema: ProxmoxImageSpecSchema, what: 'the image to download' },
+  [TEMPLATE_KIND]: { schema: ProxmoxTemplateSpecSchema, what: 'the template to build' },
+};
+
+/** Schema problems of a ProxmoxImage or ProxmoxTemplate document, as checkProxmoxVM's. */
+export function checkImageKind(d: ManifestDoc): ManifestProblem[] {
+  const k = MANAGED_KINDS[d.kind]!;
+  const out = checkManaged(d, k.schema, k.what);
+  if (out.length || d.kind !== IMAGE_KIND) return out;
+  const fp = (d.value.spec as ProxmoxImage['spec']).forProvider;
+  for (const p of imageSpecProblems(fp))
+    out.push({ file: d.file, ...(d.lineOf(p.field) ?? { line: d.line }), field: p.field, message: p.message });
+  return out;
+}
+
+function checkManaged(d: ManifestDoc, specSchema: unknown, what: string): ManifestProblem[] {
   const out: ManifestProblem[] = [];
   const v = d.value;
   const at = (field: string, key = false) => d.lineOf(field, { key }) ?? { line: d.line, column: 1 };
@@ -286,11 +310,11 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
       file: d.file,
       ...at('spec'),
       field: 'spec.forProvider',
-      message: 'required: spec.forProvider (the VM to create)',
+      message: `required: spec.forProvider (${what})`,
     });
     return out;
   }
-  for (const e of Value.Errors(ProxmoxVMSpecSchema, spec)) {
+  for (const e of Value.Errors(specSchema as typeof ProxmoxVMSpecSchema, spec)) {
     const path = e.instancePath
       .split('/')
       .slice(1)
@@ -299,7 +323,7 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
       .map((s, i) => (/^\d+$/.test(s) && i > 0 ? `[${s}]` : s))
       .join('.')
       .replace(/\.\[/g, '[');
-    const schema = schemaAt(e.schemaPath);
+    const schema = schemaAt(e.schemaPath, specSchema);
     let message = e.message;
     let hint = '';
     if (e.keyword === 'additionalProperties') {
@@ -309,7 +333,8 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
         const f = `${field}.${k}`;
         const hint = didYouMean(k, allowed);
         // `spec.cpu`: a forProvider field one level too high (forProvider: forgotten or mis-indented).
-        const misplaced = !hint && path.length === 0 && FOR_PROVIDER_KEYS.includes(k);
+        const misplaced =
+          !hint && path.length === 0 && specSchema === ProxmoxVMSpecSchema && FOR_PROVIDER_KEYS.includes(k);
         out.push({
           file: d.file,
           ...at(f, true),
@@ -328,7 +353,7 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
           file: d.file,
           ...at(field, true),
           field: `${field}.${k}`.replace(/^\./, ''),
-          message: `required${field === 'spec' && k === 'forProvider' ? ' (the VM to create)' : ''}`,
+          message: `required${field === 'spec' && k === 'forProvider' ? ` (${what})` : ''}`,
         });
       continue;
     }
@@ -387,6 +412,9 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
 
 export interface LoadedManifests {
   vms: Array<{ vm: ProxmoxVM; doc: ManifestDoc }>;
+  /** ProxmoxImages and ProxmoxTemplates without schema problems (apply runs them before the VMs). */
+  images: Array<{ obj: ProxmoxImage; doc: ManifestDoc }>;
+  templates: Array<{ obj: ProxmoxTemplate; doc: ManifestDoc }>;
   others: ManifestDoc[];
   /** ProxmoxVM documents with schema problems (in `problems`); `validate` checks what it can of them. */
   rejected: ManifestDoc[];
@@ -397,12 +425,35 @@ export interface LoadedManifests {
 export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManifests {
   const problems: ManifestProblem[] = [];
   const vms: LoadedManifests['vms'] = [];
+  const images: LoadedManifests['images'] = [];
+  const templates: LoadedManifests['templates'] = [];
   const others: ManifestDoc[] = [];
   const rejected: ManifestDoc[] = [];
   const seen = new Map<string, ManifestDoc>();
   for (const file of manifestFiles(paths)) {
     const display = relative(cwd, file) || file;
     for (const d of readManifestFile(file, problems, display)) {
+      if ((d.kind === IMAGE_KIND || d.kind === TEMPLATE_KIND) && d.apiVersion.startsWith(`${GROUP}/`)) {
+        const p = checkImageKind(d);
+        problems.push(...p);
+        if (p.length) continue;
+        const obj = d.value as unknown as ProxmoxImage & ProxmoxTemplate;
+        obj.metadata.namespace ??= 'default';
+        const key = `${d.kind}/${obj.metadata.namespace}/${obj.metadata.name}`;
+        const prev = seen.get(key);
+        if (prev) {
+          problems.push({
+            file: d.file,
+            ...(d.lineOf('metadata.name') ?? { line: d.line }),
+            field: 'metadata.name',
+            message: `duplicate ${d.kind} ${key.slice(d.kind.length + 1)} (also in ${prev.file}:${prev.line})`,
+          });
+          continue;
+        }
+        seen.set(key, d);
+        (d.kind === IMAGE_KIND ? images : templates).push({ obj, doc: d } as never);
+        continue;
+      }
       if (d.kind !== 'ProxmoxVM') {
         // Another kind with a bad name or namespace is refused too: its key (a Secret's
         // namespace/name) is looked up by the VMs, and Kubernetes would refuse the object.
@@ -433,5 +484,5 @@ export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManif
       vms.push({ vm, doc: d });
     }
   }
-  return { vms, others, rejected, problems };
+  return { vms, images, templates, others, rejected, problems };
 }

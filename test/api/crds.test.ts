@@ -73,7 +73,7 @@ describe('committed CRDs', () => {
 
   test('one file per kind in each directory, each a single CRD document', () => {
     const kinds = crds().map((c) => c.spec.names.kind);
-    assert.deepEqual(new Set(kinds).size, 6);
+    assert.deepEqual(new Set(kinds).size, 8);
     for (const dir of CRD_DIRS) {
       const files = readdirSync(join(ROOT, dir)).sort();
       assert.equal(files.length, kinds.length, dir);
@@ -98,6 +98,8 @@ describe('CRD shape', () => {
     const want: Record<string, string> = {
       ProxmoxVM: 'Namespaced',
       ProxmoxVMScaleSet: 'Namespaced',
+      ProxmoxImage: 'Namespaced',
+      ProxmoxTemplate: 'Namespaced',
       ProviderConfig: 'Namespaced',
       ClusterProviderConfig: 'Cluster',
       ProviderConfigUsage: 'Namespaced',
@@ -117,7 +119,7 @@ describe('CRD shape', () => {
   });
 
   test('categories', () => {
-    for (const k of ['ProxmoxVM', 'ProxmoxVMScaleSet']) {
+    for (const k of ['ProxmoxVM', 'ProxmoxVMScaleSet', 'ProxmoxImage', 'ProxmoxTemplate']) {
       assert.deepEqual(byKind(k).spec.names.categories, ['crossplane', 'managed', 'proxmox']);
     }
     for (const k of ['ProviderConfig', 'ClusterProviderConfig', 'ProviderConfigUsage', 'ClusterProviderConfigUsage']) {
@@ -170,7 +172,7 @@ describe('CRD shape', () => {
         const path = col.jsonPath
           .replace(/^\./, '')
           .replace(/\[\?\(@\.type=='\w+'\)\]/g, '[]')
-          .replace(/\[0\]/g, '[]');
+          .replace(/\[(0|\*)\]/g, '[]');
         assert.doesNotThrow(() => schemaAt(root, path), `${c.spec.names.kind} ${col.name}: ${col.jsonPath}`);
       }
     }
@@ -355,9 +357,9 @@ describe('CEL rules: the seed limits with the engine messages', () => {
     assert.equal(rules[0]!.rule, 'has(self.spec.forProvider.name) || size(self.metadata.name) <= 100');
   });
 
-  test('ProxmoxVM: site and vmid are immutable while the VM exists (root transition rules); node is not (a migration)', () => {
+  test('ProxmoxVM: vmid is immutable while the VM exists (a root transition rule); node and site are not (migrations)', () => {
     const rules = rulesAt(rootSchema('ProxmoxVM')).slice(1);
-    assert.deepEqual([...PLACEMENT_FIELDS], ['site', 'vmid']);
+    assert.deepEqual([...PLACEMENT_FIELDS], ['vmid']);
     assert.deepEqual(
       rules.map((r) => [r.fieldPath, r.reason]),
       PLACEMENT_FIELDS.map((f) => [`.spec.forProvider.${f}`, 'FieldValueForbidden']),
@@ -365,7 +367,7 @@ describe('CEL rules: the seed limits with the engine messages', () => {
     for (const [i, f] of PLACEMENT_FIELDS.entries()) {
       const r = rules[i]!;
       assert.equal(r.message, PLACEMENT_MESSAGE);
-      assert.match(r.message, /to another site \(cluster\) or VMID is not supported yet; delete and recreate/);
+      assert.match(r.message, /a VMID is the identity of a VM; revert the field, or delete and recreate/);
       // Gated on the old object's vmId, comparing presence and value (unset -> set is a change).
       assert.ok(
         r.rule.startsWith(

@@ -61,13 +61,12 @@ describe('CRD rules on a real kube-apiserver', () => {
     }
   });
 
-  it('while status.atProvider.vmId is set: site and vmid are refused with why and the fix; node (a migration) and other fields change', async () => {
+  it('while status.atProvider.vmId is set: vmid is refused with why and the fix; node and site (migrations) and other fields change', async () => {
     await create(kube, vm('placement-fixed', { vmid: 200 }));
     await vmCreated(kube, 'placement-fixed', 200);
     const refused: Array<[string, Record<string, unknown>]> = [
-      ['site', { site: 'site-2' }],
-      ['site', { site: null }], // unsetting is a change too
       ['vmid', { vmid: 201 }],
+      ['vmid', { vmid: null }], // unsetting is a change too
     ];
     for (const [field, fp] of refused) {
       const res = await patch(kube, 'placement-fixed', { spec: { forProvider: fp } });
@@ -84,16 +83,18 @@ describe('CRD rules on a real kube-apiserver', () => {
       );
       assert.match(
         res.json.message,
-        /to another site \(cluster\) or VMID is not supported yet; delete and recreate the resource, or revert the field/,
+        /a VMID is the identity of a VM; revert the field, or delete and recreate the resource/,
       );
     }
     // Memory (and anything else) still changes; an unchanged placement in the same patch is fine.
     const ok = await patch(kube, 'placement-fixed', { spec: { forProvider: { memory: '1Gi', site: 'site-1' } } });
     assert.equal(ok.status, 200, ok.text);
     assert.equal(ok.json.spec.forProvider.memory, '1Gi');
-    // A node change is a migration: accepted.
+    // A node change is a migration, a site change a remote migration: accepted.
     const node = await patch(kube, 'placement-fixed', { spec: { forProvider: { node: 'r630-01' } } });
     assert.equal(node.status, 200, node.text);
+    const site = await patch(kube, 'placement-fixed', { spec: { forProvider: { site: 'site-2' } } });
+    assert.equal(site.status, 200, site.text);
     // The controller's own writes pass: status, annotations and finalizers (a whole-object PUT too).
     await vmCreated(kube, 'placement-fixed', 200);
     const meta = await patch(kube, 'placement-fixed', {

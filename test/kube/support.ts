@@ -123,6 +123,8 @@ const CORE_PLURALS: Record<string, [string, boolean]> = {
   CustomResourceDefinition: ['customresourcedefinitions', false],
   ProxmoxVM: ['proxmoxvms', true],
   ProxmoxVMScaleSet: ['proxmoxvmscalesets', true],
+  ProxmoxImage: ['proxmoximages', true],
+  ProxmoxTemplate: ['proxmoxtemplates', true],
   ProviderConfig: ['providerconfigs', true],
   ClusterProviderConfig: ['clusterproviderconfigs', false],
   ProviderConfigUsage: ['providerconfigusages', true],

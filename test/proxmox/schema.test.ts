@@ -146,6 +146,18 @@ const SAMPLES: Sample[] = [
   ),
   s('moveDisk', R.moveDisk(N, 100, { disk: 'scsi0', storage: 'ceph-fs', delete: true, digest: 'c'.repeat(40) })),
   s(
+    'remoteMigrateVm',
+    R.remoteMigrateVm(N, 100, {
+      targetEndpoint: `apitoken=PVEAPIToken=root@pam!t=${'d'.repeat(36)},host=192.0.2.20,fingerprint=${'AB:'.repeat(31)}AB`,
+      targetStorage: 'local-lvm:ceph-fs',
+      targetBridge: 'vmbr0:vmbr0',
+      targetVmid: 100,
+      online: true,
+      delete: true,
+    }),
+    '7.4',
+  ),
+  s(
     'listTasks',
     R.listTasks(N, {
       source: 'active',
@@ -157,6 +169,28 @@ const SAMPLES: Sample[] = [
       limit: 50,
     }),
   ),
+  s(
+    'downloadUrl',
+    R.downloadUrl(N, 'local', {
+      url: 'https://cloud-images.ubuntu.com/jammy/current/jammy-server-cloudimg-amd64.img',
+      content: 'iso',
+      filename: 'jammy.img',
+      checksum: { algorithm: 'sha256', value: 'a'.repeat(64) },
+    }),
+    '7.4',
+  ),
+  s(
+    'downloadUrl',
+    R.downloadUrl(N, 'local', {
+      url: 'https://cloud-images.ubuntu.com/jammy/current/jammy-server-cloudimg-amd64.img',
+      content: 'import',
+      filename: 'jammy.qcow2',
+      checksum: { algorithm: 'sha512', value: 'b'.repeat(128) },
+    }),
+    '8.4',
+    'downloadUrl (import content)',
+  ),
+  s('deleteVolume', R.deleteVolume(N, 'local', 'local:import/jammy.qcow2')),
   s('taskStatus', R.taskStatus(N, UPID)),
   s('taskLog', R.taskLog(N, UPID, { start: 0, limit: 500 })),
   s('stopTask', R.stopTask(N, UPID)),

@@ -165,6 +165,7 @@ describe('bandwidth model: fair share', () => {
     await tl.run();
     await done;
     const total = (size / (200 * MB)) * 1000;
-    quarters.forEach((ms, i) => assert.ok(Math.abs(ms - (total * (i + 1)) / 4) < 0.01, `quarter ${i + 1}: ${ms} ms`));
+    for (const [i, ms] of quarters.entries())
+      assert.ok(Math.abs(ms - (total * (i + 1)) / 4) < 0.01, `quarter ${i + 1}: ${ms} ms`);
   });
 });

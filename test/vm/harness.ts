@@ -66,6 +66,10 @@ export interface EngineOptions {
   installation?: string;
   /** Rewrites the simulator's ProviderConfig YAML (a wrong token, another fingerprint...). */
   configYaml?: (yaml: string) => string;
+  /** Wake resources when their task ends or a slot is taken for them (default true). */
+  wake?: boolean;
+  /** How soon an in-flight task is looked at again without a wake (default 10 ms here). */
+  taskPollMs?: number;
 }
 
 export interface Attempt {
@@ -94,7 +98,7 @@ export class Engine {
       : simConfig(sim, opts.auth);
     this.store = opts.store ?? new MemoryStore<ProxmoxVM>();
     this.connector = new VmConnector(new FileConfigSource(this.config), {
-      taskPollMs: 10,
+      taskPollMs: opts.taskPollMs ?? 10,
       agentPollMs: 20,
       driftIntervalMs: opts.driftIntervalMs ?? 60_000,
       siteTtlMs: opts.siteTtlMs ?? 5,
@@ -106,6 +110,8 @@ export class Engine {
       ...(opts.installation ? { installation: () => opts.installation! } : {}),
       ...(opts.secret ? { secret: opts.secret } : {}),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
+      // Tasks and slots wake their resources, as in the runtimes (wake: false: polling alone).
+      ...(opts.wake === false ? {} : { wake: (key: string) => this.controller?.wake(key) }),
     });
     this.reconciler = new ManagedReconciler<ProxmoxVM>(this.store, this.connector, {
       pollIntervalMs: opts.pollIntervalMs ?? 60_000,

@@ -79,8 +79,15 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     const [bad] = await plan(vm('plan-bad', { cpu: 64 }));
     // Not created yet: observe cannot refuse it, creation would (capacity is the plan command's part).
     assert.equal(bad!.action, 'create');
+    // A site change is a remote migration, shown before it is made: from, to, how, how long.
+    const vmsThere = sim.cluster('site-2').state.vms.size;
     const [site] = await plan(vm('plan-1', { site: 'site-2', node: 'r630-01' }));
-    assert.equal(site!.action, 'refused');
-    assert.equal(site!.reason, 'PlacementChangeRefused');
+    assert.equal(site!.action, 'update');
+    assert.deepEqual(
+      site!.changes.map((f) => [f.field, f.from, f.to]),
+      [['site', 'site-1/ml110-01', 'site-2/r630-01']],
+    );
+    assert.match(site!.changes[0]!.detail ?? '', /^remote migrate, online, storage local-lvm:local-lvm, about \d+ s$/);
+    assert.equal(sim.cluster('site-2').state.vms.size, vmsThere, 'planning created nothing on site-2');
   });
 });

@@ -1,0 +1,115 @@
+/**
+ * A replacement, the one way a VM changes site with data loss: only when a remote migration is
+ * impossible (site-move.ts remoteMigrationBlocker: the source's version, the target's credentials)
+ * and spec.forProvider.replacePolicy is CreateThenDelete. Create, then delete, in named steps:
+ *
+ * 1. `ReservingReplacement`: the old VM (site, node, VMID) is recorded in
+ *    status.atProvider.replacing, and the resource moves to the new site in the same status write
+ *    (its site; the VMID stays the external name, so the new VM gets it where it is free there).
+ * 2. The usual create protocol makes the new VM on the new site (it finds no VM of ours there).
+ * 3. `RetiringReplaced`: once the new VM is Ready, the old one is stopped and destroyed with its
+ *    disks, after its marker was read again (a VMID reused by somebody else is never touched).
+ *
+ * Deleting the resource meanwhile destroys both (the old one first). Nothing here ever runs
+ * without the policy: by default a site change that cannot migrate is refused.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { atProvider, ready, reason } from './conditions.ts';
+import { type StepContext, stepContext } from './context.ts';
+import type { Change } from './drift.ts';
+import { locate, type ObservedVm } from './lookup.ts';
+import { markerNames, parseMarker } from './spec.ts';
+import { taskDone } from './tasks.ts';
+
+/** The change that records the replacement (step 1): the old VM, to destroy once the new one is Ready. */
+export function replacementChange(ctx: StepContext, r: ProxmoxVM, here: ObservedVm, blocker: string): Change {
+  const to = ctx.target!.name;
+  return {
+    kind: 'reserve-replacement',
+    why: `replacing VM ${here.vmid} on ${ctx.site.name}/${here.node} by a new VM on ${to} (replacePolicy: CreateThenDelete; the disks' data is lost; a remote migration is impossible: ${blocker})`,
+    how: `replace (data loss): a new VM on ${to}, then VM ${here.vmid} on ${ctx.site.name} is destroyed`,
+    replaced: { site: ctx.site.name, node: here.node, vmid: here.vmid },
+    target: to,
+  };
+}
+
+/** Step 1, in update: record the old VM and move the resource to the new site, in one status write. */
+export function reserveReplacement(ctx: StepContext, r: ProxmoxVM, change: Change): void {
+  const a = atProvider(r);
+  a.replacing = { ...change.replaced!, at: new Date().toISOString() };
+  a.site = ctx.target!.name;
+  for (const k of ['vmId', 'node', 'placedNode', 'smbiosUuid', 'state', 'task', 'userDataSnippet'] as const)
+    delete a[k];
+  a.step = 'ReservingReplacement';
+  ctx.site.forget(r.metadata.uid);
+}
+
+/** The old site's context, for the same resource and reconcile. */
+function previousContext(ctx: StepContext, r: ProxmoxVM): StepContext | undefined {
+  return ctx.previous ? stepContext(ctx.previous, r, ctx.options, ctx.signal) : undefined;
+}
+
+/**
+ * Step 3, in observe (the new VM is otherwise Ready): the change that retires the old VM, a wait
+ * for its task, or nothing when it is gone (then the record goes).
+ */
+export async function retireReplaced(
+  ctx: StepContext,
+  r: ProxmoxVM,
+): Promise<{ change?: Change; waitMs?: number } | undefined> {
+  const a = atProvider(r);
+  const old = a.replacing;
+  const pctx = previousContext(ctx, r);
+  if (!old || !pctx) return undefined;
+  if (old.upid) {
+    const done = await taskDone(pctx, old.upid);
+    if (!done.finished) return { waitMs: ctx.taskPollMs };
+    delete old.upid;
+    if (done.error)
+      throw reason('TaskFailed', `retiring replaced VM ${old.vmid} on ${old.site}: ${done.error.message}`);
+  }
+  const found = await locate(pctx, old.vmid, true);
+  const cfg = found ? (await pctx.client.vmConfig(found.node, old.vmid)).values : undefined;
+  const ours =
+    cfg !== undefined &&
+    markerNames(parseMarker(cfg.description), r, { installation: pctx.site.installation, vmid: old.vmid });
+  if (!found || !ours) {
+    // Gone (destroyed by us or by hand), or the VMID is somebody else's now: nothing of ours is left there.
+    delete a.replacing;
+    return undefined;
+  }
+  if (cfg.lock) return { waitMs: ctx.taskPollMs };
+  return {
+    change: {
+      kind: 'retire-replaced',
+      why: `${found.entry.status === 'running' ? 'stopping' : 'destroying'} replaced VM ${old.vmid} on ${old.site}/${found.node} (replacePolicy: CreateThenDelete)`,
+      node: found.node,
+      vmid: old.vmid,
+      running: found.entry.status === 'running',
+    },
+  };
+}
+
+/** Step 3, in update or delete: stop the old VM hard, or destroy it with its disks. */
+export async function retireStep(ctx: StepContext, r: ProxmoxVM, change: Change): Promise<void> {
+  const pctx = previousContext(ctx, r)!;
+  const a = atProvider(r);
+  a.step = 'RetiringReplaced';
+  const upid = change.running
+    ? await pctx.client.stopVm(change.node!, change.vmid!)
+    : await pctx.client.deleteVm(change.node!, change.vmid!, { purge: true, destroyUnreferencedDisks: true });
+  a.replacing = { ...a.replacing!, upid };
+  pctx.site.invalidate();
+}
+
+/**
+ * Deleting the resource while a replacement is under way: the old VM goes first. Returns a wait
+ * while there is still something of it, undefined once it is gone.
+ */
+export async function retireBeforeDelete(ctx: StepContext, r: ProxmoxVM): Promise<number | undefined> {
+  const next = await retireReplaced(ctx, r);
+  if (!next) return undefined;
+  if (next.change) await retireStep(ctx, r, next.change);
+  ready(r, 'False', 'Deleting', `destroying replaced VM ${r.status?.atProvider?.replacing?.vmid} first`);
+  return next.waitMs ?? ctx.taskPollMs;
+}

@@ -1,0 +1,460 @@
+/**
+ * Step 12, across clusters: a change of spec.forProvider.site moves the VM with its disks by a
+ * remote migration, never by a recreate. The reconcile runs on the site the VM is on (the
+ * connector's placed site) with the spec's site as `ctx.target`, in three named steps:
+ *
+ * 1. `ReservingTarget`: the checks (the source's version, the target's API-token credentials, node,
+ *    room, bridges, storages, the snippet), then the target VMID (the VM's own one when it is free
+ *    there, so the marker and VMID stay) is recorded in status.atProvider.siteMove and written
+ *    before anything is sent, as a create records its VMID first.
+ * 2. `MigratingToSite`: `POST .../remote_migrate` with `delete=1`, its `qmigrate` task tracked.
+ * 3. Arrival: the VM is found at the recorded VMID on the target, marked as ours and unlocked;
+ *    the resource's external name, site and node follow it.
+ *
+ * Proxmox's facts (qemu-server src/PVE/API2/Qemu.pm:5668-5867 at e6352be): VM.Migrate on the
+ * VM is the source's only check; the target endpoint is `apitoken=PVEAPIToken=…,host=…,
+ * fingerprint=…` and the VM lands on the endpoint's own node (the `local` entry of the target's
+ * /cluster/status); without a fingerprint the source reads the target's certificates through an
+ * unverified connection and fails on a self-signed one; `target-storage` must be an explicit map;
+ * an HA-managed or replicated VM is refused. The worker locks the source `migrate`
+ * (QemuMigrate.pm:835-837); a failure in phase 1 unlocks it and destroys what the target got
+ * (:948-977); with `delete` the source is destroyed after the target was unlocked (:1906-1909),
+ * and a failure there only warns, leaving the source stopped and locked. The target's token needs
+ * VM.Allocate on the target VMID, Datastore.AllocateSpace on the mapped storages, SDN.Use on the
+ * bridges, and Sys.Audit on / for /cluster/status (the mtunnel endpoint's checks).
+ */
+import type { ProxmoxVM, SiteMove } from '../api/proxmoxvm.ts';
+import { ANNOTATION_EXTERNAL_NAME, rfc3339, setAnnotation, setCondition } from '../engine/resource.ts';
+import type { ExternalObservation } from '../engine/types.ts';
+import { parseUpid } from '../proxmox/upid.ts';
+import { atProvider, ready, reason } from './conditions.ts';
+import { type StepContext, stepContext } from './context.ts';
+import type { Change } from './drift.ts';
+import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
+import { estimate, vmDisks, wantedStorage } from './migrate.ts';
+import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
+import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
+import { replacementChange } from './replace.ts';
+import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
+import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
+
+export interface SiteMoveObservation {
+  obs: ExternalObservation;
+  change?: Change;
+}
+
+/** The context of the target site, for the same resource and reconcile. */
+function targetContext(ctx: StepContext, r: ProxmoxVM): StepContext {
+  return stepContext(ctx.target!, r, ctx.options, ctx.signal);
+}
+
+function waiting(r: ProxmoxVM, message: string, ctx: StepContext): SiteMoveObservation {
+  atProvider(r).step = 'MigratingToSite';
+  ready(r, 'False', 'Migrating', message);
+  return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+}
+
+/** Whether a config at the target is this resource's VM after the move (its marker may name the old VMID). */
+function movedHere(r: ProxmoxVM, description: string | undefined, installation: string, move: SiteMove): boolean {
+  const m = parseMarker(description);
+  return (
+    markerNames(m, r, { installation, vmid: move.vmid }) || markerNames(m, r, { installation, vmid: move.fromVmid })
+  );
+}
+
+/** A `qmigrate` of the VM still runs on the source (a lost answer leaves no UPID to follow). */
+async function migrationRunning(ctx: StepContext, move: SiteMove): Promise<boolean> {
+  const active = await ctx.site.activeTasks(move.fromNode, ctx.signal);
+  return [...active].some((u) => {
+    const t = parseUpid(u);
+    return t?.type === 'qmigrate' && t.id === String(move.fromVmid);
+  });
+}
+
+/**
+ * Observe while spec.forProvider.site names another site than the one the VM is on. Returns the
+ * next change (record the move, send it), a wait, or the arrival (the resource then follows the VM).
+ */
+export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<SiteMoveObservation> {
+  const a = atProvider(r);
+  const move = a.siteMove;
+  const tctx = targetContext(ctx, r);
+  const here = await locate(ctx, vmid, true);
+  if (move) {
+    const there = await locate(tctx, move.vmid, true);
+    const hereCfg = here && (await ctx.client.vmConfig(here.node, vmid)).values;
+    const hereLock = here && (here.entry.lock ?? hereCfg?.lock);
+    // Our VM is still at the source VMID, not another user's VM that took the VMID once it was
+    // free (found by the fault search, F23: the arrival then told the operator to destroy that VM).
+    const source =
+      here && hereCfg && ownershipOf(r, hereCfg, { installation: ctx.site.installation, vmid }).kind === 'ours'
+        ? here
+        : undefined;
+    if (there) {
+      const cfg = (await tctx.client.vmConfig(there.node, move.vmid)).values;
+      // Only a migration's result has arrived: PVE destroys the source once the target is unlocked,
+      // or leaves it locked `migrate` when that fails (QemuMigrate.pm:835-837, :1906-1909). Our
+      // source still there without that lock was not migrated, and a VM of this identity at the
+      // target VMID is another one (another state file's, made there meanwhile): found by the
+      // fault search (F20), where following it left the resource's own VM behind.
+      if (movedHere(r, cfg.description, tctx.site.installation, move) && (!source || hereLock === 'migrate')) {
+        if (cfg.lock) return waiting(r, `VM ${move.vmid} is arriving on site ${move.to} (${cfg.lock})`, ctx);
+        if (source && (await migrationRunning(ctx, move)))
+          return waiting(r, `the migration of VM ${vmid} to site ${move.to} is finishing`, ctx);
+        return arrived(ctx, r, move, there, source);
+      }
+    }
+    if (here) {
+      const lock = hereLock;
+      if (lock || (await migrationRunning(ctx, move)))
+        return waiting(r, `VM ${vmid} is being migrated to site ${move.to} (${lock ?? 'qmigrate'})`, ctx);
+      if (there) {
+        // Someone else's VM took the recorded VMID before ours got there: choose again.
+        delete a.siteMove;
+        return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+      }
+      if (r.metadata.deletionTimestamp) {
+        // Deleting before the move was made: the VM is deleted where it is.
+        delete a.siteMove;
+        return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+      }
+      // Not sent yet, or it failed (PVE then unlocked the source and cleaned up the target): send it.
+      return {
+        obs: { exists: true, upToDate: false },
+        change: {
+          kind: 'remote-migrate',
+          why: `migrating VM ${vmid} ${move.from}/${move.fromNode} -> ${move.to}/${move.node} as VM ${move.vmid}`,
+          move,
+          running: here.entry.status === 'running',
+        },
+      };
+    }
+  }
+  if (!here) return lostOnSource(ctx, r, vmid);
+  if (r.metadata.deletionTimestamp) return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+  const cfg = (await ctx.client.vmConfig(here.node, vmid)).values;
+  const own = ownershipOf(r, cfg, { installation: ctx.site.installation, vmid });
+  const unfinished = own.kind === 'placeholder' ? own.lock : own.kind === 'ours' ? own.lock : undefined;
+  if (unfinished) return unfinishedHere(ctx, r, here, unfinished, own.kind === 'ours');
+  if (own.kind !== 'ours')
+    throw reason(
+      'PlacementChangeRefused',
+      `spec.forProvider.site is now '${tctx.site.name}', but VM ${vmid} on site '${ctx.site.name}' is not this resource's (${own.kind === 'other' ? own.why : 'no ownership marker'}); nothing is moved or created. Fix: revert spec.forProvider.site`,
+    );
+  if (cfg.lock) return waiting(r, `VM ${vmid} is locked (${cfg.lock}); the move to site ${tctx.site.name} waits`, ctx);
+  if (r.spec.forProvider.replacePolicy === 'CreateThenDelete') {
+    const blocker = await remoteMigrationBlocker(ctx, tctx);
+    if (blocker) {
+      const change = replacementChange(ctx, r, here, blocker);
+      atProvider(r).step = 'ReservingReplacement';
+      ready(r, 'False', 'Unavailable', change.why);
+      return { obs: { exists: true, upToDate: false }, change };
+    }
+  }
+  const planned = await planSiteMove(ctx, tctx, r, here, cfg);
+  a.step = 'ReservingTarget';
+  return {
+    obs: { exists: true, upToDate: false },
+    change: {
+      kind: 'reserve-site-move',
+      why: `migrating VM ${vmid} ${planned.from}/${planned.fromNode} -> ${planned.to}/${planned.node}${planned.vmid === vmid ? '' : ` as VM ${planned.vmid}`} (${planned.how})`,
+      how: planned.how,
+      move: planned.move,
+    },
+  };
+}
+
+/**
+ * Our create or clone here has not finished (PVE's `lock: create|clone` placeholder): there is
+ * nothing to migrate yet. While its worker runs, wait (then the complete VM moves); once the worker
+ * died, its placeholder is cleared here as observe clears one (root@pam: one skiplock destroy) and
+ * the VM is made again, else the fix is named. Found by the fault search (F22): such a placeholder
+ * was taken for somebody else's VM, and the resource stayed in PlacementChangeRefused for good.
+ */
+async function unfinishedHere(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  here: ObservedVm,
+  lock: 'create' | 'clone',
+  marked: boolean,
+): Promise<SiteMoveObservation> {
+  const vmid = here.vmid;
+  const fate = await placeholderFate(ctx, r, vmid, here.node, lock === 'clone' ? await cloneSource(ctx, r) : undefined);
+  if (fate.kind === 'in-progress') {
+    atProvider(r).step = lock === 'create' ? 'Creating' : 'Cloning';
+    ready(
+      r,
+      'False',
+      'Creating',
+      `VM ${vmid} is being ${lock === 'create' ? 'created' : 'cloned'} on site ${ctx.site.name}; it moves to site ${r.spec.forProvider.site} once complete`,
+    );
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+  }
+  if (!marked && fate.kind !== 'ours-interrupted')
+    throw reason(
+      'PlacementChangeRefused',
+      `spec.forProvider.site is now '${r.spec.forProvider.site}', but VM ${vmid} on site '${ctx.site.name}' is a '${lock}' placeholder that this resource's credentials did not make; nothing is moved or created. Fix: revert spec.forProvider.site`,
+    );
+  atProvider(r).step = 'CreateInterrupted';
+  if ((await ctx.client.capabilities()).rootTicket) {
+    ready(
+      r,
+      'False',
+      'Creating',
+      `VM ${vmid}: our ${lock} was interrupted; clearing its placeholder to create it again`,
+    );
+    return {
+      obs: { exists: true, upToDate: false },
+      change: {
+        kind: 'destroy-placeholder',
+        why: `destroying the '${lock}' placeholder of interrupted VM ${vmid}`,
+        node: here.node,
+      },
+    };
+  }
+  throw reason(
+    'CreateInterrupted',
+    `VM ${vmid} on node ${here.node} of site ${ctx.site.name} is left from a ${lock} of this resource whose worker died; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manualCleanup(here.node, vmid)} (the provider then creates the VM again)`,
+    true,
+  );
+}
+
+/**
+ * The VM is not on the site it was on: it was moved (a lost record, or a person), or destroyed.
+ * Its marker on the target says which; the resource follows it there, or makes it again there.
+ */
+async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<SiteMoveObservation> {
+  const a = atProvider(r);
+  const tctx = targetContext(ctx, r);
+  const found = await findOwnVm(tctx, r);
+  if (found) {
+    setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(found.vmid));
+    a.node = found.node;
+    a.vmId = found.vmid;
+  } else {
+    // Gone from both: the next reconcile runs on the spec's site, where the usual protocol makes it.
+    delete a.vmId;
+    delete a.smbiosUuid;
+  }
+  a.site = tctx.site.name;
+  delete a.placedNode;
+  ctx.site.forget(r.metadata.uid);
+  ready(
+    r,
+    'False',
+    'Creating',
+    found
+      ? `VM ${vmid} is no longer on site ${ctx.site.name}; VM ${found.vmid} on ${found.node} of site ${tctx.site.name} carries this resource's marker and is followed there`
+      : `VM ${vmid} is no longer on site ${ctx.site.name}, nor anywhere on site ${tctx.site.name}; it is made there`,
+  );
+  return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+}
+
+/** The move arrived: the resource's external name, site and node follow the VM. */
+function arrived(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  move: SiteMove,
+  there: ObservedVm,
+  left: ObservedVm | undefined,
+): SiteMoveObservation {
+  const a = atProvider(r);
+  setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(move.vmid));
+  a.site = move.to;
+  a.node = there.node;
+  a.vmId = move.vmid;
+  if (move.vmid !== move.fromVmid) a.movedFromVmid = move.fromVmid;
+  // The spec's node on the new site, if it names another, is reached by an in-cluster migration.
+  delete a.placedNode;
+  delete a.siteMove;
+  delete a.task;
+  ctx.site.forget(r.metadata.uid);
+  if (left)
+    setCondition(
+      r,
+      {
+        type: 'SourceVmLeft',
+        status: 'True',
+        reason: 'SourceNotDeleted',
+        message: `VM ${move.fromVmid} is still on node ${move.fromNode} of site ${move.from} after its migration to ${move.to} (Proxmox failed to remove it; see the qmigrate task log), stopped and locked 'migrate'. It is not managed any more. Fix: on node ${move.fromNode} run 'qm unlock ${move.fromVmid} && qm destroy ${move.fromVmid} --purge'`,
+        observedGeneration: r.metadata.generation,
+      },
+      Date.now(),
+    );
+  ready(r, 'False', 'Creating', `VM ${move.vmid} arrived on ${there.node} of site ${move.to}`);
+  return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+}
+
+/** The storage each disk goes to on the target: its own spec storage, else spec.forProvider.storage, else the same id. */
+function storageMap(r: ProxmoxVM, cfg: Record<string, string>): Map<string, string> {
+  const fp = r.spec.forProvider;
+  const out = new Map<string, string>();
+  for (const d of vmDisks(cfg)) out.set(d.storage, wantedStorage(r, d.key) ?? d.storage);
+  // The cloud-init drive is copied too (PVE maps every volume).
+  for (const [k, v] of Object.entries(cfg))
+    if (/^(ide|sata|scsi)\d+$/.test(k) && /cloudinit/.test(v)) {
+      const sid = v.split(':')[0]!;
+      if (!out.has(sid)) out.set(sid, fp.storage ?? sid);
+    }
+  return out;
+}
+
+/** The bridge each NIC goes to on the target: the spec's bridge of that NIC, else the same one. */
+function bridgeMap(r: ProxmoxVM, cfg: Record<string, string>): Map<string, string> {
+  const nets = desiredNets(r.spec.forProvider);
+  const out = new Map<string, string>();
+  for (const [k, v] of Object.entries(cfg)) {
+    const m = /^net(\d+)$/.exec(k);
+    if (!m) continue;
+    const bridge = parseNetValue(v).opts.bridge;
+    if (bridge) out.set(bridge, nets[Number(m[1])]?.bridge ?? bridge);
+  }
+  return out;
+}
+
+function idMap(m: Map<string, string>): string {
+  return [...m].map(([from, to]) => `${from}:${to}`).join(',');
+}
+
+/** The target endpoint's own node: where PVE puts the VM (the `local` entry of its /cluster/status). */
+async function endpointNode(tctx: StepContext): Promise<string> {
+  const status = await tctx.client.clusterStatus();
+  const local = status.find((e) => e.type === 'node' && (e.local === 1 || e.local === true));
+  const name = typeof local?.name === 'string' ? local.name : undefined;
+  if (!name)
+    throw reason(
+      'MigrationRefused',
+      `site ${tctx.site.name}: /cluster/status names no local node for endpoint ${tctx.site.access?.endpoint}`,
+    );
+  return name;
+}
+
+/** The VMID on the target: its own when free there (the marker and VMID stay), else the first free one. */
+async function targetVmid(tctx: StepContext, r: ProxmoxVM, vmid: number): Promise<number> {
+  const taken = new Set(
+    (await tctx.site.clusterResources(true, tctx.signal))
+      .filter((e) => e.vmid !== undefined)
+      .map((e) => Number(e.vmid)),
+  );
+  const held = tctx.options.vmidHolders?.(tctx.site.name);
+  const free = (id: number) => {
+    const holder = tctx.site.reserved.get(id) ?? held?.get(id);
+    return !taken.has(id) && (holder === undefined || holder === r.metadata.uid);
+  };
+  if (free(vmid)) return vmid;
+  if (r.spec.forProvider.vmid !== undefined)
+    throw reason(
+      'MigrationRefused',
+      `VMID ${vmid} (spec.forProvider.vmid) is in use on site ${tctx.site.name}; nothing was moved. Fix: free VMID ${vmid} there, or remove spec.forProvider.vmid so that the VM may get another VMID`,
+    );
+  const { min, max } = tctx.site.vmidRange;
+  for (let id = min; id <= max; id++) if (free(id)) return id;
+  throw reason('VMIDRangeExhausted', `no free VMID on site ${tctx.site.name} in ${min}-${max}; nothing was moved`);
+}
+
+/**
+ * What makes a remote migration impossible here (then PlacementChangeRefused, nothing moves): the
+ * source's version, the target's credentials. The message names the fix.
+ */
+export async function remoteMigrationBlocker(ctx: StepContext, tctx: StepContext): Promise<string | undefined> {
+  const caps = await ctx.client.capabilities();
+  const v = caps.version;
+  if (v.major < 7 || (v.major === 7 && v.minor < 3))
+    return `site ${ctx.site.name} runs Proxmox VE ${v.text}; remote migration (remote_migrate) needs 7.3 or later`;
+  const access = tctx.site.access;
+  if (!access || access.credentials.kind !== 'token')
+    return `site ${tctx.site.name} has user and password credentials; a remote migration authenticates to the target with an API token (target-endpoint apitoken=). Fix: give site ${tctx.site.name} a Secret with tokenid and token`;
+  return undefined;
+}
+
+/** The checks and choices of a move, before it is recorded: target node, VMID, maps, room. */
+async function planSiteMove(
+  ctx: StepContext,
+  tctx: StepContext,
+  r: ProxmoxVM,
+  here: ObservedVm,
+  cfg: Record<string, string>,
+): Promise<{ move: SiteMove; how: string; from: string; fromNode: string; to: string; node: string; vmid: number }> {
+  const blocker = await remoteMigrationBlocker(ctx, tctx);
+  if (blocker)
+    throw reason(
+      'PlacementChangeRefused',
+      `spec.forProvider.site changed from '${ctx.site.name}' to '${tctx.site.name}', but VM ${here.vmid} cannot be migrated there: ${blocker}; nothing was moved or created. Or revert spec.forProvider.site`,
+    );
+  const node = await endpointNode(tctx);
+  const nodeEntry = (await tctx.site.clusterResources(false, tctx.signal)).find(
+    (e) => e.type === 'node' && e.node === node,
+  );
+  if (nodeEntry?.status !== 'online')
+    throw reason(
+      'MigrationRefused',
+      `node ${node} of site ${tctx.site.name} is ${nodeEntry?.status ?? 'unknown'}; VM ${here.vmid} stays on site ${ctx.site.name} until it is back`,
+      true,
+    );
+  await checkCapacity(tctx, r, node);
+  await checkBridges(tctx, r, node);
+  const storages = await tctx.client.nodeStorages(node);
+  const disks = vmDisks(cfg);
+  const map = storageMap(r, cfg);
+  for (const [from, to] of map) {
+    const bytes = disks.filter((d) => d.storage === from).reduce((s, d) => s + d.bytes, 0);
+    checkStorage(storages, to, bytes, `the target of storage ${from} (spec.forProvider.storage)`);
+  }
+  if (needsSnippet(r)) {
+    checkSnippetPossible(tctx, r);
+    await desiredSnippet(tctx, r, node);
+  }
+  const vmid = await targetVmid(tctx, r, here.vmid);
+  // Held until it is visible there (observe on the target unreserves it), as a create's VMID is.
+  if (!ctx.readOnly) tctx.site.reserved.set(vmid, r.metadata.uid);
+  const bytes = disks.reduce((s, d) => s + d.bytes, 0);
+  const online = here.entry.status === 'running';
+  const how = `${online ? 'online' : 'offline'}, storage ${idMap(map)}, ${estimate(bytes, memoryBytes(r.spec.forProvider) ?? 0, online)}`;
+  const move: SiteMove = {
+    from: ctx.site.name,
+    fromNode: here.node,
+    fromVmid: here.vmid,
+    to: tctx.site.name,
+    vmid,
+    node,
+    at: rfc3339(Date.now()),
+  };
+  return { move, how, from: move.from, fromNode: move.fromNode, to: move.to, node, vmid };
+}
+
+/** `target-endpoint`: the target's API token and pinned fingerprint (a secret: only in the request body). */
+function targetEndpoint(tctx: StepContext): string {
+  const access = tctx.site.access!;
+  if (access.credentials.kind !== 'token') throw reason('PlacementChangeRefused', 'the target needs an API token');
+  const url = new URL(access.endpoint);
+  const parts = [
+    `apitoken=PVEAPIToken=${access.credentials.tokenId}=${access.credentials.secret.reveal()}`,
+    `host=${url.hostname.replace(/^\[|\]$/g, '')}`,
+    ...(url.port ? [`port=${url.port}`] : []),
+    // One pinned certificate is the endpoint's; with several, or none (a CA), PVE checks it itself.
+    ...(access.fingerprints.length === 1 ? [`fingerprint=${access.fingerprints[0]}`] : []),
+  ];
+  return parts.join(',');
+}
+
+/**
+ * Send the recorded move: the snippet to the target node first (the VM's config names it, and a
+ * VM started there reads it), then `remote_migrate` with `delete=1`. Returns the UPID.
+ */
+export async function sendSiteMove(ctx: StepContext, r: ProxmoxVM, change: Change): Promise<string> {
+  const move = change.move!;
+  const tctx = targetContext(ctx, r);
+  const cfg = (await ctx.client.vmConfig(move.fromNode, move.fromVmid)).values;
+  if (needsSnippet(r)) {
+    await desiredSnippet(tctx, r, move.node);
+    await uploadSnippet(tctx);
+  }
+  return ctx.client.remoteMigrateVm(move.fromNode, move.fromVmid, {
+    targetEndpoint: targetEndpoint(tctx),
+    targetStorage: idMap(storageMap(r, cfg)),
+    targetBridge: idMap(bridgeMap(r, cfg)) || '1',
+    targetVmid: move.vmid,
+    ...(change.running ? { online: true } : {}),
+    delete: true,
+  });
+}

@@ -1,0 +1,171 @@
+/**
+ * A change of spec.forProvider.site moves the VM to the other cluster by a remote migration: the
+ * move is recorded before it is sent, the VM keeps its VMID and marker (or gets the next free VMID
+ * there, with the marker rewritten), the resource follows it, nothing is destroyed but the source
+ * after the copy. Where the move is impossible (password credentials on the target) it is refused
+ * with the fix, and nothing is created. The simulator's two default sites are separate clusters.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { parseAllDocuments, stringify } from 'yaml';
+import { keyOf } from '../../src/engine/resource.ts';
+import type { Simulator } from '../../src/sim/index.ts';
+import { planResources } from '../../src/vm/plan.ts';
+import { cond, count, Engine, ownedBy, SITE1, startSim, vm } from './harness.ts';
+
+const SITE2 = 'site-2';
+const NODE2 = 'r630-01';
+
+describe('a site change: remote migration', () => {
+  let sim: Simulator;
+  let eng: Engine;
+  before(async () => {
+    sim = await startSim();
+    eng = await new Engine(sim, { pollIntervalMs: 200 }).start();
+  });
+  after(async () => {
+    await eng.stop();
+    await sim.close();
+  });
+
+  it('moves a running VM with its disk to site-2 and ceph-fs: same VMID and marker, the source gone', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('traveller'));
+    const r0 = await eng.waitReady(key);
+    const vmid = r0.status!.atProvider!.vmId!;
+    const marker = c1.state.vms.get(vmid)!.config.description;
+    eng.apply(vm('traveller', { site: SITE2, node: NODE2, storage: 'ceph-fs' }));
+    const r = await eng.waitFor(
+      key,
+      (x) => x.status?.atProvider?.site === SITE2 && x.status?.atProvider?.step === 'Ready',
+      'Ready on site-2',
+    );
+    assert.equal(r.status?.atProvider?.vmId, vmid, 'the VMID stayed');
+    assert.equal(r.metadata.annotations?.['crossplane.io/external-name'], String(vmid));
+    assert.equal(r.status?.atProvider?.node, NODE2);
+    assert.equal(r.status?.atProvider?.siteMove, undefined, 'the record is cleared once it arrived');
+    const moved = c2.state.vms.get(vmid)!;
+    assert.equal(moved.config.description, marker, 'the marker moved with it');
+    assert.equal(moved.status, 'running', 'an online migration: it runs there');
+    assert.match(moved.config.scsi0 ?? '', /^ceph-fs:/, 'its disk is on ceph-fs');
+    assert.equal(c1.state.vms.get(vmid), undefined, 'the source was removed after the copy (delete=1)');
+    assert.equal(ownedBy(c1, r.metadata.uid).length + ownedBy(c2, r.metadata.uid).length, 1, 'exactly one VM');
+    assert.equal(count(c1, 'POST /nodes/{node}/qemu/{vmid}/remote_migrate'), 1, 'one migration sent');
+    assert.equal(count(c2, 'POST /nodes/{node}/qemu'), 0, 'nothing created on site-2');
+    assert.equal(count(c1, 'DELETE /nodes/{node}/qemu/{vmid}'), 0, 'nothing destroyed by the provider');
+  });
+
+  it('gets the next free VMID when its own is taken on the target, and the marker is rewritten', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('crowded'));
+    const r0 = await eng.waitReady(key);
+    const vmid = r0.status!.atProvider!.vmId!;
+    // The VM moved by the test before holds the same VMID on site-2 (site-1 gave it out again).
+    const other = c2.state.vms.get(vmid);
+    assert.ok(other, `VMID ${vmid} is taken on site-2`);
+    const otherMarker = other.config.description;
+    eng.apply(vm('crowded', { site: SITE2, node: NODE2 }));
+    const r = await eng.waitFor(
+      key,
+      (x) =>
+        x.status?.atProvider?.site === SITE2 &&
+        x.status?.atProvider?.step === 'Ready' &&
+        x.status?.atProvider?.movedFromVmid === undefined,
+      'Ready on site-2 with its marker rewritten',
+    );
+    const now = r.status!.atProvider!.vmId!;
+    assert.notEqual(now, vmid);
+    assert.match(c2.state.vms.get(now)!.config.description ?? '', new RegExp(`vmid=${now} `));
+    assert.equal(c1.state.vms.get(vmid), undefined);
+    assert.equal(ownedBy(c2, r.metadata.uid).length, 1);
+    assert.equal(c2.state.vms.get(vmid)!.config.description, otherMarker, 'the other VM was not touched');
+  });
+});
+
+describe('a site change that cannot be a remote migration', () => {
+  let sim: Simulator;
+  let eng: Engine;
+  before(async () => {
+    sim = await startSim();
+    // site-2 with root@pam password credentials: remote_migrate needs a token for the target.
+    eng = await new Engine(sim, {
+      pollIntervalMs: 200,
+      configYaml: (y) => {
+        const docs = parseAllDocuments(y).map((d) => d.toJS() as Record<string, any>);
+        const config = docs.find((d) => d.kind === 'ClusterProviderConfig')!;
+        const site2 = config.spec.sites.find((s: { name: string }) => s.name === SITE2);
+        site2.credentialsSecretRef = { name: 'site-2-password', namespace: 'crossplane-system' };
+        docs.push({
+          apiVersion: 'v1',
+          kind: 'Secret',
+          metadata: { name: 'site-2-password', namespace: 'crossplane-system' },
+          stringData: { username: 'root@pam', password: sim.credentials.rootPassword },
+        });
+        return docs.map((d) => stringify(d)).join('---\n');
+      },
+    }).start();
+  });
+  after(async () => {
+    await eng.stop();
+    await sim.close();
+  });
+
+  it('is refused with the fix, and nothing is moved or created', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('stayer'));
+    const r0 = await eng.waitReady(key);
+    const vmid = r0.status!.atProvider!.vmId!;
+    eng.apply(vm('stayer', { site: SITE2, node: NODE2 }));
+    const r = await eng.waitSynced(key, 'PlacementChangeRefused');
+    assert.match(cond(r, 'Synced')?.message ?? '', /API token.*tokenid and token/);
+    assert.ok(c1.state.vms.get(vmid), 'the VM stayed where it was');
+    assert.equal(count(c1, 'POST /nodes/{node}/qemu/{vmid}/remote_migrate'), 0);
+    assert.equal(count(c2, 'POST /nodes/{node}/qemu'), 0, 'nothing created on site-2');
+    assert.doesNotMatch(JSON.stringify(r), new RegExp(sim.credentials.rootPassword), 'no secret in the status');
+  });
+
+  it('with replacePolicy CreateThenDelete: a new VM on site-2, then the old one destroyed (shown as a replacement first)', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('replaced'));
+    const r0 = await eng.waitReady(key);
+    const old = r0.status!.atProvider!.vmId!;
+    const moved = vm('replaced', { site: SITE2, node: NODE2, replacePolicy: 'CreateThenDelete' });
+    const [p] = await planResources([{ ...eng.get(key), spec: moved.spec }], (x) => eng.connector.connect(x), keyOf);
+    assert.equal(p!.action, 'replace');
+    assert.match(
+      p!.changes[0]!.detail ?? '',
+      /^replace \(data loss\): a new VM on site-2, then VM \d+ on site-1 is destroyed$/,
+    );
+    assert.ok(c1.state.vms.get(old), 'planning changed nothing');
+    eng.apply(moved);
+    const r = await eng.waitFor(
+      key,
+      (x) =>
+        x.status?.atProvider?.site === SITE2 &&
+        x.status?.atProvider?.step === 'Ready' &&
+        !x.status.atProvider.replacing,
+      'Ready on site-2, the old VM retired',
+    );
+    assert.equal(ownedBy(c2, r.metadata.uid).length, 1, 'one new VM on site-2');
+    assert.equal(c1.state.vms.get(old), undefined, 'the old VM was destroyed after the new one was Ready');
+    assert.equal(count(c1, 'POST /nodes/{node}/qemu/{vmid}/remote_migrate'), 0);
+  });
+
+  it('deleting during a replacement destroys both VMs', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('replaced-then-deleted'));
+    const r0 = await eng.waitReady(key);
+    const old = r0.status!.atProvider!.vmId!;
+    eng.apply(vm('replaced-then-deleted', { site: SITE2, node: NODE2, replacePolicy: 'CreateThenDelete' }));
+    await eng.waitFor(key, (x) => x.status?.atProvider?.replacing !== undefined, 'the replacement recorded');
+    eng.delete(key);
+    await eng.waitGone(key);
+    assert.equal(c1.state.vms.get(old), undefined, 'the old VM is gone');
+    assert.equal(ownedBy(c1, r0.metadata.uid).length + ownedBy(c2, r0.metadata.uid).length, 0, 'nothing left');
+  });
+});
