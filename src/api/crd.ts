@@ -281,7 +281,7 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
           fromNode: Type.String({ description: 'Its node there.' }),
           fromVmid: Type.Integer({ description: 'Its VMID there.' }),
           to: Type.String({ description: 'The site it goes to (spec.forProvider.site).' }),
-          vmid: Type.Integer({ description: 'Its VMID there: the same one when it was free.' }),
+          vmid: Type.Integer({ description: 'Its VMID there: the same one (a VM keeps its VMID).' }),
           node: Type.String({ description: "The node there (the target endpoint's node)." }),
           at: Type.String({ description: 'When the move was recorded (RFC 3339).' }),
           upid: Type.Optional(Type.String({ description: 'The qmigrate task on the source, once sent.' })),
@@ -306,12 +306,6 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
             'The VM a replacement (replacePolicy: CreateThenDelete) leaves on the old site, destroyed once the new VM is Ready.',
         },
       ),
-    ),
-    movedFromVmid: Type.Optional(
-      Type.Integer({
-        description:
-          'The VMID the VM had before a remote migration gave it another one; its marker names it until drift rewrites the description.',
-      }),
     ),
     ipSource: Type.Optional(
       Type.Union([Type.Literal('agent'), Type.Literal('ipConfig')], {

@@ -9,6 +9,11 @@ import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts'
 import { QUANTITY_PATTERN } from './quantity.ts';
 
 export const GROUP = 'proxmox.sankofa.io';
+/**
+ * The site a create was sent to, written with the external name before the create (the engine's
+ * one metadata write): a crash before the first status write still says where the VM is.
+ */
+export const ANNOTATION_SITE = 'proxmox.sankofa.io/site';
 export const VERSION = 'v1alpha1';
 export const API_VERSION = `${GROUP}/${VERSION}`;
 
@@ -464,11 +469,6 @@ export interface AtProvider {
    */
   siteMove?: SiteMove;
   /**
-   * The VMID the VM had before a remote migration gave it another one: its marker still names that
-   * VMID until drift rewrites the description, and is this resource's meanwhile.
-   */
-  movedFromVmid?: number;
-  /**
    * The VM a replacement (replacePolicy: CreateThenDelete) leaves behind on the old site: destroyed
    * once the new VM is Ready (its task's UPID while that runs).
    */
@@ -486,7 +486,7 @@ export interface SiteMove {
   from: string;
   fromNode: string;
   fromVmid: number;
-  /** The site it goes to, its VMID there (the same one when it was free), and the node the target endpoint is. */
+  /** The site it goes to, its VMID there (the same: a VM keeps its VMID), and the node the target endpoint is. */
   to: string;
   vmid: number;
   node: string;

@@ -15,8 +15,8 @@ import {
   siteSsh,
   siteVmidRange,
 } from '../api/provider-config.ts';
-import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { externalName } from '../engine/resource.ts';
+import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
+import { annotation, externalName } from '../engine/resource.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
 import type { Credentials } from '../proxmox/auth.ts';
 import type { ClientHooks } from '../proxmox/metrics.ts';
@@ -71,9 +71,20 @@ export class VmConnector implements Connector<ProxmoxVM> {
    */
   static placedSiteName(r: ProxmoxVM, config: LoadedProviderConfig): string {
     const wanted = VmConnector.siteName(r, config);
-    const at = r.status?.atProvider?.site;
-    if (at && at !== wanted && externalName(r) && config.config.spec.sites.some((s) => s.name === at)) return at;
+    const known = (s: string | undefined) => s !== undefined && config.config.spec.sites.some((x) => x.name === s);
+    // A recorded move is followed to its end whatever the spec says now (it may have been sent).
+    const move = r.status?.atProvider?.siteMove;
+    if (move && known(move.from)) return move.from;
+    const at = placedSite(r);
+    if (at && at !== wanted && externalName(r) && known(at)) return at;
     return wanted;
+  }
+
+  /** The site a move in flight goes to, else the spec's site. */
+  static targetSiteName(r: ProxmoxVM, config: LoadedProviderConfig): string {
+    const move = r.status?.atProvider?.siteMove;
+    if (move && config.config.spec.sites.some((x) => x.name === move.to)) return move.to;
+    return VmConnector.siteName(r, config);
   }
 
   /** A client for this reconcile: every Proxmox call it makes is aborted with `signal`. */
@@ -85,7 +96,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
     } catch (e) {
       throw new ReasonedError('ProviderConfigNotFound', e instanceof Error ? e.message : String(e));
     }
-    const wanted = VmConnector.siteName(r, config);
+    const wanted = VmConnector.targetSiteName(r, config);
     const placed = VmConnector.placedSiteName(r, config);
     const site = await this.siteContext(config, placed);
     const target = placed === wanted ? undefined : await this.siteContext(config, wanted);
@@ -98,7 +109,14 @@ export class VmConnector implements Connector<ProxmoxVM> {
     const seen = this.seenAt.get(r.metadata.uid) ?? new Set<SiteContext>();
     for (const s of [site, target, previous]) if (s) seen.add(s);
     this.seenAt.set(r.metadata.uid, seen);
-    return new VmExternal(site, this.opts, signal, { target, previous });
+    // The config's other sites, for a resource that looks for its VM by marker (adoption).
+    const elsewhere = async () => {
+      const others = config.config.spec.sites.map((s) => s.name).filter((n) => n !== placed);
+      const out = await Promise.all(others.map((n) => this.siteContext(config, n)));
+      for (const s of out) seen.add(s);
+      return out;
+    };
+    return new VmExternal(site, this.opts, signal, { target, previous, elsewhere });
   }
 
   /** The shared context of one site of a config (made on first use, again when the config changed). */
@@ -181,9 +199,22 @@ export function vmidHoldersOf(
 ): Map<number, string> {
   const out = new Map<number, string>();
   for (const r of resources) {
-    const s = r.spec.forProvider.site ?? onlySite;
+    // Held where the VM is (or was being made), not where the spec now says it goes (F25); a
+    // recorded move holds its VMID on the target too.
+    const s = placedSite(r) ?? r.spec.forProvider.site ?? onlySite;
     const ext = Number(externalName(r));
     if (s === site && Number.isInteger(ext) && ext >= 100) out.set(ext, label(r));
+    const move = r.status?.atProvider?.siteMove;
+    if (move?.to === site) out.set(move.vmid, label(r));
   }
   return out;
+}
+
+/**
+ * The site a resource's VM is on (or its create was sent to): status.atProvider.site, else the
+ * site recorded with the external name before the create (`proxmox.sankofa.io/site`), which a
+ * crash before the first status write leaves alone (F21).
+ */
+export function placedSite(r: ProxmoxVM): string | undefined {
+  return r.status?.atProvider?.site ?? annotation(r, ANNOTATION_SITE);
 }

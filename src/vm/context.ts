@@ -54,6 +54,8 @@ export interface StepContext {
   readonly target?: SiteContext;
   /** The site a replacement left its old VM on, until that VM is destroyed (replace.ts). */
   readonly previous?: SiteContext;
+  /** The config's other sites (made on first use), where a resource with no VM here looks for its marker. */
+  readonly elsewhere?: () => Promise<SiteContext[]>;
   /** The site's client as seen by this reconcile: every call is aborted with the reconcile. */
   readonly client: PveClient;
   readonly options: VmClientOptions;
@@ -71,12 +73,17 @@ export function stepContext(
   r: ProxmoxVM,
   options: VmClientOptions,
   signal: AbortSignal | undefined,
-  others: { target?: SiteContext | undefined; previous?: SiteContext | undefined } = {},
+  others: {
+    target?: SiteContext | undefined;
+    previous?: SiteContext | undefined;
+    elsewhere?: (() => Promise<SiteContext[]>) | undefined;
+  } = {},
 ): StepContext {
   return {
     site,
     ...(others.target ? { target: others.target } : {}),
     ...(others.previous ? { previous: others.previous } : {}),
+    ...(others.elsewhere ? { elsewhere: others.elsewhere } : {}),
     client: site.client.withSignal(signal),
     options,
     memory: site.remember(r.metadata.uid),

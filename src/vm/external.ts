@@ -27,7 +27,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   private readonly site: SiteContext;
   private readonly options: VmClientOptions;
   private readonly signal: AbortSignal | undefined;
-  private readonly others: { target?: SiteContext | undefined; previous?: SiteContext | undefined };
+  private readonly others: Parameters<typeof stepContext>[4] & object;
   /** The change observe() found, for update() in the same reconcile. */
   private change: Change | undefined;
   /** What preflight() resolved, for create() in the same reconcile. */
@@ -37,7 +37,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
     site: SiteContext,
     options: VmClientOptions = {},
     signal?: AbortSignal,
-    others: { target?: SiteContext | undefined; previous?: SiteContext | undefined } = {},
+    others: Parameters<typeof stepContext>[4] & object = {},
   ) {
     this.site = site;
     this.others = others;

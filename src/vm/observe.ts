@@ -18,7 +18,7 @@ import {
 import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
-import { followTask, type StepContext } from './context.ts';
+import { followTask, type StepContext, stepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
@@ -176,7 +176,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     // No VMID recorded (a new resource, or a lost or other state file): Proxmox may already hold
     // this resource's VM, made by this installation. Adopt it rather than make a second one.
     adopted = observeOnly ? undefined : await adoptOwn(ctx, r);
-    if (!adopted) return { obs: { exists: false, upToDate: false } };
+    if (!adopted)
+      return (observeOnly ? undefined : await adoptElsewhere(ctx, r)) ?? { obs: { exists: false, upToDate: false } };
   }
   let vmid = adopted?.vmid ?? Number(vmidText);
   if (!Number.isInteger(vmid) || vmid < 100)
@@ -260,6 +261,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       found = own;
     }
   }
+  if (!found && !observeOnly && !r.metadata.deletionTimestamp) {
+    const elsewhere = await adoptElsewhere(ctx, r);
+    if (elsewhere) return elsewhere;
+  }
   if (!found) {
     delete a.vmId;
     delete a.smbiosUuid;
@@ -286,8 +291,6 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     if (own.kind === 'other' || own.kind === 'foreign') return notOurs(ctx, r, found, own);
     if (own.kind === 'placeholder') return settlePlaceholder(ctx, r, found, own.lock, own);
     a.vmId = vmid;
-    // The marker names this VMID again (drift rewrote it after a remote migration).
-    if (a.movedFromVmid !== undefined && parseMarker(cfg.description)?.vmid === vmid) delete a.movedFromVmid;
     const uuid = smbiosUuid(cfg.smbios1);
     if (uuid) a.smbiosUuid = uuid;
     delete a.createOutcome;
@@ -443,6 +446,37 @@ async function adoptOwn(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | un
   const own = await findOwnVm(ctx, r);
   if (own) adopt(ctx, r, own);
   return own;
+}
+
+/**
+ * No VM of this resource on the site it is placed on: before one is made there, its marker on the
+ * ProviderConfig's other sites (a lost or another state file, a create whose site was never
+ * recorded: fault search F19). Found there, the resource follows it, and the next reconcile moves it
+ * where the spec says (a remote migration), instead of a second VM being made here.
+ */
+async function adoptElsewhere(ctx: StepContext, r: ProxmoxVM): Promise<Observed | undefined> {
+  if (!ctx.elsewhere) return undefined;
+  for (const site of await ctx.elsewhere()) {
+    const own = await findOwnVm(stepContext(site, r, ctx.options, ctx.signal), r);
+    // A replacement's old VM is replaced, not adopted back (replace.ts).
+    const old = r.status?.atProvider?.replacing;
+    if (!own || (old?.site === site.name && old.vmid === own.vmid)) continue;
+    setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(own.vmid));
+    const a = atProvider(r);
+    a.site = site.name;
+    a.node = own.node;
+    a.vmId = own.vmid;
+    delete a.placedNode;
+    ctx.site.unreserve(r.metadata.uid);
+    ready(
+      r,
+      'False',
+      'Creating',
+      `adopted VM ${own.vmid} on ${own.node} of site ${site.name}: its ownership marker names this resource`,
+    );
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+  }
+  return undefined;
 }
 
 /** Take `found` as this resource's VM: record its VMID (the marker says whose it is). */

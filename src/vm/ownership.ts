@@ -74,11 +74,8 @@ export function manualCleanup(node: string, vmid: number): string {
 }
 
 /** Whose is this config, read at VMID `at.vmid` by a resource of installation `at.installation`? */
-export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values'], place: MarkerPlace): Ownership {
+export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values'], at: MarkerPlace): Ownership {
   const m = parseMarker(cfg.description);
-  // After a remote migration to another VMID the marker names the old one until drift rewrites it.
-  const moved = r.status?.atProvider?.movedFromVmid;
-  const at = moved !== undefined && m?.vmid === moved ? { ...place, vmid: moved } : place;
   const lock = cfg.lock;
   const mine = m && (m.installation === undefined ? m.uid === r.metadata.uid : markerNames(m, r, at));
   // A resource being deleted that had a VM of its own (it recorded its SMBIOS UUID) destroys only

@@ -169,7 +169,7 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
           key: 'site',
           field: 'site',
           from: `${m.from}/${m.fromNode}`,
-          to: `${m.to}/${m.node}${m.vmid === m.fromVmid ? '' : ` (VM ${m.vmid})`}`,
+          to: `${m.to}/${m.node}`,
           reboot: false,
           detail: c.how ? `remote migrate, ${c.how}` : 'remote migrate',
         },
@@ -217,6 +217,17 @@ export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string):
   const a = copy.status?.atProvider ?? {};
   const vmidText = externalName(copy);
   if (!observed.obs.exists) return { key, action: 'create', changes: [], pending: [] };
+  // Found by its marker on another site of the config: adopted there (then moved, if the spec says).
+  if (a.site && a.site !== ctx.site.name && vmidText !== externalName(r))
+    return {
+      key,
+      action: 'adopt',
+      vmid: Number(vmidText),
+      ...(a.node ? { node: a.node } : {}),
+      changes: [],
+      pending: [],
+      message: `found on site ${a.site}`,
+    };
   const vmid = Number(vmidText);
   const node = a.node;
   const adopted = vmidText !== externalName(r);

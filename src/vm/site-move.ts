@@ -57,9 +57,7 @@ function waiting(r: ProxmoxVM, message: string, ctx: StepContext): SiteMoveObser
 /** Whether a config at the target is this resource's VM after the move (its marker may name the old VMID). */
 function movedHere(r: ProxmoxVM, description: string | undefined, installation: string, move: SiteMove): boolean {
   const m = parseMarker(description);
-  return (
-    markerNames(m, r, { installation, vmid: move.vmid }) || markerNames(m, r, { installation, vmid: move.fromVmid })
-  );
+  return markerNames(m, r, { installation, vmid: move.vmid });
 }
 
 /** A `qmigrate` of the VM still runs on the source (a lost answer leaves no UPID to follow). */
@@ -115,6 +113,12 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       }
       if (r.metadata.deletionTimestamp) {
         // Deleting before the move was made: the VM is deleted where it is.
+        delete a.siteMove;
+        return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+      }
+      if (r.spec.forProvider.site !== move.to) {
+        // The spec went back (or elsewhere) before the move was made or after it failed: nothing
+        // arrived, nothing is sent; the next reconcile plans from the spec (fault search F24).
         delete a.siteMove;
         return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
       }
@@ -263,7 +267,6 @@ function arrived(
   a.site = move.to;
   a.node = there.node;
   a.vmId = move.vmid;
-  if (move.vmid !== move.fromVmid) a.movedFromVmid = move.fromVmid;
   // The spec's node on the new site, if it names another, is reached by an in-cluster migration.
   delete a.placedNode;
   delete a.siteMove;
@@ -342,14 +345,14 @@ async function targetVmid(tctx: StepContext, r: ProxmoxVM, vmid: number): Promis
     return !taken.has(id) && (holder === undefined || holder === r.metadata.uid);
   };
   if (free(vmid)) return vmid;
-  if (r.spec.forProvider.vmid !== undefined)
-    throw reason(
-      'MigrationRefused',
-      `VMID ${vmid} (spec.forProvider.vmid) is in use on site ${tctx.site.name}; nothing was moved. Fix: free VMID ${vmid} there, or remove spec.forProvider.vmid so that the VM may get another VMID`,
-    );
-  const { min, max } = tctx.site.vmidRange;
-  for (let id = min; id <= max; id++) if (free(id)) return id;
-  throw reason('VMIDRangeExhausted', `no free VMID on site ${tctx.site.name} in ${min}-${max}; nothing was moved`);
+  // A VM keeps its VMID: a marker names it, and every runtime of the installation must recognise
+  // the moved VM by it at once (a VM moved to another VMID carried a marker naming the old one, and
+  // another state file took it for a copy: fault-search F26).
+  throw reason(
+    'MigrationRefused',
+    `VMID ${vmid} is in use on site ${tctx.site.name} (by another VM, or held by another resource); a VM keeps its VMID when it moves, so nothing was moved. Fix: free VMID ${vmid} there, or give each site its own spec.sites[].vmidRange so that VMIDs stay unique across them`,
+    true,
+  );
 }
 
 /**

@@ -9,7 +9,7 @@
  * `src/PVE/API2/Qemu.pm`, create_vm: "unable to create VM N - VM N already exists on node"), so a
  * late-applied create of ours at the old VMID fails harmlessly.
  */
-import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
 import { ANNOTATION_CREATE_PENDING, ANNOTATION_EXTERNAL_NAME, annotation, setAnnotation } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
@@ -19,6 +19,8 @@ import type { StepContext } from './context.ts';
 export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ externalName: string }> {
   const fp = r.spec.forProvider;
   setStep(r, 'ReservingVMID');
+  // Persisted with the external name in one write: where the create goes (F21).
+  setAnnotation(r, ANNOTATION_SITE, ctx.site.name);
   if (fp.vmid !== undefined) return { externalName: String(fp.vmid) };
   const { min, max } = ctx.site.vmidRange;
   const taken = new Set(

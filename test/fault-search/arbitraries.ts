@@ -4,6 +4,14 @@
  * were refused before anything happened, outages, slow answers, tasks that fail or hang), so a
  * failure found with them is a bug of the engine, not of the fixture. Fault kinds that only some
  * versions of src/sim/faults.ts know are probed at start (see `probeFaultKinds`) and reported.
+ *
+ * A resource's site is drawn with its edits, so schedules move VMs between the two clusters by
+ * remote migration; the migration's own call (`remote_migrate`, on the source cluster) and task
+ * (`qmigrate`) get the same refusals, lost answers, latency, failures and stalls as every other,
+ * and site-2 (the target or the source) can be unreachable for a few commands. A `node-offline`
+ * fault is not drawn: each site is one node, whose pveproxy is the site's API, so a node that is
+ * offline while its API still answers is not a state real PVE can be in; the whole site being
+ * unreachable (`unavailable`) is.
  */
 import fc from 'fast-check';
 import type { FaultSpec } from '../../src/sim/faults.ts';
@@ -17,21 +25,24 @@ import {
   Heal,
   type Interruption,
   LoseState,
+  Move,
   OtherState,
   Reconcile,
   Restart,
   TwoWriters,
 } from './commands.ts';
-import { type Edit, NAMES, NODE, type World, YEAR_MS } from './world.ts';
+import { type Edit, NAMES, NODE_OF, SITES, type SiteName, type World, YEAR_MS } from './world.ts';
 
 const name = fc.constantFrom(...NAMES);
+const site = fc.constantFrom(...SITES);
 const edit: fc.Arbitrary<Edit> = fc.record(
   {
     cpu: fc.constantFrom(1 as const, 2 as const),
     memory: fc.constantFrom('1Gi' as const, '2Gi' as const),
     powerState: fc.constantFrom('running' as const, 'stopped' as const),
+    site,
   },
-  { requiredKeys: ['cpu', 'memory'] },
+  { requiredKeys: ['cpu', 'memory', 'site'] },
 );
 
 /** Every named step at which the engine awaits (EngineHooks): a crash or another actor can strike there. */
@@ -50,6 +61,8 @@ export const STEPS = [
   'update-start',
   'update-stop',
   'update-issued',
+  'update-reserve-site-move',
+  'update-remote-migrate',
   'delete-unlocked',
   'delete-stop-issued',
   'delete-destroy-issued',
@@ -57,7 +70,13 @@ export const STEPS = [
   'external-gone',
 ] as const;
 
-const foreignAct: fc.Arbitrary<ForeignAct> = fc.constantFrom('take-persisted-vmid', 'next-id', 'look-alike', 'backup');
+const foreignAct: fc.Arbitrary<ForeignAct> = fc.constantFrom(
+  'take-persisted-vmid',
+  'take-move-vmid',
+  'next-id',
+  'look-alike',
+  'backup',
+);
 
 const interruption: fc.Arbitrary<Interruption> = fc.oneof(
   { weight: 4, arbitrary: fc.constant({ kind: 'crash' as const }) },
@@ -78,9 +97,16 @@ const CALLS = {
   stop: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/status/stop' },
   unlock: { method: 'PUT', path: '/nodes/{node}/qemu/{vmid}/config' },
   destroy: { method: 'DELETE', path: '/nodes/{node}/qemu/{vmid}' },
+  remoteMigrate: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/remote_migrate' },
 } as const;
 type Call = keyof typeof CALLS;
 const call = fc.constantFrom(...(Object.keys(CALLS) as Call[]));
+/**
+ * The calls an `applied-late` fault holds: not remote_migrate, whose handler makes two calls to the
+ * target before it answers with its UPID, and which the brief searches for refusals, lost answers
+ * and latency.
+ */
+const heldCall = fc.constantFrom(...(Object.keys(CALLS) as Call[]).filter((c) => c !== 'remoteMigrate'));
 
 /** Refusals PVE answers before it changes anything (the request was certainly not applied). */
 const REFUSALS = [
@@ -91,7 +117,17 @@ const REFUSALS = [
   { status: 503, message: 'Service Unavailable' },
 ] as const;
 
-const TASKS = ['qmcreate', 'qmclone', 'qmconfig', 'resize', 'qmstart', 'qmshutdown', 'qmstop', 'qmdestroy'] as const;
+const TASKS = [
+  'qmcreate',
+  'qmclone',
+  'qmconfig',
+  'resize',
+  'qmstart',
+  'qmshutdown',
+  'qmstop',
+  'qmdestroy',
+  'qmigrate',
+] as const;
 const CREATE_TASKS = new Set(['qmcreate', 'qmclone']);
 
 export interface DrawnFault {
@@ -99,6 +135,8 @@ export interface DrawnFault {
   spec: FaultSpec;
   /** Ends by itself after this many further commands. */
   lastsFor?: number;
+  /** The cluster it is on (site-1 unless given). */
+  site?: SiteName;
 }
 
 const requestFault: fc.Arbitrary<DrawnFault> = fc
@@ -144,10 +182,11 @@ const taskFail: fc.Arbitrary<DrawnFault> = fc
   });
 
 /** The node's sshd refuses connections for a few commands: snippet uploads fail (ECONNREFUSED). */
-const sshDown: fc.Arbitrary<DrawnFault> = fc.integer({ min: 1, max: 3 }).map((lastsFor) => ({
-  label: `sshd on ${NODE} refuses connections for the next ${lastsFor} command(s)`,
-  spec: { kind: 'ssh-refused', node: NODE } as FaultSpec,
+const sshDown: fc.Arbitrary<DrawnFault> = fc.tuple(site, fc.integer({ min: 1, max: 3 })).map(([s, lastsFor]) => ({
+  label: `sshd on ${NODE_OF[s]} refuses connections for the next ${lastsFor} command(s)`,
+  spec: { kind: 'ssh-refused', node: NODE_OF[s] } as FaultSpec,
   lastsFor,
+  site: s,
 }));
 
 const taskStall: fc.Arbitrary<DrawnFault> = fc.constantFrom(...TASKS).map((type) => ({
@@ -201,7 +240,7 @@ export async function probeFaultKinds(w: World): Promise<Extras> {
   } else missing.push('reply-lost');
   if (await behaves(w, { kind: 'applied-late', ...version, delayMs: 0, count: 1 } as FaultSpec, lost)) {
     faults.push(
-      fc.tuple(call, fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined })).map(([c, s]) => ({
+      fc.tuple(heldCall, fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined })).map(([c, s]) => ({
         label:
           s === undefined
             ? `${CALLS[c].method} ${c} is held unanswered until healed, then applied (the client gave up)`
@@ -239,14 +278,17 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
   // A dead worker's placeholder can only be removed by root@pam with a ticket (`qm unlock`); with a
   // token no engine could clean it up, so `die` is drawn only where the invariant is achievable.
   const extra = auth === 'password' ? extras.faults : extras.faults.filter((f) => f !== extras.die);
+  // The calls and tasks a fault matches are on one cluster: either (the `die` faults stay on
+  // site-1, whose password credentials alone may clean up a dead worker's placeholder).
+  const onEither = (a: fc.Arbitrary<DrawnFault>) => fc.tuple(a, site).map(([f, s]) => ({ ...f, site: s }));
   return fc.oneof(
-    { weight: 3, arbitrary: requestFault },
-    { weight: 1, arbitrary: outage },
-    { weight: 2, arbitrary: latency },
-    { weight: 3, arbitrary: taskFail },
-    { weight: 2, arbitrary: taskStall },
+    { weight: 3, arbitrary: onEither(requestFault) },
+    { weight: 2, arbitrary: onEither(outage) },
+    { weight: 2, arbitrary: onEither(latency) },
+    { weight: 3, arbitrary: onEither(taskFail) },
+    { weight: 2, arbitrary: onEither(taskStall) },
     { weight: 1, arbitrary: sshDown },
-    ...extra.map((arbitrary) => ({ weight: 3, arbitrary })),
+    ...extra.map((arbitrary) => ({ weight: 3, arbitrary: arbitrary === extras.die ? arbitrary : onEither(arbitrary) })),
   );
 }
 
@@ -263,17 +305,23 @@ export function commandsArb(extras: Extras, auth: 'password' | 'token', maxComma
           fc.oneof(
             { weight: 3, arbitrary: fc.integer({ min: 1, max: 6 }).map((nth) => ({ nth })) },
             { weight: 1, arbitrary: fc.constantFrom(...STEPS).map((step) => ({ step })) },
+            // The move's own steps: after its record is made, after remote_migrate answered.
+            {
+              weight: 1,
+              arbitrary: fc.constantFrom('update-reserve-site-move', 'update-remote-migrate').map((step) => ({ step })),
+            },
           ),
           interruption,
         )
         .map(([n, where, what]) => new Reconcile(n, { where, what })),
     },
+    { weight: 3, arbitrary: name.map((n) => new Move(n)) },
     { weight: 2, arbitrary: name.map((n) => new Delete(n)) },
     { weight: 2, arbitrary: fc.tuple(name, name).map(([a, b]) => new TwoWriters(a, b)) },
     { weight: 1, arbitrary: fc.constant(new Restart()) },
     { weight: 1, arbitrary: fc.constant(new LoseState()) },
     { weight: 2, arbitrary: name.map((n) => new OtherState(n)) },
-    { weight: 5, arbitrary: faultArb(extras, auth).map((f) => new Fault(f.label, f.spec, f.lastsFor)) },
+    { weight: 5, arbitrary: faultArb(extras, auth).map((f) => new Fault(f.label, f.spec, f.lastsFor, f.site)) },
     { weight: 2, arbitrary: fc.nat(3).map((i) => new Heal(i)) },
     { weight: 3, arbitrary: fc.tuple(foreignAct, name).map(([what, n]) => new Foreign(what, n)) },
   );

@@ -3,8 +3,8 @@
  * schedule prints as a list a person can read and replay by hand: users applying, editing and
  * deleting resources; the engine reconciling one resource once (optionally interrupted at a
  * named step by a crash, a user or another Proxmox user); two engine processes at once;
- * restarts; faults on Proxmox calls and tasks; other users taking VMIDs, making look-alike VMs
- * and running backups. After each command the simulator's workers are let run (quiesce) and the
+ * restarts; faults on either cluster's calls and tasks (a remote migration's among them); other
+ * users taking VMIDs (a move's target VMID too), making look-alike VMs and running backups. After each command the simulator's workers are let run (quiesce) and the
  * invariants that hold at every moment are checked.
  */
 import type { AsyncCommand } from 'fast-check';
@@ -14,7 +14,7 @@ import { settled } from '../../src/local/runtime.ts';
 import type { FaultSpec } from '../../src/sim/faults.ts';
 import { markerUid, OWNER_TAG } from '../../src/vm/spec.ts';
 import { checkAlways } from './invariants.ts';
-import { type Edit, type Interrupt, keyOfName, type Name, type World } from './world.ts';
+import { type Edit, type Interrupt, keyOfName, type Name, SITE, type SiteName, type World } from './world.ts';
 
 /** What the schedule has done so far that decides which commands make sense. */
 export interface Model {
@@ -36,7 +36,17 @@ abstract class Step implements AsyncCommand<Model, World> {
   abstract toString(): string;
 }
 
-const showEdit = (e: Edit) => `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}`;
+const showEdit = (e: Edit) =>
+  `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}${e.site && e.site !== SITE ? ` site=${e.site}` : ''}`;
+
+/** The user deletes the resource's manifest (from both state files: see Delete). */
+function deleteManifest(w: World, name: Name): void {
+  w.deleted.add(name);
+  w.store.markDeleted(keyOfName(name));
+  // The user deleted the manifest: the other state file's apply is run without it too. (One
+  // state file deleting a VM while another keeps starting it is the user's conflict.)
+  w.otherStore?.markDeleted(keyOfName(name));
+}
 
 /** A user applies the resource's manifest (creates it, or edits its spec). */
 export class Apply extends Step {
@@ -56,6 +66,30 @@ export class Apply extends Step {
   }
 }
 
+/**
+ * A user moves the resource to the other site: the manifest as last applied, with the other site
+ * (and its node). Which site is "other" follows from the schedule so far, so a replay moves alike.
+ */
+export class Move extends Step {
+  readonly name: Name;
+  constructor(name: Name) {
+    super();
+    this.name = name;
+  }
+  override check(m: Readonly<Model>): boolean {
+    return m.applied.has(this.name);
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    const last = w.lastEdit.get(this.name) ?? { cpu: 1, memory: '1Gi' };
+    const site: SiteName = (last.site ?? SITE) === 'site-1' ? 'site-2' : 'site-1';
+    w.log(`  (as ${showEdit({ ...last, site })})`);
+    w.apply(this.name, { ...last, site });
+  }
+  toString(): string {
+    return `move ${this.name} to the other site (its last manifest, the site changed)`;
+  }
+}
+
 /** A user deletes the resource (the store sets deletionTimestamp; the finalizer holds it). */
 export class Delete extends Step {
   readonly name: Name;
@@ -67,10 +101,7 @@ export class Delete extends Step {
     return m.applied.has(this.name);
   }
   protected async act(_m: Model, w: World): Promise<void> {
-    w.store.markDeleted(keyOfName(this.name));
-    // The user deleted the manifest: the other state file's apply is run without it too. (One
-    // state file deleting a VM while another keeps starting it is the user's conflict.)
-    w.otherStore?.markDeleted(keyOfName(this.name));
+    deleteManifest(w, this.name);
   }
   toString(): string {
     return `delete ${this.name}`;
@@ -78,36 +109,47 @@ export class Delete extends Step {
 }
 
 /** Another Proxmox user, acting through the API with its own token. */
-export type ForeignAct = 'next-id' | 'look-alike' | 'take-persisted-vmid' | 'backup';
+export type ForeignAct = 'next-id' | 'look-alike' | 'take-persisted-vmid' | 'take-move-vmid' | 'backup';
 
+/** Acts on the cluster the resource's VM is on (its status's site), where another user would meet it. */
 export async function foreignAct(w: World, what: ForeignAct, name: Name): Promise<void> {
+  const r = w.store.getSync(keyOfName(name));
+  const site: SiteName = r ? w.siteOf(r) : SITE;
+  const c = w.cluster(site);
   switch (what) {
     case 'next-id':
     case 'look-alike': {
-      const next = await w.foreignRequest('GET', '/cluster/nextid');
+      const next = await w.foreignRequest('GET', '/cluster/nextid', undefined, site);
       const vmid = Number(next.data);
       if (next.status !== 200 || !Number.isInteger(vmid)) return w.log(`  foreign: no nextid (HTTP ${next.status})`);
       // A look-alike: the same name and our tag, but not our marker (someone copied our VM by hand).
       const extra: Record<string, string> =
         what === 'look-alike' ? { name, tags: OWNER_TAG, description: `copy of ${name}` } : {};
-      return w.foreignCreate(vmid, extra);
+      return w.foreignCreate(vmid, extra, site);
     }
     case 'take-persisted-vmid': {
-      const r = w.store.getSync(keyOfName(name));
       const vmid = Number(r ? externalName(r) : undefined);
-      if (!Number.isInteger(vmid) || w.site.state.vms.has(vmid)) return w.log(`  foreign: ${name} holds no free VMID`);
-      return w.foreignCreate(vmid);
+      if (!Number.isInteger(vmid) || c.state.vms.has(vmid)) return w.log(`  foreign: ${name} holds no free VMID`);
+      return w.foreignCreate(vmid, {}, site);
+    }
+    case 'take-move-vmid': {
+      // The VMID a recorded move reserved on the target exists only in the provider's status and
+      // memory: on the target cluster anybody may create a VM there before the migration does.
+      const move = r?.status?.atProvider?.siteMove;
+      const to = move?.to as SiteName | undefined;
+      if (!move || !to || w.cluster(to).state.vms.has(move.vmid))
+        return w.log(`  foreign: ${name} has no move whose target VMID is free`);
+      return w.foreignCreate(move.vmid, {}, to);
     }
     case 'backup': {
       // vzdump: it sets `lock: backup` in our VM's config and drops it when done (no flock meanwhile).
-      const r = w.store.getSync(keyOfName(name));
       const vmid = Number(r ? externalName(r) : undefined);
-      const vm = w.site.state.vms.get(vmid);
+      const vm = c.state.vms.get(vmid);
       if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.config.lock) {
         return w.log(`  foreign: ${name} has no unlocked VM to back up`);
       }
-      w.faultIds.push(w.site.addFault({ kind: 'lock', vmid, lock: 'backup', flock: false }));
-      return w.log(`  foreign: backup of VM ${vmid} running`);
+      w.addFault(site, { kind: 'lock', vmid, lock: 'backup', flock: false });
+      return w.log(`  foreign: backup of VM ${site}/${vmid} running`);
     }
   }
 }
@@ -183,8 +225,7 @@ export class Reconcile extends Step {
           case 'edit':
             return w.apply(this.name, at.what.edit);
           case 'delete':
-            w.store.markDeleted(keyOfName(this.name));
-            return w.otherStore?.markDeleted(keyOfName(this.name));
+            return deleteManifest(w, this.name);
           case 'writer':
             await w.reconcile(this.name, 1);
             return w.quiesce();
@@ -221,7 +262,9 @@ export class Converge extends Step {
     let last = '';
     for (let i = 0; i < 30; i++) {
       const r = w.store.getSync(keyOfName(this.name));
-      if (!r || (!r.metadata.deletionTimestamp && settled(r))) return;
+      // The first reconcile always runs: an edit of a Ready resource (a new site) is a watch
+      // event, and its status says Ready until a reconcile has looked.
+      if (!r || (i > 0 && !r.metadata.deletionTimestamp && settled(r))) return;
       const res = await w.reconcile(this.name, 0);
       await w.quiesce();
       checkAlways(w);
@@ -308,27 +351,28 @@ export class LoseState extends Step {
   }
 }
 
-/** A fault on the Proxmox cluster, active until a Heal command (or the end of the schedule). */
+/** A fault on one Proxmox cluster (site-1 unless given), active until a Heal command (or the end of the schedule). */
 export class Fault extends Step {
   readonly label: string;
   readonly spec: FaultSpec;
   /** Ends by itself after this many further commands (an outage of bounded length). */
   readonly lastsFor: number | undefined;
-  constructor(label: string, spec: FaultSpec, lastsFor?: number) {
+  readonly site: SiteName;
+  constructor(label: string, spec: FaultSpec, lastsFor?: number, site: SiteName = SITE) {
     super();
     this.label = label;
     this.spec = spec;
     this.lastsFor = lastsFor;
+    this.site = site;
   }
   protected async act(_m: Model, w: World): Promise<void> {
-    const id = w.site.addFault(this.spec);
-    w.faultIds.push(id);
-    if (this.spec.kind === 'applied-late') w.heldSince.set(id, Date.now());
+    const ref = w.addFault(this.site, this.spec);
+    if (this.spec.kind === 'applied-late') w.heldSince.set(ref, Date.now());
     // (+1: this command's own end counts one.)
-    if (this.lastsFor !== undefined) w.expiring.set(id, this.lastsFor + 1);
+    if (this.lastsFor !== undefined) w.expiring.set(ref, this.lastsFor + 1);
   }
   toString(): string {
-    return `fault: ${this.label}`;
+    return `fault${this.site === SITE ? '' : ` on ${this.site}`}: ${this.label}`;
   }
 }
 
@@ -341,10 +385,10 @@ export class Heal extends Step {
   }
   protected async act(_m: Model, w: World): Promise<void> {
     if (!w.faultIds.length) return;
-    const [id] = w.faultIds.splice(this.i % w.faultIds.length, 1);
-    const f = w.site.faults.active.get(id!);
-    w.site.removeFault(id!);
-    w.log(`  healed: ${f ? JSON.stringify(f.spec) : `fault ${id} (already gone)`}`);
+    const ref = w.faultIds[this.i % w.faultIds.length]!;
+    const f = w.cluster(ref.site).faults.active.get(ref.id);
+    w.removeFault(ref);
+    w.log(`  healed: ${f ? `${ref.site} ${JSON.stringify(f.spec)}` : `fault ${ref.site}#${ref.id} (already gone)`}`);
   }
   toString(): string {
     return `heal fault #${this.i}`;

@@ -23,9 +23,15 @@ import { VmConnector, vmidHoldersOf } from '../../src/vm/connector.ts';
  * (reconciler, VM client, store, simulator) on one time; timers (setTimeout) stay real, so the
  * simulator's scaled task durations are unchanged.
  */
+/**
+ * The real clock, taken when this module loads: a world that never closed (a schedule abandoned
+ * by the search's timeout) must not leave its offset in the next world's clock.
+ */
+const REAL_NOW = Date.now;
+
 export class EngineClock {
   private offset = 0;
-  private readonly realNow = Date.now;
+  private readonly realNow = REAL_NOW;
   install(): void {
     const real = this.realNow;
     Date.now = () => real() + this.offset;

@@ -21,12 +21,39 @@ export class ScheduleFailure extends Error {
   }
 }
 
+/** What a schedule made the remote migration do (the search reports the sums: a path never taken is no evidence). */
+export interface MoveStats {
+  /** `remote_migrate` requests received, on either cluster. */
+  sent: number;
+  /** `qmigrate` tasks that ended OK, or with an error. */
+  migrated: number;
+  failed: number;
+  /** Crashes and other interruptions at the move's two steps. */
+  interrupted: number;
+}
+
+function moveStats(w: World): MoveStats {
+  const out: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0 };
+  for (const c of w.sim.clusters) {
+    out.sent += c.counters()['POST /nodes/{node}/qemu/{vmid}/remote_migrate'] ?? 0;
+    for (const t of c.state.tasks.values())
+      if (t.type === 'qmigrate' && t.status === 'stopped') {
+        if (t.exitstatus === 'OK') out.migrated++;
+        else out.failed++;
+      }
+  }
+  out.interrupted = w.journal.filter((l) => /^ {2}at update-(reserve-site-move|remote-migrate):/.test(l)).length;
+  return out;
+}
+
 export async function runSchedule(
   auth: 'password' | 'token',
   initial: Apply[],
   cmds: Iterable<fc.AsyncCommand<Model, World>>,
-): Promise<{ settleRounds: number; journal: string[] }> {
+  opts: { strict?: boolean } = {},
+): Promise<{ settleRounds: number; journal: string[]; moves: MoveStats }> {
   const w = await World.start(auth);
+  if (opts.strict) w.strict = true;
   try {
     try {
       const model: Model = { applied: new Set() };
@@ -35,7 +62,7 @@ export async function runSchedule(
       const s = await settle(w);
       w.log(`settle: ${s.converged ? 'converged' : 'did not converge'} after ${s.rounds} rounds`);
       checkFinal(w, s);
-      return { settleRounds: s.rounds, journal: w.journal };
+      return { settleRounds: s.rounds, journal: w.journal, moves: moveStats(w) };
     } catch (e) {
       const invariant = e instanceof InvariantViolation ? e.invariant : 'the run threw';
       const detail =

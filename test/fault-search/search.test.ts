@@ -17,13 +17,15 @@ import { appendFileSync } from 'node:fs';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { commandsArb, type Extras, initialArb, probeFaultKinds } from './arbitraries.ts';
-import { runSchedule, ScheduleFailure } from './runner.ts';
+import { type MoveStats, runSchedule, ScheduleFailure } from './runner.ts';
 import { World } from './world.ts';
 
 const env = process.env;
 const RUNS = Number(env.FAULT_SEARCH_RUNS ?? 100);
 const BUDGET_MS = Number(env.FAULT_SEARCH_BUDGET_MS ?? 60_000);
 const MAX_COMMANDS = Number(env.FAULT_SEARCH_MAX_COMMANDS ?? 24);
+/** A schedule that takes longer than this (real ms) fails as a hang, and is shrunk like any failure. */
+const SCHEDULE_TIMEOUT_MS = Number(env.FAULT_SEARCH_TIMEOUT_MS ?? 60_000);
 /** A fixed seed by default, so that `npm test` explores the same schedules every time. */
 const SEED =
   env.FAULT_SEARCH_SEED === 'random' ? (Date.now() ^ (process.pid << 8)) | 0 : Number(env.FAULT_SEARCH_SEED ?? 424242);
@@ -35,6 +37,8 @@ const KEEP_GOING = env.FAULT_SEARCH_KEEP_GOING === '1';
 const LOG = env.FAULT_SEARCH_LOG;
 /** Schedules run so far (soak mode prints a line every hundred). */
 const progress = { runs: 0, since: Date.now() };
+/** What the passing schedules made the remote migration do, summed (reported at the end). */
+const moves: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0 };
 
 /**
  * The property: a schedule runs and every invariant holds. In soak mode a failure whose
@@ -52,8 +56,12 @@ function property(extras: Extras, known: Map<string, number>) {
       );
     }
     const t0 = Date.now();
+    // Each schedule before it runs (a hang shows which one hangs: it is the last printed).
+    if (env.FAULT_SEARCH_TRACE === '1')
+      process.stderr.write(`[fault-search] run: ${auth} ${initial.join(', ')} ${String(cmds)}\n`);
     try {
-      await runSchedule(auth, initial, cmds);
+      const res = await runSchedule(auth, initial, cmds);
+      for (const k of Object.keys(moves) as Array<keyof MoveStats>) moves[k] += res.moves[k];
     } catch (e) {
       const sig = signature(e);
       if (!KEEP_GOING || !known.has(sig)) throw e;
@@ -113,6 +121,7 @@ test('fault search: the invariants hold under every drawn schedule of faults, cr
       ...(PATH ? { path: PATH } : {}),
       // A path replays the run it names: fast-check needs at least that many runs to get there.
       numRuns: PATH ? Number(PATH.split(':')[0]) + 1 : RUNS - runs,
+      timeout: SCHEDULE_TIMEOUT_MS,
       plugins: [fc.interruptAfterTimeLimit(left)],
     });
     runs += details.numRuns;
@@ -139,6 +148,10 @@ test('fault search: the invariants hold under every drawn schedule of faults, cr
     seed = (seed * 1103515245 + 12345) | 0;
   }
   say(t, `${runs} schedules in ${Math.round((Date.now() - started) / 1000)} s, ${found.size} distinct failure(s)`);
+  say(
+    t,
+    `remote migrations (summed over the runs that passed, shrinking included): ${moves.sent} remote_migrate sent, ${moves.migrated} qmigrate OK, ${moves.failed} failed, ${moves.interrupted} interruptions at the move's steps`,
+  );
   for (const [sig, n] of seen) say(t, `  ${sig}: met ${n} more time(s) after it was found`);
   assert.equal(found.size, 0, [...found.values()].join('\n\n'));
 });

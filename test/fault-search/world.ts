@@ -1,28 +1,52 @@
 /**
- * The world one fault-search run acts on: an in-process Proxmox VE simulator, one MemoryStore
- * (it survives every crash, as the state file or etcd does), and one or two provider processes
- * (process.ts) that can be killed and rebuilt over that store. Reconciles are driven one at a time by the commands, never by a
- * free-running controller, so a schedule replays the same way. The world also remembers what
- * the invariants need (which VMs other users made, and how they looked) and keeps a journal.
+ * The world one fault-search run acts on: an in-process Proxmox VE simulator with the default
+ * topology's two separate clusters (site-1, one node ml110-01; site-2, one node r630-01), one
+ * MemoryStore (it survives every crash, as the state file or etcd does), and one or two provider
+ * processes (process.ts) that can be killed and rebuilt over that store. Reconciles are driven one
+ * at a time by the commands, never by a free-running controller, so a schedule replays the same
+ * way. A resource's site is part of what a user edits, so an apply can move its VM to the other
+ * cluster (a remote migration) and back. The world also remembers what the invariants need (which
+ * VMs other users made, and how they looked; which resources were ever deleted; which VMs held a
+ * resource's data) and keeps a journal. What users apply, and the ProviderConfig, are in manifests.ts.
  */
 
-import { parseAllDocuments, stringify } from 'yaml';
 import type { LoadedProviderConfig } from '../../src/api/provider-config.ts';
-import { cliInstallation, parseProviderConfig } from '../../src/api/provider-config.ts';
-import type { ForProvider, ProxmoxVM } from '../../src/api/proxmoxvm.ts';
+import { cliInstallation } from '../../src/api/provider-config.ts';
+import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { ReconcileResult } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';
 import { MemoryStore } from '../../src/local/store.ts';
+import type { FaultSpec } from '../../src/sim/faults.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
-import { providerConfigYaml } from '../../src/sim/provider-config.ts';
-import { ROOT_PASSWORD, startTestSim } from '../helpers/sim.ts';
+import { startTestSim } from '../helpers/sim.ts';
+import {
+  type Edit,
+  keyOfName,
+  manifest,
+  type Name,
+  NODE_OF,
+  SITE,
+  SITES,
+  type SiteName,
+  simConfig,
+} from './manifests.ts';
 import { EngineClock, type Interrupt, Process } from './process.ts';
 
+export {
+  type Edit,
+  keyOfName,
+  manifest,
+  NAMES,
+  type Name,
+  NODE,
+  NODE_OF,
+  SITE,
+  SITES,
+  type SiteName,
+  TEMPLATE_VMID,
+} from './manifests.ts';
 export type { Interrupt } from './process.ts';
 
-export const SITE = 'site-1';
-export const NODE = 'ml110-01';
-export const TEMPLATE_VMID = 9000;
 /** The other user of the cluster: a person or tool with its own API token, not the provider. */
 export const FOREIGN_USER = 'ops@pve';
 const FOREIGN_TOKEN_ID = 'tool';
@@ -36,51 +60,9 @@ const HELD_MS = 3600_000;
 /** Real ms a reconcile may still take after some request was held, before it counts as the held one. */
 const HELD_GRACE_MS = 300;
 
-/** The resources a schedule can name, each with its creation path (import an image or clone the template). */
-export const NAMES = ['vm-a', 'vm-b', 'vm-c'] as const;
-export type Name = (typeof NAMES)[number];
-const SOURCE: Record<Name, Partial<ForProvider>> = {
-  'vm-a': { image: 'local:import/ubuntu-22.04-cloud.qcow2' },
-  'vm-b': { template: { vmid: TEMPLATE_VMID, full: true } },
-  // More than the API can set: a cloud-init snippet, uploaded over SSH before the create.
-  'vm-c': {
-    image: 'local:import/ubuntu-22.04-cloud.qcow2',
-    userData: '#cloud-config\npackages: [qemu-guest-agent, jq]\nruncmd: [systemctl enable --now qemu-guest-agent]\n',
-  },
-};
-export const keyOfName = (n: Name): string => `default/${n}`;
-
-/** What a user may change in a resource's spec. */
-export interface Edit {
-  cpu: 1 | 2;
-  memory: '1Gi' | '2Gi';
-  powerState?: 'running' | 'stopped';
-}
-
-export function manifest(name: Name, edit: Edit): ProxmoxVM {
-  return {
-    apiVersion: 'proxmox.sankofa.io/v1alpha1',
-    kind: 'ProxmoxVM',
-    metadata: { name, namespace: 'default', uid: '', generation: 1 },
-    spec: {
-      forProvider: {
-        site: SITE,
-        node: NODE,
-        cpu: edit.cpu,
-        memory: edit.memory,
-        disk: '8Gi',
-        storage: 'local-lvm',
-        network: 'vmbr0',
-        ...SOURCE[name],
-        ...(edit.powerState ? { powerState: edit.powerState } : {}),
-      },
-      providerConfigRef: { name: 'default' },
-    },
-  };
-}
-
 /** A VM some other user made: its config digest and power state once its create ended. */
 interface ForeignVm {
+  site: SiteName;
   vmid: number;
   upid?: string;
   baseline?: { digest: string; status: string; config: Record<string, string> };
@@ -88,16 +70,10 @@ interface ForeignVm {
   vanished?: boolean;
 }
 
-/** The ProviderConfig for the simulator: its test token, or root@pam with a password (a ticket: may unlock). */
-function simConfig(sim: Simulator, auth: 'password' | 'token'): LoadedProviderConfig {
-  let text = providerConfigYaml(sim, { ssh: true });
-  if (auth === 'password') {
-    const docs = parseAllDocuments(text).map((d) => d.toJS() as Record<string, unknown>);
-    const secret = docs.find((d) => d.kind === 'Secret')!;
-    secret.stringData = { username: 'root@pam', password: ROOT_PASSWORD };
-    text = docs.map((d) => stringify(d)).join('---\n');
-  }
-  return parseProviderConfig(text, 'fault-search.yaml');
+/** A fault added to one cluster: which one, and its id there. */
+export interface FaultRef {
+  site: SiteName;
+  id: number;
 }
 
 /**
@@ -126,14 +102,29 @@ export class World {
    */
   otherStore: MemoryStore<ProxmoxVM> | undefined;
   private generation = 0;
-  readonly foreign = new Map<number, ForeignVm>();
+  /** The other user's VMs (and the templates), by `site/vmid`. */
+  readonly foreign = new Map<string, ForeignVm>();
+  /** The resources a user ever deleted in this run (their VMs may go with them). */
+  readonly deleted = new Set<Name>();
+  /**
+   * Identity (namespace/name) -> the VMs (`site/vmid`) that held its data at the last check:
+   * a resource not deleted must never drop to none (a move hands the data over, never loses it).
+   */
+  readonly dataVms = new Map<string, Set<string>>();
+  /**
+   * Report the outcomes of F19, F21 and F24 as failures (the default since they were fixed);
+   * FAULT_SEARCH_STRICT=0 accepts them again, journalled, to search a checkout without the fixes.
+   */
+  strict = process.env.FAULT_SEARCH_STRICT !== '0';
+  /** Resource uid -> every site its status named at a check (F21: a create on a site never recorded). */
+  readonly statusSites = new Map<string, Set<SiteName>>();
   readonly journal: string[] = [];
-  /** Faults added by the schedule, in order (ids of the site-1 cluster). */
-  readonly faultIds: number[] = [];
-  /** Faults that end by themselves: id -> commands left. */
-  readonly expiring = new Map<number, number>();
-  /** Held `applied-late` requests: fault id -> when (run clock) the hold began. */
-  readonly heldSince = new Map<number, number>();
+  /** Faults added by the schedule, in order, on either cluster. */
+  readonly faultIds: FaultRef[] = [];
+  /** Faults that end by themselves: fault -> commands left. */
+  readonly expiring = new Map<FaultRef, number>();
+  /** Held `applied-late` requests: fault -> when (run clock) the hold began. */
+  readonly heldSince = new Map<FaultRef, number>();
   private readonly seenTasks = new Set<string>();
   /** What dead processes left running (a reconcile waiting for a held request). */
   private readonly dangling: Promise<unknown>[] = [];
@@ -142,10 +133,13 @@ export class World {
     this.sim = sim;
     this.auth = auth;
     this.config = simConfig(sim, auth);
-    this.site.addToken(FOREIGN_USER, FOREIGN_TOKEN_ID, { privsep: false, secret: FOREIGN_SECRET });
-    this.site.setAcl('/', FOREIGN_USER, 'Administrator');
-    // The template is someone else's VM too: cloning from it must not change it.
-    for (const vm of this.site.state.vms.values()) this.foreign.set(vm.vmid, { vmid: vm.vmid });
+    for (const site of SITES) {
+      const c = this.cluster(site);
+      c.addToken(FOREIGN_USER, FOREIGN_TOKEN_ID, { privsep: false, secret: FOREIGN_SECRET });
+      c.setAcl('/', FOREIGN_USER, 'Administrator');
+      // The templates are someone else's VMs too: cloning from them must not change them.
+      for (const vm of c.state.vms.values()) this.foreign.set(`${site}/${vm.vmid}`, { site, vmid: vm.vmid });
+    }
     this.observeForeign();
   }
 
@@ -164,6 +158,31 @@ export class World {
     return this.sim.cluster(SITE);
   }
 
+  cluster(site: SiteName): SimCluster {
+    return this.sim.cluster(site);
+  }
+
+  /** Add a fault to a cluster, remembered for Heal and for the ones that end by themselves. */
+  addFault(site: SiteName, spec: FaultSpec): FaultRef {
+    const ref = { site, id: this.cluster(site).addFault(spec) };
+    this.faultIds.push(ref);
+    return ref;
+  }
+
+  /** End a fault (healed, or over): false when it was gone already. */
+  removeFault(ref: FaultRef): boolean {
+    const i = this.faultIds.indexOf(ref);
+    if (i >= 0) this.faultIds.splice(i, 1);
+    this.heldSince.delete(ref);
+    this.expiring.delete(ref);
+    return this.cluster(ref.site).removeFault(ref.id);
+  }
+
+  /** Where the resource's VM is, as its status says (the site it was last seen on), else its spec's site. */
+  siteOf(r: ProxmoxVM): SiteName {
+    return (r.status?.atProvider?.site ?? r.spec.forProvider.site ?? SITE) as SiteName;
+  }
+
   /** Journal a line; a run of identical lines (a resource failing the same way) is kept once, with a count. */
   log(line: string): void {
     const last = this.journal.length - 1;
@@ -178,22 +197,16 @@ export class World {
     // PVE applies a request within a bounded time of receiving it; the engine's promise (no second
     // VM, no orphan) is made for late applications within that bound (LATE_APPLY_BOUND_MS, below the
     // engine's 30 s unknown-outcome wait). A hold older than that is applied now.
-    for (const [id, since] of this.heldSince) {
+    for (const [ref, since] of this.heldSince) {
       if (Date.now() - since < LATE_APPLY_BOUND_MS) continue;
-      this.heldSince.delete(id);
-      const i = this.faultIds.indexOf(id);
-      if (i >= 0) this.faultIds.splice(i, 1);
-      if (this.site.removeFault(id)) this.log(`  held request of fault ${id} applied (the PVE bound)`);
+      if (this.removeFault(ref)) this.log(`  held request of fault ${ref.site}#${ref.id} applied (the PVE bound)`);
     }
-    for (const [id, left] of this.expiring) {
+    for (const [ref, left] of this.expiring) {
       if (left > 1) {
-        this.expiring.set(id, left - 1);
+        this.expiring.set(ref, left - 1);
         continue;
       }
-      this.expiring.delete(id);
-      const i = this.faultIds.indexOf(id);
-      if (i >= 0) this.faultIds.splice(i, 1);
-      if (this.site.removeFault(id)) this.log(`  fault ${id} is over`);
+      if (this.removeFault(ref)) this.log(`  fault ${ref.site}#${ref.id} is over`);
     }
   }
 
@@ -279,10 +292,11 @@ export class World {
   /** Requests held so far by `applied-late` faults that hold until healed. */
   private heldCount(): number {
     let n = 0;
-    for (const f of this.site.faults.active.values()) {
-      const s = f.spec as { kind: string; delayMs?: number };
-      if (s.kind === 'applied-late' && (s.delayMs ?? 0) >= HELD_MS) n += f.fired;
-    }
+    for (const c of this.sim.clusters)
+      for (const f of c.faults.active.values()) {
+        const s = f.spec as { kind: string; delayMs?: number };
+        if (s.kind === 'applied-late' && (s.delayMs ?? 0) >= HELD_MS) n += f.fired;
+      }
     return n;
   }
 
@@ -342,11 +356,12 @@ export class World {
     return keep;
   }
 
-  /** A request of the other user, through the API with its own token. */
+  /** A request of the other user, through the API of `site` with its own token. */
   async foreignRequest(
     method: string,
     path: string,
     form?: Record<string, string>,
+    site: SiteName = SITE,
   ): Promise<{ status: number; data: unknown }> {
     // A request held by an `applied-late` fault: the other user's tool gives up at once (it is
     // applied later, when healed), instead of waiting for fetch's five-minute timeout.
@@ -354,7 +369,7 @@ export class World {
     const stop = new AbortController();
     void this.untilHeld(this.heldCount(), stop.signal).then(() => gaveUp.abort());
     try {
-      const res = await fetch(`${this.site.url}/api2/json${path}`, {
+      const res = await fetch(`${this.cluster(site).url}/api2/json${path}`, {
         method,
         headers: {
           Authorization: FOREIGN_AUTH,
@@ -374,48 +389,67 @@ export class World {
   }
 
   /** The other user creates a VM (`qm create` over the API). Whether it worked is read from PVE itself. */
-  async foreignCreate(vmid: number, extra: Record<string, string> = {}): Promise<void> {
-    const res = await this.foreignRequest('POST', `/nodes/${NODE}/qemu`, {
-      vmid: String(vmid),
-      name: `ops-${vmid}`,
-      cores: '1',
-      memory: '512',
-      net0: 'virtio,bridge=vmbr0',
-      scsi0: 'local-lvm:1',
-      ...extra,
-    });
-    this.log(`  foreign create ${vmid}: HTTP ${res.status}`);
+  async foreignCreate(vmid: number, extra: Record<string, string> = {}, site: SiteName = SITE): Promise<void> {
+    const res = await this.foreignRequest(
+      'POST',
+      `/nodes/${NODE_OF[site]}/qemu`,
+      {
+        vmid: String(vmid),
+        name: `ops-${vmid}`,
+        cores: '1',
+        memory: '512',
+        net0: 'virtio,bridge=vmbr0',
+        scsi0: 'local-lvm:1',
+        ...extra,
+      },
+      site,
+    );
+    this.log(`  foreign create ${site}/${vmid}: HTTP ${res.status}`);
     this.observeForeign();
   }
 
   /** Which VMs the other user made (from PVE's task list), and their state once their create ended. */
   observeForeign(): void {
-    for (const t of this.site.state.tasks.values()) {
-      if (t.user !== FOREIGN_USER || t.type !== 'qmcreate' || this.seenTasks.has(t.upid)) continue;
-      this.seenTasks.add(t.upid);
-      this.foreign.set(Number(t.id), { vmid: Number(t.id), upid: t.upid });
-    }
+    for (const site of SITES)
+      for (const t of this.cluster(site).state.tasks.values()) {
+        if (t.user !== FOREIGN_USER || t.type !== 'qmcreate' || this.seenTasks.has(t.upid)) continue;
+        this.seenTasks.add(t.upid);
+        this.foreign.set(`${site}/${t.id}`, { site, vmid: Number(t.id), upid: t.upid });
+      }
     for (const f of this.foreign.values()) {
       if (f.baseline || f.vanished) continue;
-      const t = f.upid ? this.site.state.tasks.get(f.upid) : undefined;
+      const st = this.cluster(f.site).state;
+      const t = f.upid ? st.tasks.get(f.upid) : undefined;
       if (t && t.status === 'running') continue;
-      const vm = this.site.state.vms.get(f.vmid);
+      const vm = st.vms.get(f.vmid);
       if (!vm) f.vanished = true;
-      else
-        f.baseline = { digest: this.site.state.digest(vm), status: vm.status, config: { ...vm.config, ...vm.pending } };
+      else f.baseline = { digest: st.digest(vm), status: vm.status, config: { ...vm.config, ...vm.pending } };
     }
   }
 
   /** The other user's VMs whose create has ended, with what they looked like then. */
-  foreignBaselines(): Array<{ vmid: number; digest: string; status: string; config: Record<string, string> }> {
-    return [...this.foreign.values()].flatMap((f) => (f.baseline ? [{ vmid: f.vmid, ...f.baseline }] : []));
+  foreignBaselines(): Array<{
+    site: SiteName;
+    vmid: number;
+    digest: string;
+    status: string;
+    config: Record<string, string>;
+  }> {
+    return [...this.foreign.values()].flatMap((f) =>
+      f.baseline ? [{ site: f.site, vmid: f.vmid, ...f.baseline }] : [],
+    );
   }
 
-  /** Who created the VM at `vmid` (its last qmcreate task), or undefined when no task says. */
-  creatorOf(vmid: number): string | undefined {
-    let user: string | undefined;
-    for (const t of this.site.state.tasks.values()) if (t.type === 'qmcreate' && t.id === String(vmid)) user = t.user;
-    return user;
+  /**
+   * Who created the VM at `vmid` on `site`: the user of its last qmcreate or qmclone task, or of
+   * the `qmtunnel` task of a remote migration that made it there; undefined when no task says.
+   */
+  creatorOf(site: SiteName, vmid: number): { user: string; type: string } | undefined {
+    let by: { user: string; type: string } | undefined;
+    for (const t of this.cluster(site).state.tasks.values())
+      if ((t.type === 'qmcreate' || t.type === 'qmclone' || t.type === 'qmtunnel') && t.id === String(vmid))
+        by = { user: t.user, type: t.type };
+    return by;
   }
 
   /**
@@ -425,15 +459,27 @@ export class World {
   async quiesce(maxMs = 2000): Promise<void> {
     const deadline = Date.now() + maxMs;
     for (;;) {
-      const busy = [...this.site.state.tasks.values()].filter((t) => t.status === 'running' && !this.heldByStall(t));
-      if (!busy.length || Date.now() > deadline) break;
+      const busy = this.sim.clusters.some((c) =>
+        [...c.state.tasks.values()].some((t) => t.status === 'running' && !this.heldByStall(c, t)),
+      );
+      if (!busy || Date.now() > deadline) break;
       await new Promise((r) => setTimeout(r, 2));
     }
     this.observeForeign();
   }
 
-  private heldByStall(t: { type: string; id: string }): boolean {
-    for (const f of this.site.faults.active.values()) {
+  /**
+   * A task held by a stall fault, or one that waits on such a task: a remote migration's
+   * `qmtunnel` on the target lives as long as the source's `qmigrate`.
+   */
+  private heldByStall(c: SimCluster, t: { type: string; id: string }): boolean {
+    if (t.type === 'qmtunnel')
+      return this.sim.clusters.some((o) =>
+        [...o.state.tasks.values()].some(
+          (s) => s.type === 'qmigrate' && s.status === 'running' && this.heldByStall(o, s),
+        ),
+      );
+    for (const f of c.faults.active.values()) {
       const s = f.spec;
       if (s.kind !== 'task' || s.action !== 'stall' || f.fired === 0) continue;
       if ((s.type === undefined || s.type === t.type) && (s.id === undefined || s.id === t.id)) return true;

@@ -56,7 +56,7 @@ describe('a site change: remote migration', () => {
     assert.equal(count(c1, 'DELETE /nodes/{node}/qemu/{vmid}'), 0, 'nothing destroyed by the provider');
   });
 
-  it('gets the next free VMID when its own is taken on the target, and the marker is rewritten', async () => {
+  it('keeps its VMID or does not move: a VMID taken on the target refuses the move with the fix', async () => {
     const c1 = sim.cluster(SITE1);
     const c2 = sim.cluster(SITE2);
     const key = eng.apply(vm('crowded'));
@@ -66,20 +66,13 @@ describe('a site change: remote migration', () => {
     const other = c2.state.vms.get(vmid);
     assert.ok(other, `VMID ${vmid} is taken on site-2`);
     const otherMarker = other.config.description;
+    const sent = count(c1, 'POST /nodes/{node}/qemu/{vmid}/remote_migrate');
     eng.apply(vm('crowded', { site: SITE2, node: NODE2 }));
-    const r = await eng.waitFor(
-      key,
-      (x) =>
-        x.status?.atProvider?.site === SITE2 &&
-        x.status?.atProvider?.step === 'Ready' &&
-        x.status?.atProvider?.movedFromVmid === undefined,
-      'Ready on site-2 with its marker rewritten',
-    );
-    const now = r.status!.atProvider!.vmId!;
-    assert.notEqual(now, vmid);
-    assert.match(c2.state.vms.get(now)!.config.description ?? '', new RegExp(`vmid=${now} `));
-    assert.equal(c1.state.vms.get(vmid), undefined);
-    assert.equal(ownedBy(c2, r.metadata.uid).length, 1);
+    const r = await eng.waitSynced(key, 'MigrationRefused');
+    assert.match(cond(r, 'Synced')?.message ?? '', new RegExp(`VMID ${vmid} is in use on site site-2.*vmidRange`));
+    assert.equal(count(c1, 'POST /nodes/{node}/qemu/{vmid}/remote_migrate'), sent, 'nothing was sent');
+    assert.ok(c1.state.vms.get(vmid), 'the VM stays where it is');
+    assert.equal(ownedBy(c2, r.metadata.uid).length, 0);
     assert.equal(c2.state.vms.get(vmid)!.config.description, otherMarker, 'the other VM was not touched');
   });
 });
