@@ -9,8 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { ConfigError, type LoadedProviderConfig, parseProviderConfig } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { needsSnippet } from '../vm/snippets.ts';
-import { parseUserData, validateSpec } from '../vm/spec.ts';
+import { needsSnippet, parseUserData, validateSpec } from '../vm/spec.ts';
 import {
   checkProxmoxVM,
   didYouMean,

@@ -26,22 +26,15 @@ import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { sshKeys } from './secrets.ts';
 import type { SnippetStore } from './site-cache.ts';
-import { parseUserData, vmName } from './spec.ts';
+import { needsSnippet, parseUserData, vmName } from './spec.ts';
 
 export const SNIPPET_PREFIX = 'provider-proxmox-';
 
 /** Storage types whose volumes are files in a directory on the node (pve-storage's path-based plugins). */
 const DIR_TYPES = new Set(['dir', 'nfs', 'cifs', 'cephfs', 'glusterfs', 'btrfs']);
 
-/**
- * Whether this resource's userData needs a snippet: it holds keys the API cannot set, the user did
- * not name a snippet of their own, and userDataMode is not NativeOnly.
- */
-export function needsSnippet(r: ProxmoxVM): boolean {
-  const fp = r.spec.forProvider;
-  if (fp.cloudInit?.userDataSnippet || fp.cloudInit?.userDataMode === 'NativeOnly') return false;
-  return parseUserData(fp.userData).unsupported.length > 0;
-}
+// Pure over the spec, so that `validate` needs none of the client: it lives in spec.ts.
+export { needsSnippet };
 
 /**
  * Refusals before anything is created: a snippet is needed but the site has no SSH, or the spec

@@ -338,3 +338,13 @@ export function parseUserData(userData: string | undefined): {
   for (const k of Object.keys(d)) if (!native.has(k)) out.unsupported.push(k);
   return out;
 }
+
+/**
+ * Whether this resource's userData needs a snippet: it holds keys the API cannot set, the user did
+ * not name a snippet of their own, and userDataMode is not NativeOnly.
+ */
+export function needsSnippet(r: ProxmoxVM): boolean {
+  const fp = r.spec.forProvider;
+  if (fp.cloudInit?.userDataSnippet || fp.cloudInit?.userDataMode === 'NativeOnly') return false;
+  return parseUserData(fp.userData).unsupported.length > 0;
+}
