@@ -139,6 +139,16 @@ export async function placeholderFate(
 
 /** The template a clone of this resource comes from (a clone task's id is the source VMID). */
 export async function cloneSource(ctx: StepContext, r: ProxmoxVM): Promise<{ vmid: number; node: string } | undefined> {
+  const node = r.status?.atProvider?.node;
+  if (r.spec.forProvider.templateRef && ctx.options.templateOnNode && node) {
+    // The ProxmoxTemplate's VM serving the VM's node (ReferenceNotReady: not known, so no evidence).
+    try {
+      const served = ctx.options.templateOnNode(r, node);
+      return { vmid: served.vmid, node: served.host };
+    } catch {
+      return undefined;
+    }
+  }
   const t = r.spec.forProvider.template;
   if (!t) return undefined;
   const e = findTemplate(await ctx.site.clusterResources(false, ctx.signal), t);
