@@ -2,8 +2,24 @@
  * `provider-proxmox controller`: commander wiring for src/kube/controller.ts. Everything it
  * runs (the Kubernetes client, the controllers, pino, prom-client) is loaded when the command runs.
  */
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
+import { DEFAULT_KUBE_BURST, DEFAULT_KUBE_QPS } from '../kube/ratelimit.ts';
 import { durationOption, wholeNumber as int } from './args.ts';
+
+/** `--kube-qps`: requests a second, a fraction allowed; 0 turns the limit off. */
+function qps(v: string): number {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0)
+    throw new InvalidArgumentError('expected a number of requests a second >= 0 (0: no limit), e.g. 50');
+  return n;
+}
+
+/** `--kube-burst`: at least one request must be able to go. */
+function burst(v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('expected a whole number >= 1, e.g. 100');
+  return n;
+}
 
 /**
  * An installation id as markers carry it, checked before anything connects: in the action, not
@@ -50,6 +66,18 @@ export function registerController(program: Command): void {
       "installation of ProviderConfigs without spec.installation, written into every VM's ownership marker (default: k8s-<uid of the kube-system namespace>)",
     )
     .addOption(durationOption('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', '2s'))
+    .option(
+      '--kube-qps <n>',
+      'Kubernetes API requests a second (client-go QPS; watches are not limited; 0: no limit)',
+      qps,
+      DEFAULT_KUBE_QPS,
+    )
+    .option(
+      '--kube-burst <n>',
+      'Kubernetes API requests allowed at once above --kube-qps (client-go burst)',
+      burst,
+      DEFAULT_KUBE_BURST,
+    )
     .action(
       async (
         o: {
@@ -67,6 +95,8 @@ export function registerController(program: Command): void {
           deleteOrphans?: boolean;
           installation?: string;
           taskPoll: number;
+          kubeQps: number;
+          kubeBurst: number;
         },
         cmd: Command,
       ) => {
@@ -76,7 +106,7 @@ export function registerController(program: Command): void {
         const { ProviderController } = await import('../kube/controller.ts');
         const { createLogger } = await import('../observability/log.ts');
         const log = createLogger();
-        const api = new KubeApi(loadKubeConfig(o.kubeconfig));
+        const api = new KubeApi(loadKubeConfig(o.kubeconfig), { qps: o.kubeQps, burst: o.kubeBurst });
         const ctl = new ProviderController({
           api,
           namespace: o.namespace,

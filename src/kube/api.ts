@@ -1,14 +1,17 @@
 /**
  * A thin Kubernetes REST client: `@kubernetes/client-node` loads the kubeconfig and applies its
- * credentials and TLS to every request (credentials.ts: rotated token files and expiring exec
- * credentials are picked up); requests and watches go through one shared keep-alive agent. Errors
- * become KubeError with the API's status, reason and message (409 -> the engine's ConflictError).
+ * credentials and TLS to every request, asked afresh for each one (credentials.ts: rotated token
+ * files and expiring exec credentials are picked up); requests and watches go through one shared
+ * keep-alive agent. Requests (not watches, as in client-go) pass a client-side rate limit, a token
+ * bucket of `qps`/`burst` (ratelimit.ts), before their credentials are applied. Errors become
+ * KubeError with the API's status, reason and message (409 -> the engine's ConflictError).
  */
 import http from 'node:http';
 import https from 'node:https';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ConflictError } from '../engine/types.ts';
 import { type AppliedCredentials, defaultKubeconfigFiles, KubeCredentials, withTokenFiles } from './credentials.ts';
+import { DEFAULT_KUBE_BURST, DEFAULT_KUBE_QPS, TokenBucket } from './ratelimit.ts';
 
 export class KubeError extends Error {
   readonly status: number;
@@ -41,16 +44,27 @@ export function loadKubeConfig(file?: string): KubeConfig {
 
 type Query = Record<string, string | number | boolean | undefined>;
 
+export interface KubeApiOptions {
+  /** Requests a second, as client-go's `QPS` (default 50; <= 0: no limit). Watches are not limited. */
+  qps?: number;
+  /** Requests that may go at once after a quiet spell, as client-go's `Burst` (default 100). */
+  burst?: number;
+  /** A bucket of one's own (tests: one on an injected clock); wins over qps/burst. */
+  limiter?: TokenBucket;
+}
+
 export class KubeApi {
   readonly credentials: KubeCredentials;
   readonly server: URL;
+  readonly limiter: TokenBucket;
   private readonly agent: http.Agent;
-  /** Requests by verb and outcome, for metrics. */
+  /** Requests by verb and outcome, for metrics (lists are `LIST`, watches `WATCH`). */
   onRequest?: (verb: string, status: number) => void;
   /** Connections opened (the rest reused a kept-alive one). */
   connections = 0;
 
-  constructor(kc: KubeConfig) {
+  constructor(kc: KubeConfig, opts: KubeApiOptions = {}) {
+    this.limiter = opts.limiter ?? new TokenBucket(opts.qps ?? DEFAULT_KUBE_QPS, opts.burst ?? DEFAULT_KUBE_BURST);
     this.credentials = new KubeCredentials(kc);
     const cluster = kc.getCurrentCluster();
     if (!cluster) throw new Error('kubeconfig has no current cluster');
@@ -75,14 +89,21 @@ export class KubeApi {
   /**
    * Run `send` with the current credentials; after a 401 with credentials that can change, once
    * more with fresh ones (a 401 means the request was not processed, so a write is safe to resend).
+   * With `limit`, each attempt first waits for a token (client-go's retries pass its limiter too),
+   * and only then asks for credentials, so a long wait never sends stale ones.
    */
-  private async withCredentials<T>(send: (c: AppliedCredentials) => Promise<T>): Promise<T> {
+  private async withCredentials<T>(
+    send: (c: AppliedCredentials) => Promise<T>,
+    limit?: { signal: AbortSignal | undefined; limiter: TokenBucket },
+  ): Promise<T> {
+    if (limit) await limit.limiter.acquire(limit.signal);
     const first = await this.credentials.apply();
     try {
       return await send(first);
     } catch (e) {
       if (!(e instanceof KubeError && e.status === 401 && this.credentials.unauthorized(first.generation))) throw e;
     }
+    if (limit) await limit.limiter.acquire(limit.signal);
     return send(await this.credentials.apply());
   }
 
@@ -101,6 +122,12 @@ export class KubeApi {
       query?: Query;
       signal?: AbortSignal;
       timeoutMs?: number;
+      /** The verb reported to `onRequest` (default: the method; the informer's lists say LIST). */
+      verb?: string;
+      /** false: not behind the rate limit (the leader's lease renewals, which have a deadline). */
+      rateLimited?: boolean;
+      /** Another bucket than the client's (events have their own, as client-go's event sink). */
+      limiter?: TokenBucket;
     } = {},
   ): Promise<T> {
     const url = this.url(path, opts.query ?? {});
@@ -133,7 +160,7 @@ export class KubeApi {
               res.on('end', () => {
                 const text = Buffer.concat(chunks).toString('utf8');
                 const status = res.statusCode ?? 0;
-                this.onRequest?.(method, status);
+                this.onRequest?.(opts.verb ?? method, status);
                 let json: unknown;
                 try {
                   json = text ? JSON.parse(text) : undefined;
@@ -155,6 +182,7 @@ export class KubeApi {
           if (body) req.write(body);
           req.end();
         }),
+      opts.rateLimited === false ? undefined : { signal: opts.signal, limiter: opts.limiter ?? this.limiter },
     );
   }
 

@@ -4,6 +4,10 @@
  * judged by its own clock from the moment it observed the record (not from `renewTime`, which
  * another machine wrote); the leader renews every retry period and steps down if it cannot renew
  * within the renew deadline. Defaults: lease 15 s, renew deadline 10 s, retry 2 s.
+ *
+ * Lease requests bypass the client's rate limit: behind a queue of status writes (a start-up of
+ * thousands of resources) a renewal would miss its deadline and the leader step down. client-go
+ * gets the same by giving leader election its own client, hence its own token bucket.
  */
 import { type KubeApi, KubeError } from './api.ts';
 
@@ -111,7 +115,7 @@ export class LeaderElector {
       leaseTransitions:
         (old?.leaseTransitions ?? 0) + (old?.holderIdentity && old.holderIdentity !== this.o.identity ? 1 : 0),
     });
-    const opts = signal ? { signal } : {};
+    const opts = { rateLimited: false, ...(signal ? { signal } : {}) };
     let lease: Lease;
     try {
       lease = await this.api.request<Lease>('GET', `${this.path}/${this.o.name}`, opts);
@@ -157,9 +161,10 @@ export class LeaderElector {
     await this.loop;
     if (release && this.leading) {
       try {
-        const lease = await this.api.request<Lease>('GET', `${this.path}/${this.o.name}`);
+        const lease = await this.api.request<Lease>('GET', `${this.path}/${this.o.name}`, { rateLimited: false });
         if (lease.spec.holderIdentity === this.o.identity) {
           await this.api.request('PUT', `${this.path}/${this.o.name}`, {
+            rateLimited: false,
             body: {
               ...lease,
               spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1, renewTime: microTime(this.o.now()) },

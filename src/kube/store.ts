@@ -3,13 +3,22 @@
  * (PUT with resourceVersion; 409 -> ConflictError), status through the status subresource, and
  * Kubernetes Events (aggregated like client-go's recorder: same reason + message -> count++).
  * Watch notifications follow Crossplane's filter: generation, labels, annotations, finalizers or
- * deletion changed; status-only writes do not wake the reconciler.
+ * deletion changed; status-only writes do not wake the reconciler. The informer's resync (one
+ * round an hour, from its cache) passes the filter: it bounds how long a resource can go without a
+ * reconcile should a requeue ever be lost.
+ *
+ * A status write that would change nothing is not sent: when the status to write is deep-equal
+ * (conditions with their lastTransitionTime, atProvider, observedGeneration: the whole status) to
+ * the informer's cached copy. The engine compares statuses as JSON text, and the apiserver gives
+ * an object's keys back in its own order, so without this check every poll of a steady resource
+ * re-sent an identical status.
  */
 import { isDeepStrictEqual } from 'node:util';
 import { keyOf, type Managed } from '../engine/resource.ts';
 import type { ResourceStore, WatchEvent } from '../engine/types.ts';
 import { collectionPath, type KubeApi } from './api.ts';
 import type { Informer } from './informer.ts';
+import { TokenBucket } from './ratelimit.ts';
 
 export interface Gvr {
   group: string;
@@ -26,13 +35,26 @@ interface Fingerprint {
   deletion: unknown;
 }
 
+/**
+ * Events are best effort, and must never hold back the writes that matter: as client-go's
+ * broadcaster (its sink is a client of its own, hence its own rate limit, and it queues at most
+ * 1000 events, dropping beyond), they have their own token bucket of the client's QPS and burst,
+ * and an event that would be the 1001st waiting is dropped (counted in `dropped`).
+ */
+export const MAX_PENDING_EVENTS = 1000;
+
 export class EventRecorder {
   private readonly api: KubeApi;
   private readonly component: string;
   private readonly recent = new Map<string, { name: string; namespace: string; count: number }>();
+  private readonly limiter: TokenBucket;
+  private pending = 0;
+  /** Events dropped because MAX_PENDING_EVENTS were waiting already. */
+  dropped = 0;
   constructor(api: KubeApi, component = 'provider-proxmox') {
     this.api = api;
     this.component = component;
+    this.limiter = new TokenBucket(api.limiter.qps, api.limiter.burst);
   }
 
   record(
@@ -50,12 +72,20 @@ export class EventRecorder {
     const now = new Date().toISOString();
     const prev = this.recent.get(k);
     const msg = message.length > 1024 ? `${message.slice(0, 1021)}...` : message;
+    if (this.pending >= MAX_PENDING_EVENTS) {
+      this.dropped++;
+      return;
+    }
+    this.pending++;
+    const limiter = this.limiter;
     const send = prev
       ? this.api.request('PATCH', `/api/v1/namespaces/${prev.namespace}/events/${prev.name}`, {
           body: { count: prev.count + 1, lastTimestamp: now },
           contentType: 'application/merge-patch+json',
+          limiter,
         })
       : this.api.request<{ metadata: { name: string } }>('POST', `/api/v1/namespaces/${namespace}/events`, {
+          limiter,
           body: {
             apiVersion: 'v1',
             kind: 'Event',
@@ -90,6 +120,9 @@ export class EventRecorder {
       })
       .catch(() => {
         this.recent.delete(k); // an event is best effort; the next one starts a new series
+      })
+      .finally(() => {
+        this.pending--;
       });
   }
 }
@@ -105,12 +138,27 @@ export function newerVersion(a: string | undefined, b: string | undefined): bool
   return BigInt(a) > BigInt(b);
 }
 
+/**
+ * What became of a status write: `skipped` (deep-equal to the cache: not sent), `unchanged` (sent;
+ * the apiserver kept the object as it was: our cache was behind), `changed`.
+ */
+export type StatusWriteResult = 'skipped' | 'unchanged' | 'changed';
+
+/** A JSON value as the apiserver would store it: undefined members dropped. */
+function stored(v: unknown): unknown {
+  return v === undefined ? {} : JSON.parse(JSON.stringify(v));
+}
+
 export class KubeStore<R extends Managed> implements ResourceStore<R> {
   private readonly api: KubeApi;
   readonly informer: Informer<R>;
   private readonly gvr: Gvr;
   private readonly recorder: EventRecorder;
   private readonly seen = new Map<string, Fingerprint>();
+  /** Status writes by result, since start. */
+  readonly statusWrites: Record<StatusWriteResult, number> = { skipped: 0, unchanged: 0, changed: 0 };
+  /** Called per status write (metrics: provider_proxmox_kube_status_writes_total). */
+  onStatusWrite?: (result: StatusWriteResult, kind: string) => void;
 
   constructor(api: KubeApi, informer: Informer<R>, gvr: Gvr, recorder: EventRecorder) {
     this.api = api;
@@ -133,7 +181,7 @@ export class KubeStore<R extends Managed> implements ResourceStore<R> {
   }
 
   watch(handler: (key: string, event: WatchEvent, obj: R | undefined) => void): () => void {
-    return this.informer.on((type, obj, key) => {
+    return this.informer.on((type, obj, key, resync) => {
       const fp: Fingerprint = {
         generation: obj.metadata.generation,
         labels: obj.metadata.labels ?? {},
@@ -147,24 +195,41 @@ export class KubeStore<R extends Managed> implements ResourceStore<R> {
       }
       const prev = this.seen.get(key);
       this.seen.set(key, fp);
-      if (type === 'MODIFIED' && prev && isDeepStrictEqual(prev, fp)) return;
+      if (type === 'MODIFIED' && prev && isDeepStrictEqual(prev, fp) && !resync) return;
       handler(key, type, obj as R);
     });
   }
 
   /** Metadata and spec (PUT, optimistic concurrency). */
-  async update(r: R): Promise<R> {
+  async update(r: R, signal?: AbortSignal): Promise<R> {
     const body = structuredClone(r) as R & { status?: unknown };
     delete body.status;
-    const stored = await this.api.request<R>('PUT', this.path(r), { body });
+    const stored = await this.api.request<R>('PUT', this.path(r), { body, ...(signal ? { signal } : {}) });
     this.remember(stored);
     return stored;
   }
 
-  async updateStatus(r: R): Promise<R> {
-    const stored = await this.api.request<R>('PUT', this.path(r, '/status'), { body: r });
-    this.remember(stored);
-    return stored;
+  /** `signal` (once the engine passes its reconcile's) also ends a wait for the rate limit. */
+  async updateStatus(r: R, signal?: AbortSignal): Promise<R> {
+    const cached = this.informer.cache.get(keyOf(r));
+    if (cached && isDeepStrictEqual(stored(r.status), stored(cached.status))) {
+      this.count('skipped');
+      // r itself, not the cached copy: a later write of this reconcile must carry the version it
+      // read, or it could overwrite a spec change it never saw.
+      return structuredClone(r);
+    }
+    const written = await this.api.request<R>('PUT', this.path(r, '/status'), {
+      body: r,
+      ...(signal ? { signal } : {}),
+    });
+    this.count(written.metadata.resourceVersion === r.metadata.resourceVersion ? 'unchanged' : 'changed');
+    this.remember(written);
+    return written;
+  }
+
+  private count(result: StatusWriteResult): void {
+    this.statusWrites[result]++;
+    this.onStatusWrite?.(result, this.gvr.kind);
   }
 
   /**
@@ -182,7 +247,7 @@ export class KubeStore<R extends Managed> implements ResourceStore<R> {
     }
     const cur = this.informer.cache.get(key);
     if (cur && newerVersion(stored.metadata.resourceVersion, cur.metadata.resourceVersion))
-      this.informer.cache.set(key, stored);
+      this.informer.cache.set(key, this.informer.trim(stored));
   }
 
   event(r: R, type: 'Normal' | 'Warning', reason: string, message: string): void {

@@ -93,6 +93,12 @@ export class Metrics {
     labelNames: ['verb', 'code'],
     registers: [this.registry],
   });
+  readonly kubeStatusWrites = new Counter({
+    name: 'provider_proxmox_kube_status_writes_total',
+    help: 'Status writes by kind and result: skipped = equal to the cached status, not sent; unchanged = sent, and the apiserver kept the object as it was; changed = written.',
+    labelNames: ['kind', 'result'],
+    registers: [this.registry],
+  });
 
   constructor(opts: { defaults?: boolean } = {}) {
     if (opts.defaults !== false) collectDefaultMetrics({ register: this.registry, prefix: 'provider_proxmox_' });
