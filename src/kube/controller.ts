@@ -159,7 +159,8 @@ export class ProviderController {
       { group: GROUP, version: VERSION, plural: 'proxmoxvms', kind: 'ProxmoxVM' },
       this.recorder,
     );
-    this.usage = new UsageTracker(this.api);
+    this.store.onStatusWrite = (result, kind) => this.metrics.kubeStatusWrites.inc({ kind, result });
+    this.usage = new UsageTracker(this.api, () => this.usages.cache.values() as never);
     this.configSource = new KubeConfigSource(this.api, this.pcs as never, this.cpcs as never);
     this.scaleSets = new ScaleSetController({
       api: this.api,
@@ -468,10 +469,11 @@ export class ProviderController {
   private pcTimer: NodeJS.Timeout | undefined;
   private schedulePcSync(): void {
     if (this.pcTimer || !this.leading) return;
+    // Coalesced: during a start-up with thousands of resources, usages change many times a second.
     this.pcTimer = setTimeout(() => {
       this.pcTimer = undefined;
       void this.syncProviderConfigs();
-    }, 100);
+    }, 1000);
   }
 
   private async syncProviderConfigs(): Promise<void> {

@@ -134,8 +134,20 @@ export class UsageTracker {
    * the ProviderConfig for good.
    */
   private readonly released = new Set<string>();
-  constructor(api: KubeApi) {
+  /** The usages the informer holds: a usage already there (a restart) is not written again. */
+  private readonly existing: () => Iterable<{
+    metadata: { name: string };
+    providerConfigRef?: { kind?: string; name?: string };
+  }>;
+  constructor(
+    api: KubeApi,
+    existing: () => Iterable<{
+      metadata: { name: string };
+      providerConfigRef?: { kind?: string; name?: string };
+    }> = () => [],
+  ) {
     this.api = api;
+    this.existing = existing;
   }
 
   /**
@@ -153,6 +165,12 @@ export class UsageTracker {
     };
     const want = `${ref.kind}/${ref.name}`;
     if (this.known.get(r.metadata.uid) === want || this.released.has(r.metadata.uid)) return;
+    // After a restart every usage is in the informer already: one write per resource saved.
+    for (const u of this.existing())
+      if (u.metadata.name === r.metadata.uid && `${u.providerConfigRef?.kind}/${u.providerConfigRef?.name}` === want) {
+        this.known.set(r.metadata.uid, want);
+        return;
+      }
     const body = {
       apiVersion: `${GROUP}/${VERSION}`,
       kind: 'ProviderConfigUsage',
