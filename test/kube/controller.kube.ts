@@ -185,7 +185,7 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       'CustomResourceDefinition',
     ])
       assert.ok(kinds.includes(k), `deploy/ has a ${k}`);
-    assert.equal(kinds.filter((k) => k === 'CustomResourceDefinition').length, 6);
+    assert.equal(kinds.filter((k) => k === 'CustomResourceDefinition').length, 8);
     for (const d of dryRuns) {
       assert.ok(d.res.status === 201 || d.res.status === 200, `${d.what}: ${d.res.status} ${d.res.text.slice(0, 500)}`);
       // No warnings either: unknown fields, deprecated APIs, or a pod that violates the namespace's
