@@ -22,7 +22,14 @@ import { followTask, type StepContext, stepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
-import { cloneSource, manualCleanup, type Ownership, ownershipOf, placeholderFate } from './ownership.ts';
+import {
+  clearPlaceholder,
+  cloneSource,
+  manualCleanup,
+  type Ownership,
+  ownershipOf,
+  placeholderFate,
+} from './ownership.ts';
 import { retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { observeSiteMove } from './site-move.ts';
@@ -133,22 +140,7 @@ async function settlePlaceholder(
   }
   // Ours, and its worker is gone (node reboot, killed worker): PVE keeps the placeholder and its lock.
   a.step = 'CreateInterrupted';
-  if ((await ctx.client.capabilities()).rootTicket) {
-    ready(
-      r,
-      'False',
-      'Creating',
-      `VM ${vmid}: our ${lock} was interrupted; clearing its placeholder to create it again`,
-    );
-    return {
-      obs: { exists: true, upToDate: false },
-      change: {
-        kind: 'destroy-placeholder',
-        why: `destroying the '${lock}' placeholder of interrupted VM ${vmid}`,
-        node: found.node,
-      },
-    };
-  }
+  if ((await ctx.client.capabilities()).rootTicket) return clearPlaceholder(r, vmid, lock, found.node);
   const task =
     fate.kind === 'ours-interrupted' ? ` (task ${fate.task.upid} ended: ${fate.task.status ?? 'unknown'})` : '';
   throw reason(

@@ -22,8 +22,11 @@ import {
   ANNOTATION_CREATE_SUCCEEDED,
   annotation,
 } from '../engine/resource.ts';
+import type { ExternalObservation } from '../engine/types.ts';
 import type { VmConfig } from '../proxmox/types.ts';
+import { ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
+import type { Change } from './drift.ts';
 import { findTemplate } from './lookup.ts';
 import { isPlaceholderLock, type Marker, type MarkerPlace, markerNames, ownerKey, parseMarker } from './spec.ts';
 import { type MakerTask, makerTasks } from './tasks.ts';
@@ -153,4 +156,25 @@ export async function cloneSource(ctx: StepContext, r: ProxmoxVM): Promise<{ vmi
   if (!t) return undefined;
   const e = findTemplate(await ctx.site.clusterResources(false, ctx.signal), t);
   return e?.node ? { vmid: Number(e.vmid), node: e.node } : undefined;
+}
+
+/**
+ * Our create or clone was interrupted (its worker died) and the credentials may clear its lock
+ * (root@pam): the change that destroys the placeholder, so that the VM is made again.
+ */
+export function clearPlaceholder(
+  r: ProxmoxVM,
+  vmid: number,
+  lock: 'create' | 'clone',
+  node: string,
+): { obs: ExternalObservation; change: Change } {
+  ready(r, 'False', 'Creating', `VM ${vmid}: our ${lock} was interrupted; clearing its placeholder to create it again`);
+  return {
+    obs: { exists: true, upToDate: false },
+    change: {
+      kind: 'destroy-placeholder',
+      why: `destroying the '${lock}' placeholder of interrupted VM ${vmid}`,
+      node,
+    },
+  };
 }

@@ -32,7 +32,7 @@ import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import { estimate, vmDisks, wantedStorage } from './migrate.ts';
-import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
+import { clearPlaceholder, cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
@@ -200,22 +200,7 @@ async function unfinishedHere(
       `spec.forProvider.site is now '${r.spec.forProvider.site}', but VM ${vmid} on site '${ctx.site.name}' is a '${lock}' placeholder that this resource's credentials did not make; nothing is moved or created. Fix: revert spec.forProvider.site`,
     );
   atProvider(r).step = 'CreateInterrupted';
-  if ((await ctx.client.capabilities()).rootTicket) {
-    ready(
-      r,
-      'False',
-      'Creating',
-      `VM ${vmid}: our ${lock} was interrupted; clearing its placeholder to create it again`,
-    );
-    return {
-      obs: { exists: true, upToDate: false },
-      change: {
-        kind: 'destroy-placeholder',
-        why: `destroying the '${lock}' placeholder of interrupted VM ${vmid}`,
-        node: here.node,
-      },
-    };
-  }
+  if ((await ctx.client.capabilities()).rootTicket) return clearPlaceholder(r, vmid, lock, here.node);
   throw reason(
     'CreateInterrupted',
     `VM ${vmid} on node ${here.node} of site ${ctx.site.name} is left from a ${lock} of this resource whose worker died; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manualCleanup(here.node, vmid)} (the provider then creates the VM again)`,
