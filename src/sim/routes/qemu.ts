@@ -110,6 +110,11 @@ const vmRoutes: Route[] = [
             const vol = c.volume(node, d.file);
             if (!vol) continue;
             const s = c.storage(node, vol.storage)!;
+            // template_create skips a volume whose storage has no `template` feature
+            // (qemu-server QemuServer.pm:7886-7908 at e6352be, volume_has_feature): LVM (thick)
+            // has none (pve-storage LVMPlugin volume_has_feature), so its disk stays
+            // vm-<vmid>-disk-N and a linked clone of it is refused later.
+            if (s.type === 'lvm') continue;
             s.volumes.delete(vol.volname);
             vol.volname = vol.volname.replace(`vm-${vmid}-disk-`, `base-${vmid}-disk-`);
             vol.volid = `${s.id}:${vol.volname}`;
