@@ -349,15 +349,24 @@ export class ProviderController {
     this.controller.queue.onLatency = (ms) => this.metrics.queueLatency.observe({ kind: 'ProxmoxVM' }, ms / 1000);
     void this.controller.start();
     const gvr = (plural: string, kind: string) => ({ group: GROUP, version: VERSION, plural, kind });
+    const imageStore = new KubeStore<ProxmoxImage>(
+      this.api,
+      this.images,
+      gvr('proxmoximages', 'ProxmoxImage'),
+      this.recorder,
+    );
+    const templateStore = new KubeStore<ProxmoxTemplate>(
+      this.api,
+      this.templates,
+      gvr('proxmoxtemplates', 'ProxmoxTemplate'),
+      this.recorder,
+    );
+    for (const s of [imageStore, templateStore])
+      s.onStatusWrite = (result, kind) => this.metrics.kubeStatusWrites.inc({ kind, result });
     this.imageRuntime = new ImageRuntime({
       source: this.configSource,
-      images: new KubeStore<ProxmoxImage>(this.api, this.images, gvr('proxmoximages', 'ProxmoxImage'), this.recorder),
-      templates: new KubeStore<ProxmoxTemplate>(
-        this.api,
-        this.templates,
-        gvr('proxmoxtemplates', 'ProxmoxTemplate'),
-        this.recorder,
-      ),
+      images: imageStore,
+      templates: templateStore,
       catalog: this.catalog,
       installation: () => this.installation,
       ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
