@@ -10,7 +10,7 @@ import { GiB, parseQuantity } from '../api/quantity.ts';
 import { formatImagePlans, type ImagePlan } from '../image/plan.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
-import { diskBytes, hasOwnerTag, memoryBytes, vmName } from '../vm/spec.ts';
+import { diskBytes, hasOwnerTag, memoryBytes, vcpus, vmName } from '../vm/spec.ts';
 import { comparePhases, DEFAULT_PHASE, planRollout, type RolloutPlan } from '../workspace/phases.ts';
 
 export interface StoragePlan {
@@ -187,7 +187,7 @@ export async function planFleet(
     for (const vm of ordered) {
       const fp = vm.spec.forProvider;
       const name = vmName(vm);
-      const cpus = (fp.cpu ?? 1) * (fp.sockets ?? 1);
+      const cpus = vcpus(fp);
       const memory = memoryBytes(fp) ?? 0;
       const disk = vmDisk(vm);
       const storage = fp.storage ?? 'local-lvm';

@@ -14,7 +14,6 @@
  */
 import type { Transfer } from './bandwidth.ts';
 import { die, paramError } from './errors.ts';
-import { renderBytes } from './routes/qemu-drives.ts';
 import { storageConfig } from './routes/qemu-migrate.ts';
 import { type ClusterState, outOfSpaceMessage, type StorageState, type Volume } from './state.ts';
 import { isWorkerDeath, type TaskHandle } from './tasks.ts';

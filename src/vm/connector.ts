@@ -71,7 +71,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
    */
   static placedSiteName(r: ProxmoxVM, config: LoadedProviderConfig): string {
     const wanted = VmConnector.siteName(r, config);
-    const known = (s: string | undefined) => s !== undefined && config.config.spec.sites.some((x) => x.name === s);
+    const known = (s: string | undefined) => s !== undefined && hasSite(config, s);
     // A recorded move is followed to its end whatever the spec says now (it may have been sent).
     const move = r.status?.atProvider?.siteMove;
     if (move && known(move.from)) return move.from;
@@ -83,7 +83,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
   /** The site a move in flight goes to, else the spec's site. */
   static targetSiteName(r: ProxmoxVM, config: LoadedProviderConfig): string {
     const move = r.status?.atProvider?.siteMove;
-    if (move && config.config.spec.sites.some((x) => x.name === move.to)) return move.to;
+    if (move && hasSite(config, move.to)) return move.to;
     return VmConnector.siteName(r, config);
   }
 
@@ -102,10 +102,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
     const target = placed === wanted ? undefined : await this.siteContext(config, wanted);
     // A replacement's old VM, until it is destroyed (replace.ts).
     const old = r.status?.atProvider?.replacing?.site;
-    const previous =
-      old && old !== placed && config.config.spec.sites.some((s) => s.name === old)
-        ? await this.siteContext(config, old)
-        : undefined;
+    const previous = old && old !== placed && hasSite(config, old) ? await this.siteContext(config, old) : undefined;
     const seen = this.seenAt.get(r.metadata.uid) ?? new Set<SiteContext>();
     for (const s of [site, target, previous]) if (s) seen.add(s);
     this.seenAt.set(r.metadata.uid, seen);
@@ -208,6 +205,10 @@ export function vmidHoldersOf(
     if (move?.to === site) out.set(move.vmid, label(r));
   }
   return out;
+}
+
+function hasSite(config: LoadedProviderConfig, name: string): boolean {
+  return config.config.spec.sites.some((s) => s.name === name);
 }
 
 /**

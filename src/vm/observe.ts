@@ -34,7 +34,7 @@ import { retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
-import { diskBytes, memoryBytes, parseMarker, validateSpec } from './spec.ts';
+import { diskBytes, memoryBytes, validateSpec, vcpus } from './spec.ts';
 import { taskDone } from './tasks.ts';
 import { confirmedAt, giveUpVmid, lateCreateMayStillApply, vmidChosenByUs } from './vmid.ts';
 
@@ -453,29 +453,27 @@ async function adoptElsewhere(ctx: StepContext, r: ProxmoxVM): Promise<Observed 
     // A replacement's old VM is replaced, not adopted back (replace.ts).
     const old = r.status?.atProvider?.replacing;
     if (!own || (old?.site === site.name && old.vmid === own.vmid)) continue;
-    setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(own.vmid));
+    adopt(ctx, r, own, site.name);
     const a = atProvider(r);
     a.site = site.name;
     a.node = own.node;
     a.vmId = own.vmid;
     delete a.placedNode;
-    ctx.site.unreserve(r.metadata.uid);
-    ready(
-      r,
-      'False',
-      'Creating',
-      `adopted VM ${own.vmid} on ${own.node} of site ${site.name}: its ownership marker names this resource`,
-    );
     return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   }
   return undefined;
 }
 
-/** Take `found` as this resource's VM: record its VMID (the marker says whose it is). */
-function adopt(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): void {
+/** Take `found` (on `site`, when another) as this resource's VM: record its VMID (the marker says whose it is). */
+function adopt(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, site?: string): void {
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(found.vmid));
   ctx.site.unreserve(r.metadata.uid);
-  ready(r, 'False', 'Creating', `adopted VM ${found.vmid} on ${found.node}: its ownership marker names this resource`);
+  ready(
+    r,
+    'False',
+    'Creating',
+    `adopted VM ${found.vmid} on ${found.node}${site ? ` of site ${site}` : ''}: its ownership marker names this resource`,
+  );
 }
 
 function connection(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): { connectionDetails: Record<string, string> } {
@@ -520,8 +518,7 @@ function bulkDrift(r: ProxmoxVM, e: ObservedVm['entry']): boolean {
   // A running VM shows its running memory and CPUs: a pending change shows up after the reboot.
   if (e.status !== 'running') {
     if (mem !== undefined && e.maxmem !== undefined && e.maxmem !== mem) return true;
-    const cores = (fp.cpu ?? 1) * (fp.sockets ?? 1);
-    if (fp.cpu !== undefined && e.maxcpu !== undefined && e.maxcpu !== cores) return true;
+    if (fp.cpu !== undefined && e.maxcpu !== undefined && e.maxcpu !== vcpus(fp)) return true;
   }
   const disk = diskBytes(fp);
   return disk !== undefined && e.maxdisk !== undefined && e.maxdisk > 0 && e.maxdisk < disk;

@@ -12,7 +12,7 @@ import { atProvider, explain, reason, setStep } from './conditions.ts';
 import { hook, type StepContext, slotWait, slotWake } from './context.ts';
 import { findTemplate } from './lookup.ts';
 import { checkSnippetPossible, desiredSnippet, uploadSnippet } from './snippets.ts';
-import { desiredNets, diskBytes, memoryBytes } from './spec.ts';
+import { desiredNets, diskBytes, memoryBytes, vcpus } from './spec.ts';
 
 export type CreateSource =
   | { kind: 'blank' }
@@ -78,7 +78,7 @@ export async function preflight(
       message: `waiting for a free slot on node ${node} / storage ${storage} (concurrency limits of the ProviderConfig)`,
     };
   }
-  ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, (fp.cpu ?? 1) * (fp.sockets ?? 1), {
+  ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, vcpus(fp), {
     id: storage,
     bytes: diskBytes(fp) ?? 0,
   });
@@ -195,7 +195,7 @@ export async function checkCapacity(ctx: StepContext, r: ProxmoxVM, node: string
   const fp = r.spec.forProvider;
   const n = (await ctx.site.clusterResources(false, ctx.signal)).find((e) => e.type === 'node' && e.node === node);
   if (!n) return;
-  const cores = (fp.cpu ?? 1) * (fp.sockets ?? 1);
+  const cores = vcpus(fp);
   if (n.maxcpu !== undefined && cores > n.maxcpu) {
     throw reason(
       'InsufficientCapacity',

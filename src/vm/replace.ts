@@ -22,7 +22,7 @@ import { markerNames, parseMarker } from './spec.ts';
 import { taskDone } from './tasks.ts';
 
 /** The change that records the replacement (step 1): the old VM, to destroy once the new one is Ready. */
-export function replacementChange(ctx: StepContext, r: ProxmoxVM, here: ObservedVm, blocker: string): Change {
+export function replacementChange(ctx: StepContext, here: ObservedVm, blocker: string): Change {
   const to = ctx.target!.name;
   return {
     kind: 'reserve-replacement',

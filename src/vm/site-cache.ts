@@ -191,10 +191,10 @@ export class SiteContext {
   }
 
   /** Active task UPIDs on a node, shared by every VM polling a task there. */
-  activeTasks(node: string, signal?: AbortSignal): Promise<Set<string>> {
+  activeTasks(node: string, signal?: AbortSignal, fresh = false): Promise<Set<string>> {
     const t = this.now();
     const c = this.active.get(node);
-    if (c && t - c.at < Math.min(this.ttlMs, 1000)) return abortable(c.data, signal);
+    if (!fresh && c && t - c.at < Math.min(this.ttlMs, 1000)) return abortable(c.data, signal);
     const data = this.client.activeTasks(node).then((l) => new Set(l.map((x) => x.upid)));
     this.active.set(node, { at: t, data });
     data.catch(() => this.active.delete(node));
@@ -209,12 +209,7 @@ export class SiteContext {
     this.watcher ??= new TaskWatcher({
       minMs,
       now: this.now,
-      activeTasks: (node) => {
-        const data = this.client.activeTasks(node).then((l) => new Set(l.map((x) => x.upid)));
-        this.active.set(node, { at: this.now(), data });
-        data.catch(() => this.active.delete(node));
-        return data;
-      },
+      activeTasks: (node) => this.activeTasks(node, undefined, true),
     });
     this.watcher.watch(upid, wake, expectedMs);
   }

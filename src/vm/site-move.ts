@@ -37,6 +37,7 @@ import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
 import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
+import { freeVmids } from './vmid.ts';
 
 export interface SiteMoveObservation {
   obs: ExternalObservation;
@@ -149,7 +150,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   if (r.spec.forProvider.replacePolicy === 'CreateThenDelete') {
     const blocker = await remoteMigrationBlocker(ctx, tctx);
     if (blocker) {
-      const change = replacementChange(ctx, r, here, blocker);
+      const change = replacementChange(ctx, here, blocker);
       atProvider(r).step = 'ReservingReplacement';
       ready(r, 'False', 'Unavailable', change.why);
       return { obs: { exists: true, upToDate: false }, change };
@@ -319,17 +320,7 @@ async function endpointNode(tctx: StepContext): Promise<string> {
 
 /** The VMID on the target: its own when free there (the marker and VMID stay), else the first free one. */
 async function targetVmid(tctx: StepContext, r: ProxmoxVM, vmid: number): Promise<number> {
-  const taken = new Set(
-    (await tctx.site.clusterResources(true, tctx.signal))
-      .filter((e) => e.vmid !== undefined)
-      .map((e) => Number(e.vmid)),
-  );
-  const held = tctx.options.vmidHolders?.(tctx.site.name);
-  const free = (id: number) => {
-    const holder = tctx.site.reserved.get(id) ?? held?.get(id);
-    return !taken.has(id) && (holder === undefined || holder === r.metadata.uid);
-  };
-  if (free(vmid)) return vmid;
+  if ((await freeVmids(tctx, r))(vmid)) return vmid;
   // A VM keeps its VMID: a marker names it, and every runtime of the installation must recognise
   // the moved VM by it at once (a VM moved to another VMID carried a marker naming the old one, and
   // another state file took it for a copy: fault-search F26).

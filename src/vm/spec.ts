@@ -25,6 +25,11 @@ export function memoryBytes(fp: ForProvider): number | undefined {
   return fp.memory === undefined ? 2048 * MiB : parseQuantity(fp.memory, MiB);
 }
 
+/** The VM's vCPUs: cores times sockets (PVE's defaults 1 and 1). */
+export function vcpus(fp: ForProvider): number {
+  return (fp.cpu ?? 1) * (fp.sockets ?? 1);
+}
+
 export function diskBytes(fp: ForProvider): number | undefined {
   return fp.disk === undefined ? undefined : parseQuantity(fp.disk, GiB);
 }

@@ -23,19 +23,15 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
   setAnnotation(r, ANNOTATION_SITE, ctx.site.name);
   if (fp.vmid !== undefined) return { externalName: String(fp.vmid) };
   const { min, max } = ctx.site.vmidRange;
-  const taken = new Set(
-    (await ctx.site.clusterResources(true, ctx.signal)).filter((e) => e.vmid !== undefined).map((e) => Number(e.vmid)),
-  );
+  const free = await freeVmids(ctx, r);
   let start = min;
   try {
     start = Math.max(min, await ctx.client.nextId());
   } catch {
     // nextid is advisory; the resource list is enough
   }
-  const held = ctx.options.vmidHolders?.(ctx.site.name);
   for (let id = start; id <= max; id++) {
-    const holder = ctx.site.reserved.get(id) ?? held?.get(id);
-    if (taken.has(id) || (holder !== undefined && holder !== r.metadata.uid)) continue;
+    if (!free(id)) continue;
     ctx.site.unreserve(r.metadata.uid);
     ctx.site.reserved.set(id, r.metadata.uid);
     return { externalName: String(id) };
@@ -45,6 +41,21 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
     'VMIDRangeExhausted',
     `no free VMID in the configured range ${min}-${max}; widen spec.vmidRange of the ProviderConfig`,
   );
+}
+
+/**
+ * Which VMIDs of `ctx`'s site this resource may take: none that Proxmox shows (a fresh bulk list),
+ * nor one reserved in this process or held by another resource of the store.
+ */
+export async function freeVmids(ctx: StepContext, r: ProxmoxVM): Promise<(id: number) => boolean> {
+  const taken = new Set(
+    (await ctx.site.clusterResources(true, ctx.signal)).filter((e) => e.vmid !== undefined).map((e) => Number(e.vmid)),
+  );
+  const held = ctx.options.vmidHolders?.(ctx.site.name);
+  return (id) => {
+    const holder = ctx.site.reserved.get(id) ?? held?.get(id);
+    return !taken.has(id) && (holder === undefined || holder === r.metadata.uid);
+  };
 }
 
 /**
