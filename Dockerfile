@@ -6,7 +6,7 @@
 #   docker build -t ghcr.io/sankofa/provider-proxmox:0.1.0 .
 #
 # Note: there is no Docker daemon on the development machines, so this file has not been built there;
-# each step only does what the repository does itself (npm ci, npm run build = tsc -p tsconfig.build.json).
+# each step only does what the repository does itself (npm ci, npm run build = node scripts/build.ts, an esbuild bundle).
 
 ARG NODE_VERSION=24
 
@@ -18,6 +18,7 @@ COPY package.json package-lock.json ./
 # Node.js 24 binary; this image has one. Its (dangling) bin link goes, so that scripts find the image's node.
 RUN npm ci --ignore-scripts --no-audit --no-fund && rm -f node_modules/.bin/node
 COPY tsconfig.json tsconfig.build.json ./
+COPY scripts/build.ts ./scripts/
 COPY src ./src
 RUN npm run build
 

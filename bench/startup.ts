@@ -3,42 +3,54 @@
  * commands that need little (`--help`, `validate -f examples/production`, `plan --help`), next to
  * Node's own start-up (`node -e 0`). The issue's target: within 3x Node's start-up.
  *
- * Each command runs `runs` times as a fresh process (the median wall time is reported), without a
- * compile cache (NODE_DISABLE_COMPILE_CACHE=1: a user's first run) and with one (a private
- * NODE_COMPILE_CACHE, filled by one run first: every later run, since src/cli/main.ts enables the
- * cache for what commands load). `msDefault` is a later run as users get it, with neither variable
- * set: main.ts's enableCompileCache() then caches what commands load dynamically, in the default
- * <tmpdir>/node-compile-cache (a private TMPDIR here), but not main.ts and its static imports. Modules are counted by a preload (`--import`) that registers module.registerHooks
- * and counts every distinct URL resolved, ESM and CommonJS alike: the project's own files,
- * node_modules, and Node built-ins apart.
+ * Three programs are measured in the same run:
+ * - `sources`: `node src/cli/main.ts`, what the README runs in a clone;
+ * - `sources-bin`: bin/provider-proxmox.js over the sources (`npx provider-proxmox` in a clone
+ *   without dist/): the same modules, but the bin turns the compile cache on before main.ts is
+ *   loaded, so later runs also skip Node's type stripper, whose start alone costs more than Node's
+ *   own start-up for the first TypeScript file that is not in the cache;
+ * - `bundle`: the bundle of scripts/build.ts, built afresh into a temporary package laid out as
+ *   `npm pack` ships it, run through its bin/provider-proxmox.js (an installed package).
+ * `--main FILE` measures that one file instead (`--main dist/cli/main.js`: an existing build);
+ * `--sources-only`, the first one.
+ *
+ * Each command runs `runs` times as a fresh process, the commands taking turns so that the shared
+ * machine's noise falls on all of them alike; the median wall time is reported. Three ways:
+ * - `ms`: without a compile cache (NODE_DISABLE_COMPILE_CACHE=1): a user's first run;
+ * - `msCompileCache`: with a private NODE_COMPILE_CACHE, filled by one run first;
+ * - `msDefault`: neither variable set, as users run it: src/cli/main.ts (and the bin) turn the
+ *   cache on in the default <tmpdir>/node-compile-cache (a private TMPDIR here) before loading the
+ *   rest, so every run after the first gets it.
+ * Modules are counted by a preload (`--import`) that registers module.registerHooks and counts
+ * every distinct URL resolved, ESM and CommonJS alike: the project's own files, node_modules, and
+ * Node built-ins apart. Every xNode divides by `nodeStartup.ms`, the median of all of Node's runs
+ * (it does not depend on the mode); `targetMet` says per command whether the first run (`ms`) and
+ * later runs (`msDefault`) are within 3x of it. Timings on a shared machine are noisy: compare
+ * runs taken together.
  *
  * Prints one JSON object. Usage: node bench/startup.ts [--runs 5] [--modules-list] [--main FILE]
- * (`--main dist/cli/main.js` measures a build, which needs no type stripping).
+ *   [--sources-only]
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { buildBundle } from '../scripts/build.ts';
 
 const { values } = parseArgs({
   options: {
     runs: { type: 'string', default: '5' },
     'modules-list': { type: 'boolean', default: false },
     main: { type: 'string' },
+    'sources-only': { type: 'boolean', default: false },
   },
 });
 const runs = Number(values.runs);
+if (!Number.isInteger(runs) || runs < 1) throw new Error(`--runs ${values.runs}: expected a whole number >= 1`);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const MAIN = values.main ? resolve(values.main) : join(ROOT, 'src/cli/main.ts');
-
-const COMMANDS: Array<{ name: string; args: string[] }> = [
-  { name: 'node -e 0', args: ['-e', '0'] },
-  { name: '--help', args: [MAIN, '--help'] },
-  { name: 'validate -f examples/production', args: [MAIN, 'validate', '-f', join(ROOT, 'examples/production')] },
-  { name: 'plan --help', args: [MAIN, 'plan', '--help'] },
-];
+const TARGET = 3;
 
 const dir = mkdtempSync(join(tmpdir(), 'pp-bench-startup-'));
 const countsFile = join(dir, 'modules.json');
@@ -54,6 +66,39 @@ process.on('exit', () => writeFileSync(${JSON.stringify(countsFile)}, JSON.strin
 `,
 );
 
+/** A program to measure: the file node runs, and the directory its own files are under. */
+interface Program {
+  name: string;
+  main: string;
+  root: string;
+  buildMs?: number;
+}
+
+/** A package with bin/, package.json, and node_modules/ and examples/ of the repository. */
+function packageDir(name: string): string {
+  const pkg = join(dir, name);
+  mkdirSync(pkg);
+  cpSync(join(ROOT, 'bin'), join(pkg, 'bin'), { recursive: true });
+  cpSync(join(ROOT, 'package.json'), join(pkg, 'package.json'));
+  symlinkSync(join(ROOT, 'node_modules'), join(pkg, 'node_modules'));
+  symlinkSync(join(ROOT, 'examples'), join(pkg, 'examples'));
+  return pkg;
+}
+
+/** The bin over the sources: a package without dist/, its src/ the repository's. */
+function sourcesBinProgram(): Program {
+  const pkg = packageDir('sources-package');
+  symlinkSync(join(ROOT, 'src'), join(pkg, 'src'));
+  return { name: 'sources-bin', main: join(pkg, 'bin/provider-proxmox.js'), root: ROOT };
+}
+
+/** The bundle in a package laid out as `npm pack` ships it (dist/ and bin/, no src/). */
+async function bundleProgram(): Promise<Program> {
+  const pkg = packageDir('package');
+  const build = await buildBundle({ outDir: join(pkg, 'dist') });
+  return { name: 'bundle', main: join(pkg, 'bin/provider-proxmox.js'), root: pkg, buildMs: build.ms };
+}
+
 function run(args: string[], env: NodeJS.ProcessEnv): { ms: number; code: number | null; stderr: string } {
   const t0 = performance.now();
   const r = spawnSync(process.execPath, args, { env, encoding: 'utf8', cwd: ROOT });
@@ -67,65 +112,113 @@ const median = (xs: number[]) => {
 
 const baseEnv: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', NODE_DISABLE_COMPILE_CACHE: '1' };
 delete baseEnv.NODE_COMPILE_CACHE;
-const cachedEnv: NodeJS.ProcessEnv = { ...baseEnv, NODE_COMPILE_CACHE: join(dir, 'compile-cache') };
-delete cachedEnv.NODE_DISABLE_COMPILE_CACHE;
-const defaultEnv: NodeJS.ProcessEnv = { ...cachedEnv, TMPDIR: join(dir, 'tmp') };
-delete defaultEnv.NODE_COMPILE_CACHE;
-mkdirSync(join(dir, 'tmp'));
-const results = [];
-try {
-  for (const c of COMMANDS) {
-    const cold: number[] = [];
-    const cached: number[] = [];
-    const dflt: number[] = [];
-    let code: number | null = null;
-    for (let i = 0; i < runs; i++) {
-      const r = run(c.args, baseEnv);
-      code = r.code;
-      cold.push(r.ms);
-    }
-    run(c.args, cachedEnv); // fills the cache
-    for (let i = 0; i < runs; i++) cached.push(run(c.args, cachedEnv).ms);
-    run(c.args, defaultEnv);
-    for (let i = 0; i < runs; i++) dflt.push(run(c.args, defaultEnv).ms);
-    const counted = run(['--import', hook, ...c.args], baseEnv);
-    if (counted.code !== code) throw new Error(`${c.name} with the module counter: ${counted.stderr}`);
-    const urls = JSON.parse(readFileSync(countsFile, 'utf8')) as string[];
-    const project = urls.filter(
-      (u) => u.startsWith('file:') && !u.includes('/node_modules/') && u !== `file://${hook}`,
-    );
-    const deps = urls.filter((u) => u.includes('/node_modules/'));
-    const builtins = urls.filter((u) => u.startsWith('node:'));
-    const packages = [...new Set(deps.map((u) => /\/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(u)?.[1] ?? u))].sort();
-    results.push({
-      command: c.name,
-      exitCode: code,
-      ms: median(cold),
-      msCompileCache: median(cached),
-      msDefault: median(dflt),
-      modules: project.length + deps.length + builtins.length,
-      projectModules: project.length,
-      dependencyModules: deps.length,
-      builtinModules: builtins.length,
-      packages,
-      ...(values['modules-list'] ? { projectFiles: project.map((u) => u.replace(`file://${ROOT}`, '')) } : {}),
-    });
+
+type Mode = 'ms' | 'msCompileCache' | 'msDefault';
+
+/**
+ * Every command, `runs` times per mode, the commands taking turns; the median per mode, and
+ * `all`, the median over every mode (Node's own start-up does not depend on the mode, so its
+ * `all` is the steadier baseline on a shared machine).
+ */
+function measure(commands: Array<{ key: string; args: string[] }>): Map<string, Record<Mode | 'all', number>> {
+  const cachedEnv: NodeJS.ProcessEnv = { ...baseEnv, NODE_COMPILE_CACHE: join(dir, 'compile-cache') };
+  delete cachedEnv.NODE_DISABLE_COMPILE_CACHE;
+  const defaultEnv: NodeJS.ProcessEnv = { ...cachedEnv, TMPDIR: join(dir, 'tmp') };
+  delete defaultEnv.NODE_COMPILE_CACHE;
+  mkdirSync(join(dir, 'tmp'));
+  const envs: Record<Mode, NodeJS.ProcessEnv> = { ms: baseEnv, msCompileCache: cachedEnv, msDefault: defaultEnv };
+  const times = new Map(
+    commands.map((c) => [c.key, { ms: [], msCompileCache: [], msDefault: [] } as Record<Mode, number[]>]),
+  );
+  for (const mode of ['ms', 'msCompileCache', 'msDefault'] as const) {
+    if (mode !== 'ms') for (const c of commands) run(c.args, envs[mode]); // fills the cache
+    for (let i = 0; i < runs; i++)
+      for (const c of commands) {
+        const r = run(c.args, envs[mode]);
+        if (r.code !== 0) throw new Error(`${c.key} exited ${r.code}: ${r.stderr}`);
+        times.get(c.key)![mode].push(r.ms);
+      }
   }
+  return new Map(
+    [...times].map(([k, t]) => [
+      k,
+      {
+        ms: median(t.ms),
+        msCompileCache: median(t.msCompileCache),
+        msDefault: median(t.msDefault),
+        all: median([...t.ms, ...t.msCompileCache, ...t.msDefault]),
+      },
+    ]),
+  );
+}
+
+function modules(args: string[], root: string) {
+  const counted = run(['--import', hook, ...args], baseEnv);
+  if (counted.code !== 0) throw new Error(`${args.join(' ')} with the module counter: ${counted.stderr}`);
+  const urls = JSON.parse(readFileSync(countsFile, 'utf8')) as string[];
+  const own = urls.filter((u) => u.startsWith('file:') && !u.includes('/node_modules/') && u !== `file://${hook}`);
+  const deps = urls.filter((u) => u.includes('/node_modules/'));
+  const builtins = urls.filter((u) => u.startsWith('node:'));
+  const packages = [...new Set(deps.map((u) => /\/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(u)?.[1] ?? u))].sort();
+  return {
+    modules: own.length + deps.length + builtins.length,
+    projectModules: own.length,
+    dependencyModules: deps.length,
+    builtinModules: builtins.length,
+    packages,
+    ...(values['modules-list'] ? { projectFiles: own.map((u) => relative(root, fileURLToPath(u))) } : {}),
+  };
+}
+
+const COMMANDS: Array<{ name: string; args: string[] }> = [
+  { name: '--help', args: ['--help'] },
+  { name: 'validate -f examples/production', args: ['validate', '-f', join(ROOT, 'examples/production')] },
+  { name: 'plan --help', args: ['plan', '--help'] },
+];
+
+let output: unknown;
+try {
+  const programs: Program[] = values.main
+    ? [{ name: 'main', main: resolve(values.main), root: ROOT }]
+    : [
+        { name: 'sources', main: join(ROOT, 'src/cli/main.ts'), root: ROOT },
+        ...(values['sources-only'] ? [] : [sourcesBinProgram(), await bundleProgram()]),
+      ];
+  const all = [
+    { key: 'node -e 0', args: ['-e', '0'] },
+    ...programs.flatMap((p) => COMMANDS.map((c) => ({ key: `${p.name} ${c.name}`, args: [p.main, ...c.args] }))),
+  ];
+  const times = measure(all);
+  const node = times.get('node -e 0')!;
+  const x = (ms: number, base: number) => +(ms / base).toFixed(1);
+  output = {
+    bench: 'startup',
+    node: process.version,
+    runs,
+    target: `each command within ${TARGET}x node -e 0 (xNode <= ${TARGET})`,
+    nodeStartup: {
+      ms: node.all,
+      byMode: { ms: node.ms, msCompileCache: node.msCompileCache, msDefault: node.msDefault },
+    },
+    programs: programs.map((p) => ({
+      program: p.name,
+      main: relative(ROOT, p.main).startsWith('..') ? p.main : relative(ROOT, p.main),
+      ...(p.buildMs !== undefined ? { buildMs: p.buildMs } : {}),
+      results: COMMANDS.map((c) => {
+        const { all: _, ...t } = times.get(`${p.name} ${c.name}`)!;
+        return {
+          command: c.name,
+          ...t,
+          xNode: x(t.ms, node.all),
+          xNodeCompileCache: x(t.msCompileCache, node.all),
+          xNodeDefault: x(t.msDefault, node.all),
+          targetMet: { firstRun: t.ms <= TARGET * node.all, laterRuns: t.msDefault <= TARGET * node.all },
+          ...modules([p.main, ...c.args], p.root),
+        };
+      }),
+    })),
+  };
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
-const node = results[0]!;
-console.log(
-  JSON.stringify(
-    {
-      bench: 'startup',
-      node: process.version,
-      main: MAIN,
-      runs,
-      results: results.map((r) => ({ ...r, xNode: +(r.ms / node.ms).toFixed(1) })),
-      target: 'each command within 3x node -e 0 (xNode <= 3)',
-    },
-    null,
-    2,
-  ),
-);
+console.log(JSON.stringify(output, null, 2));

@@ -384,7 +384,14 @@ describe('Dockerfile', () => {
   test('.dockerignore keeps the context to what the build reads', () => {
     const ignore = readFileSync(join(ROOT, '.dockerignore'), 'utf8');
     assert.match(ignore, /^\*$/m);
-    for (const f of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src/']) {
+    for (const f of [
+      'package.json',
+      'package-lock.json',
+      'tsconfig.json',
+      'tsconfig.build.json',
+      'scripts/build.ts',
+      'src/',
+    ]) {
       assert.ok(ignore.includes(`!${f}`), f);
     }
   });

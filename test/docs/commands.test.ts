@@ -8,7 +8,7 @@
  * point at files that exist in a clone (no `../shared/...`), and links to headings at headings.
  * docs/exit-codes.md has a row for every command.
  *
- * The program is built with the same register functions src/cli/main.ts calls (importing main.ts
+ * The program is built with the same register functions src/cli/program.ts calls (importing it
  * would run it), and checked against `main.ts --help` so that a command added another way is
  * noticed.
  *
@@ -48,10 +48,10 @@ const GLOBAL_FLAGS = new Set(['--help', '-h', '--version', '-V']);
 // --- the program -----------------------------------------------------------------------------------
 
 async function buildProgram(): Promise<Command> {
-  const main = readFileSync(join(CLI, 'main.ts'), 'utf8');
+  const main = readFileSync(join(CLI, 'program.ts'), 'utf8');
   const program = new Command('provider-proxmox');
   const called = new Set([...main.matchAll(/\b(register\w+)\(program\)/g)].map((m) => m[1]!));
-  assert.ok(called.size > 0, 'src/cli/main.ts registers no commands the way this test expects');
+  assert.ok(called.size > 0, 'src/cli/program.ts registers no commands the way this test expects');
   for (const m of main.matchAll(/import \{([^}]*)\} from '(\.\/[^']+)'/g)) {
     const names = m[1]!.split(',').map((s) => s.trim());
     for (const name of names.filter((n) => called.has(n))) {
@@ -60,7 +60,7 @@ async function buildProgram(): Promise<Command> {
       called.delete(name);
     }
   }
-  assert.deepEqual([...called], [], 'register functions called in main.ts but not imported as expected');
+  assert.deepEqual([...called], [], 'register functions called in program.ts but not imported as expected');
   return program;
 }
 
@@ -355,7 +355,7 @@ describe('documented commands', async () => {
     assert.deepEqual(
       program.commands.map((c) => c.name()).sort(),
       helpCommands().sort(),
-      'src/cli/main.ts registers commands another way: teach buildProgram() in this test',
+      'src/cli/program.ts registers commands another way: teach buildProgram() in this test',
     );
   });
 

@@ -1,0 +1,185 @@
+/**
+ * `npm run build`: the CLI as one ESM bundle made by esbuild, dist/cli/main.js, which
+ * bin/provider-proxmox.js runs when it exists (and the controller image's ENTRYPOINT names). It is
+ * there for start-up time: the sources load about 800 modules for `validate` (almost all of them
+ * TypeBox's), each resolved, read and compiled on its own; the bundle is a handful of files.
+ * Code splitting keeps every command's dynamic `import()` a chunk of its own (dist/chunks/), so
+ * `--help` still loads only the commander wiring and `validate` never loads the simulator.
+ * `node src/cli/main.ts` (npm start, the tests) keeps running the sources unbundled.
+ *
+ * What the bundle must do the way the sources do:
+ * - `import.meta.url` of a project module means that module's own file (src/sim/topology.ts reads
+ *   default-topology.yaml next to itself; src/cli/local.ts finds examples/ two levels up). Each is
+ *   rewritten to the URL of the module's mirror in the output (src/sim/topology.ts ->
+ *   dist/sim/topology.js), and every `new URL('<literal>', import.meta.url)` that points inside
+ *   src/ is copied there (dist/sim/default-topology.yaml). Paths that leave src/ (examples/) come
+ *   out the same, since dist/ sits where src/ does.
+ * - CommonJS dependencies (commander, yaml, undici) call require() for Node's built-ins, which an
+ *   ES module does not have: each output file opens with a require made by createRequire.
+ * - Dependencies that find files next to themselves at run time stay in node_modules (EXTERNAL);
+ *   the build fails if a bundled one uses `import.meta.url`, `__dirname` or `__filename`, unless
+ *   REVIEWED says why that is harmless.
+ *
+ * Usage: node scripts/build.ts [--outdir DIR]   (default: the outDir of tsconfig.build.json, dist/)
+ */
+import { cpSync, existsSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join, relative, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import * as esbuild from 'esbuild';
+
+const ROOT = resolve(import.meta.dirname, '..');
+const TSCONFIG = join(ROOT, 'tsconfig.build.json');
+const tsconfig = JSON.parse(readFileSync(TSCONFIG, 'utf8')) as { compilerOptions: { rootDir: string; outDir: string } };
+/** src/: the modules whose `import.meta.url` is rewritten. */
+const SRC = join(ROOT, tsconfig.compilerOptions.rootDir);
+export const DEFAULT_OUT_DIR = join(ROOT, tsconfig.compilerOptions.outDir);
+/** The entry point, at the same place under the output as under src/ (cli/main.js). */
+const ENTRY = join(SRC, 'cli/main.ts');
+
+/**
+ * Left in node_modules, loaded from there at run time.
+ * - pino: its transports run in worker threads that load pino's own files by path
+ *   (node_modules/pino/lib/transport.js:219).
+ * - ssh2: loads its optional native crypto binding from its own build/ directory
+ *   (node_modules/ssh2/lib/protocol/crypto.js:30).
+ * - @kubernetes/client-node: the Kubernetes client of src/kube/api.ts, loaded only by commands that
+ *   talk to a cluster (`controller`, `status` of a cluster), whose start-up the bundle is not for;
+ *   it is 980 files and 18 MB, which would be most of the build's time and of dist/.
+ */
+export const EXTERNAL = ['pino', 'ssh2', '@kubernetes/client-node'];
+
+/** Bundled dependency files that mention `__dirname`, `__filename` or `import.meta.url`, and why that is harmless. */
+const REVIEWED: Record<string, string> = {
+  'commander/lib/command.js':
+    'only in comments: executableDir() is for stand-alone subcommand files, which this CLI has none of',
+  'undici/index.js': '`typeof __filename` guard, for stack traces only',
+};
+
+/** Prepended to every output file: CommonJS code in the bundle calls require('node:...'). */
+const BANNER = [
+  "import { createRequire as __ppCreateRequire } from 'node:module';",
+  'const require = __ppCreateRequire(import.meta.url);',
+].join('\n');
+
+const FILE_LOCATORS = /\b__dirname\b|\b__filename\b|\bimport\.meta\.url\b/;
+const URL_LITERAL = /new URL\(\s*(['"])([^'"]+)\1\s*,\s*import\.meta\.url\s*\)/g;
+
+export interface BuildResult {
+  outDir: string;
+  /** The entry point: <outDir>/cli/main.js. */
+  main: string;
+  /** Every file written, relative to outDir. */
+  files: string[];
+  /** The source files and dependency files in the bundle. */
+  inputs: string[];
+  /** Files copied from src/ because a module reads them next to itself. */
+  assets: string[];
+  /** esbuild's account of the build: which inputs went into which output. */
+  metafile: esbuild.Metafile;
+  ms: number;
+}
+
+const posix = (p: string) => p.split(sep).join('/');
+
+/**
+ * Every output file sits one directory below outDir (cli/main.js, chunks/*.js), so that one
+ * relative URL from any of them reaches a module's mirror: `../sim/topology.js`.
+ */
+function importMetaUrl(assets: Map<string, string>, outDir: string): esbuild.Plugin {
+  return {
+    name: 'import-meta-url',
+    setup(build) {
+      build.onLoad({ filter: /\.ts$/ }, async (args) => {
+        if (!args.path.startsWith(SRC + sep)) return undefined;
+        const text = await readFile(args.path, 'utf8');
+        if (!text.includes('import.meta.url')) return { contents: text, loader: 'ts' };
+        const mirror = posix(relative(SRC, args.path)).replace(/\.ts$/, '.js');
+        for (const m of text.matchAll(URL_LITERAL)) {
+          const target = fileURLToPath(new URL(m[2]!, `file://${args.path}`));
+          if (!target.startsWith(SRC + sep)) continue;
+          if (!existsSync(target))
+            throw new Error(
+              `${relative(ROOT, args.path)}: new URL('${m[2]}', import.meta.url): no such file ${target}`,
+            );
+          assets.set(target, join(outDir, relative(SRC, target)));
+        }
+        const contents = text.replaceAll(
+          'import.meta.url',
+          `new URL(${JSON.stringify(`../${mirror}`)}, import.meta.url).href`,
+        );
+        return { contents, loader: 'ts' };
+      });
+    },
+  };
+}
+
+export async function buildBundle(opts: { outDir?: string } = {}): Promise<BuildResult> {
+  const t0 = performance.now();
+  const outDir = resolve(opts.outDir ?? DEFAULT_OUT_DIR);
+  if (`${ROOT}${sep}`.startsWith(`${outDir}${sep}`) || `${outDir}${sep}`.startsWith(`${SRC}${sep}`))
+    throw new Error(
+      `scripts/build.ts: --outdir ${outDir}: it is emptied first, so it must not hold the repository or src/`,
+    );
+  // A previous build (or tsc's per-file output) would leave stale chunks next to the new ones.
+  rmSync(outDir, { recursive: true, force: true });
+  const assets = new Map<string, string>();
+  const result = await esbuild.build({
+    absWorkingDir: ROOT,
+    entryPoints: [ENTRY],
+    outbase: SRC,
+    outdir: outDir,
+    chunkNames: 'chunks/[name]-[hash]',
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node22.19',
+    tsconfig: TSCONFIG,
+    external: EXTERNAL,
+    banner: { js: BANNER },
+    // Error and class names stay what the sources call them (esbuild renames clashing ones).
+    keepNames: true,
+    sourcemap: 'linked',
+    metafile: true,
+    logLevel: 'silent',
+    plugins: [importMetaUrl(assets, outDir)],
+  });
+  const files = Object.keys(result.metafile.outputs).map((f) => posix(relative(outDir, resolve(ROOT, f))));
+  for (const f of files.filter((f) => f.endsWith('.js')))
+    if (!/^[^/]+\/[^/]+$/.test(f)) throw new Error(`scripts/build.ts: ${f} is not one directory below the output`);
+  const inputs = Object.keys(result.metafile.inputs).map((f) => resolve(ROOT, f));
+  const unreviewed = inputs
+    .filter((f) => f.includes(`${sep}node_modules${sep}`))
+    .map((f) => ({ f, key: posix(f.slice(f.lastIndexOf(`node_modules${sep}`) + 'node_modules/'.length)) }))
+    .filter(({ f, key }) => !(key in REVIEWED) && FILE_LOCATORS.test(readFileSync(f, 'utf8')));
+  if (unreviewed.length)
+    throw new Error(
+      `scripts/build.ts: bundled dependency files locate files next to themselves: ${unreviewed.map((u) => u.key).join(', ')}. ` +
+        'Add the package to EXTERNAL, or to REVIEWED with the reason it is harmless.',
+    );
+  for (const [from, to] of assets) cpSync(from, to, { recursive: true });
+  return {
+    outDir,
+    main: join(outDir, 'cli/main.js'),
+    files: files.sort(),
+    inputs: inputs.map((f) => posix(relative(ROOT, f))).sort(),
+    assets: [...assets.values()].map((f) => posix(relative(outDir, f))).sort(),
+    metafile: result.metafile,
+    ms: Math.round(performance.now() - t0),
+  };
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === import.meta.filename) {
+  const { values } = parseArgs({
+    options: { outdir: { type: 'string' } },
+  });
+  const r = await buildBundle(values.outdir ? { outDir: values.outdir } : {});
+  const bytes = r.files.filter((f) => f.endsWith('.js')).reduce((n, f) => n + statSync(join(r.outDir, f)).size, 0);
+  const js = r.files.filter((f) => f.endsWith('.js')).length;
+  process.stderr.write(
+    `${relative(ROOT, r.main) || r.main}: ${js} files, ${Math.round(bytes / 1024)} KiB, ${r.inputs.length} modules bundled, ` +
+      `${r.assets.length} asset(s), ${r.ms} ms\n`,
+  );
+}

@@ -1,0 +1,46 @@
+/**
+ * The `provider-proxmox` command line: commander wiring only, loaded by src/cli/main.ts once
+ * Node's compile cache is on. The wiring modules imported here load nothing but commander; each
+ * command loads what it runs when it runs (bench/startup.ts measures it), so `--help` or
+ * `validate` never pays for the simulator, Kubernetes, the Proxmox client or the terminal UI.
+ */
+import { Command, CommanderError } from 'commander';
+import { registerCompletion } from './completion.ts';
+import { registerController } from './controller.ts';
+import { registerDoctor } from './doctor.ts';
+import { registerFleet } from './fleet.ts';
+import { registerLocal } from './local.ts';
+import { exitOnClosedPipe } from './pipes.ts';
+import { registerSim } from './sim.ts';
+
+export const program = new Command('provider-proxmox')
+  .description(
+    'Declarative Proxmox VE virtual machines: a Crossplane-style controller, a cluster-less CLI, and a Proxmox VE API simulator.',
+  )
+  .version('0.1.0')
+  .showHelpAfterError('(run with --help for usage)')
+  .exitOverride();
+
+registerSim(program);
+registerLocal(program);
+registerDoctor(program);
+registerFleet(program);
+registerController(program);
+registerCompletion(program);
+
+/** Run the command `argv` names; sets process.exitCode (0, 1 failures, 2 usage errors). */
+export async function runProgram(argv: readonly string[]): Promise<void> {
+  // `provider-proxmox ... | head -1`: exit 141 when the reader goes away (src/cli/pipes.ts says why).
+  exitOnClosedPipe();
+  try {
+    await program.parseAsync([...argv]);
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      // --help / --version exit 0; usage errors exit 2.
+      process.exitCode = e.exitCode === 0 ? 0 : 2;
+    } else {
+      process.stderr.write(`provider-proxmox: ${e instanceof Error ? e.message : String(e)}\n`);
+      process.exitCode = 1;
+    }
+  }
+}
