@@ -2,9 +2,10 @@
  * bench/state-store: what the local runtime's state store costs per `apply` of N resources.
  *
  * Replays the store traffic of a real `apply` (measured on the simulator with 30 VMs: per
- * resource 1 manifest write, 3 metadata writes, about 5 status writes, 8 events, a few whole-store
- * listings for the VMID holders, and the runtime's check of every resource every 200 ms) against
- * FileStore (src/local/store.ts), 8 resources in flight like apply's 8 workers. No Proxmox is
+ * resource 1 manifest write, 3 metadata writes, about 5 status writes, 8 events, a few questions
+ * for the VMID holders, and the runtime's check of every resource every 200 ms) against
+ * FileStore (src/local/store.ts), 8 resources in flight like apply's 8 workers, each step of the 8
+ * taken concurrently (their writes share a group commit as the workers' do). No Proxmox is
  * involved: this isolates the store, whose cost used to grow as N^2 (every write rewrote the whole
  * state file). Each N runs in its own child process, so that its peak RSS is its own.
  *
@@ -14,7 +15,10 @@
  * again (the next apply) and to read it as status does, with that process's peak RSS. A run over
  * its time budget stops and says how far it got (finished: false).
  *
- * Usage: node bench/state-store.ts [--n 30,300,1000,10000] [--budget-s 600] [--lists-per-create 2]
+ * The VMID holders come from the index the runtime keeps (src/local/vmid-holders.ts); `--scan`
+ * asks a scan of the whole store instead, as the runtime did before (O(N) per create).
+ *
+ * Usage: node bench/state-store.ts [--n 30,300,1000,10000] [--budget-s 600] [--lists-per-create 2] [--scan]
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -23,6 +27,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ProxmoxVM } from '../src/api/proxmoxvm.ts';
 import { FileStore } from '../src/local/store.ts';
+import { VmidHolderIndex } from '../src/local/vmid-holders.ts';
+import { vmidHoldersOf } from '../src/vm/connector.ts';
 import { readStateFile } from '../src/workspace/state-file.ts';
 
 const { values } = parseArgs({
@@ -30,6 +36,7 @@ const { values } = parseArgs({
     n: { type: 'string', default: '30,300,1000,10000' },
     'budget-s': { type: 'string', default: '600' },
     'lists-per-create': { type: 'string', default: '2' },
+    scan: { type: 'boolean', default: false },
     child: { type: 'boolean', default: false },
     reread: { type: 'boolean', default: false },
     dir: { type: 'string' },
@@ -114,7 +121,7 @@ function dirBytes(dir: string): number {
 }
 
 /** One N's apply in this process. */
-async function child(n: number, dir: string, budgetMs: number, listsPerCreate: number): Promise<object> {
+async function child(n: number, dir: string, budgetMs: number, listsPerCreate: number, scan: boolean): Promise<object> {
   const file = join(dir, 'state.db');
   const deadline = performance.now() + budgetMs;
   const w0 = wchar();
@@ -122,6 +129,8 @@ async function child(n: number, dir: string, budgetMs: number, listsPerCreate: n
   const t0 = performance.now();
   const store = new FileStore<ProxmoxVM>(file);
   store.open('bench');
+  const holders = new VmidHolderIndex(['site-1', 'site-2']);
+  store.addIndex((k, o) => holders.set(k, o));
   let writes = 0;
   let listings = 0;
   let checks = 0;
@@ -157,13 +166,11 @@ async function child(n: number, dir: string, budgetMs: number, listsPerCreate: n
     yield;
     const site = r.spec.forProvider.site;
     for (let l = 0; l < listsPerCreate; l++) {
-      // The runtime's vmidHolders (vmidHoldersOf in src/vm/connector.ts): the VMIDs this state
-      // holds on the site, each with its resource's uid, from a listing of every resource.
-      const held = new Map<number, string>();
-      for (const o of store.listSync()) {
-        const ext = Number(o.metadata.annotations?.['crossplane.io/external-name']);
-        if (o.spec.forProvider.site === site && Number.isInteger(ext) && ext >= 100) held.set(ext, o.metadata.uid);
-      }
+      // The runtime's vmidHolders: the VMIDs this state holds on the site (VMID choice, marker
+      // search), from the index the store keeps (src/local/vmid-holders.ts), or with --scan from a
+      // listing of every resource as before it (vmidHoldersOf in src/vm/connector.ts).
+      const held = scan ? vmidHoldersOf(store.listSync(), site!, undefined) : holders.holdersOf(site!);
+      if (held.get(vmid) !== undefined && held.get(vmid) !== r.metadata.uid) throw new Error(`VMID ${vmid} held twice`);
       listings++;
     }
     r.metadata.annotations = {
@@ -201,13 +208,14 @@ async function child(n: number, dir: string, budgetMs: number, listsPerCreate: n
   let done = 0;
   while ((queue.length || inFlight.length) && performance.now() < deadline) {
     while (inFlight.length < 8 && queue.length) inFlight.push(lifecycle(queue.shift()!));
-    for (let j = 0; j < inFlight.length; j++) {
-      const step = await inFlight[j]!.next();
-      if (step.done) {
-        inFlight.splice(j--, 1);
+    // Each takes its next step at once, as the workers' reconciles run concurrently (so that their
+    // writes of one turn share the store's group commit, as the engine's do).
+    const steps = await Promise.all(inFlight.map((g) => g.next()));
+    for (let j = steps.length - 1; j >= 0; j--)
+      if (steps[j]!.done) {
+        inFlight.splice(j, 1);
         done++;
       }
-    }
     check();
     // A turn of the event loop per round, as the engine's reconciles take (they wait on I/O).
     await new Promise((r) => setImmediate(r));
@@ -264,7 +272,7 @@ if (values.child) {
   const n = Number(values.n);
   const out = values.reread
     ? reread(n, values.dir!)
-    : await child(n, values.dir!, Number(values['budget-s']) * 1000, Number(values['lists-per-create']));
+    : await child(n, values.dir!, Number(values['budget-s']) * 1000, Number(values['lists-per-create']), values.scan);
   process.stdout.write(`${JSON.stringify(out)}\n`);
 } else {
   const results: object[] = [];
@@ -286,6 +294,7 @@ if (values.child) {
         values['budget-s'],
         '--lists-per-create',
         values['lists-per-create'],
+        ...(values.scan ? ['--scan'] : []),
       ]);
       results.push({ ...apply, nextRun: apply.finished ? run([...common, '--reread']) : null });
     } finally {

@@ -14,7 +14,7 @@ import {
   stateFileFor,
   UsageError,
 } from '../workspace/arguments.ts';
-import { loadManifests, type ManifestDoc } from '../workspace/manifests.ts';
+import type { ManifestDoc } from '../workspace/manifests.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -36,9 +36,8 @@ import { type ApplyArgs, loadVms, openRuntime, planChanges, planTarget, resolveC
  * hand) is repaired, not taken for Ready.
  */
 export async function applyCommand(args: ApplyArgs): Promise<number> {
-  const { vms, others } = loadVms(args.files);
-  // (loadVms refused every manifest problem, these kinds' included)
-  const { images, templates } = loadManifests(args.files);
+  // (loadVms refuses every manifest problem, these kinds' included)
+  const { vms, others, images, templates } = loadVms(args.files);
   if (!vms.length && !images.length && !templates.length)
     throw new UsageError(`no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${args.files.join(', ')}`);
   let plan: RolloutPlan;
@@ -136,15 +135,22 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
             );
           return 'continue';
         }
-        const adm = nextAdmissions(plan, (k) => rt.stateOf(k), { noWait: Boolean(args.noWait) });
-        if (adm.admit.length) rt.applyManifests(adm.admit.map((k) => byKey.get(k)!));
+        // Where each resource stands, read once per check (it is asked for every key several times
+        // below): a check costs O(N), not a multiple of it.
+        const states = new Map(keys.map((k) => [k, rt.stateOf(k)]));
+        const stateNow = (k: string) => states.get(k) ?? rt.stateOf(k);
+        const adm = nextAdmissions(plan, stateNow, { noWait: Boolean(args.noWait) });
+        if (adm.admit.length) {
+          rt.applyManifests(adm.admit.map((k) => byKey.get(k)!));
+          for (const k of adm.admit) states.set(k, rt.stateOf(k));
+        }
         blocked = adm.blocked?.reason;
-        args.onTick?.(new Map(keys.map((k) => [k, rt.stateOf(k)])));
+        args.onTick?.(new Map(states));
         if (!args.quiet) {
           const rows = rt.rows().filter((r) => byKey.has(r.key));
-          const ready = keys.filter((k) => rt.stateOf(k) === 'ready').length;
+          const ready = keys.filter((k) => stateNow(k) === 'ready').length;
           const phases = plan.phases
-            .map((p) => `${p.name}:${p.members.filter((m) => rt.stateOf(m) === 'ready').length}/${p.members.length}`)
+            .map((p) => `${p.name}:${p.members.filter((m) => stateNow(m) === 'ready').length}/${p.members.length}`)
             .join(' ');
           // Not a terminal: the per-VM lines, and a line whenever the phases move on (when there are phases).
           const phaseLine = `phases ${phases}${blocked ? ` — waiting: ${blocked}` : ''}`;
@@ -154,8 +160,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
             `${args.header ?? 'Applying'} ${keys.length} VMs, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) ${phaseLine}`,
           );
         }
-        const states = keys.map((k) => rt.stateOf(k));
-        if (states.every((x) => x === 'ready')) return 'ok';
+        if (keys.every((k) => stateNow(k) === 'ready')) return 'ok';
         if (adm.stuck) return 'fail';
         return 'continue';
       },

@@ -11,7 +11,7 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ReconcileResult } from '../engine/reconciler.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
 import { configAmong, loadConfigArg, UsageError } from '../workspace/arguments.ts';
-import { loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
+import { type LoadedManifests, loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
 import { manifestKey, type ResourceState } from '../workspace/phases.ts';
 import { LocalRuntime } from './runtime.ts';
 
@@ -70,10 +70,16 @@ export async function resolveConfig(args: ApplyArgs, others: ManifestDoc[]): Pro
   return config;
 }
 
-export function loadVms(files: string[]): { vms: ProxmoxVM[]; others: ManifestDoc[] } {
+/** The manifests of `files`, read once; ManifestError with every problem there is. */
+export function loadVms(files: string[]): {
+  vms: ProxmoxVM[];
+  others: ManifestDoc[];
+  images: LoadedManifests['images'];
+  templates: LoadedManifests['templates'];
+} {
   const m = loadManifests(files);
   if (m.problems.length) throw new ManifestError(m.problems);
-  return { vms: m.vms.map((x) => x.vm), others: m.others };
+  return { vms: m.vms.map((x) => x.vm), others: m.others, images: m.images, templates: m.templates };
 }
 
 /** v1 Secrets among the manifests (`namespace/name` -> data), for cloud-init references. */

@@ -4,7 +4,7 @@
  * earlier version), and the per-object statements FileStore (store.ts) writes through.
  *
  * Crash safety. The database runs in WAL mode with `synchronous = FULL`:
- *   - A commit appends the changed pages (the resource's row, a few KB) to the write-ahead log and
+ *   - A commit appends the changed pages (the rows written, a few KB each) to the write-ahead log and
  *     fsyncs it before it returns. A process killed at any instant (SIGKILL mid-apply) leaves the
  *     database with every committed write and none of an uncommitted one: the next open replays
  *     the log. FULL (not NORMAL) makes a commit survive a power loss or kernel crash too, which
