@@ -10,6 +10,11 @@
  * storage (fair share) and allocations taking turns under the storage lock, no polling, no
  * overhead; the guest's time to Ready is read off the model of each VM's boot. Also printed: the
  * ideal under the model before the fair share (every copy at full bandwidth, no lock).
+ * Also counted, per VM (create to Ready, the requests the simulator's API servers answered during
+ * the apply, divided by the VMs): mutating (POST/PUT/DELETE), task (a task's status or log),
+ * perVm (reads of one VM, /nodes/N/qemu/VMID/..., and /cluster/nextid, one per create), and
+ * shared apart (the bulk list, a node's active tasks, status, bridges, storages: one read serves
+ * every VM of the node or site). Target: mutating + task + perVm <= 10.
  * Prints one JSON object. Target (issue 16): project <= 1.10 x ideal, phased and unphased.
  *
  * Usage: node bench/makespan.ts [--speeds 20,100] [--task-poll-ms N]
@@ -46,7 +51,20 @@ const sink = new Writable({
 }) as unknown as NodeJS.WriteStream;
 
 /** One apply against a fresh simulator: its simulated seconds, and the fleet as the ideal sees it. */
-async function measure(speed: number, phased: boolean): Promise<{ projectS: number; code: number; fleet: IdealVm[] }> {
+type RequestClass = 'mutating' | 'task' | 'perVm' | 'shared';
+
+function classOf(method: string, url: string): RequestClass {
+  const path = url.replace(/\?.*/, '');
+  if (method !== 'GET') return 'mutating';
+  if (/\/tasks\/[^/]+\/(status|log)$/.test(path)) return 'task';
+  if (/\/qemu\/\d+(\/|$)/.test(path) || path.endsWith('/cluster/nextid')) return 'perVm';
+  return 'shared';
+}
+
+async function measure(
+  speed: number,
+  phased: boolean,
+): Promise<{ projectS: number; code: number; fleet: IdealVm[]; requests: Record<RequestClass, number> }> {
   const sim = await startSimulator({
     speed,
     http: true,
@@ -54,6 +72,11 @@ async function measure(speed: number, phased: boolean): Promise<{ projectS: numb
     authFailDelayMs: 0,
     tokens: ['root@pam!bench=b0b0b0b0-0000-4000-8000-000000000000'],
   });
+  const requests: Record<RequestClass, number> = { mutating: 0, task: 0, perVm: 0, shared: 0 };
+  for (const c of sim.clusters)
+    c.server.prependListener('request', (req: { method?: string; url?: string }) => {
+      requests[classOf(req.method ?? 'GET', req.url ?? '')]++;
+    });
   const dir = mkdtempSync(join(tmpdir(), 'makespan-bench-'));
   try {
     const config = parseProviderConfig(providerConfigYaml(sim), join(dir, 'providerconfig.yaml'));
@@ -77,7 +100,7 @@ async function measure(speed: number, phased: boolean): Promise<{ projectS: numb
       const key = manifestKey(vm);
       return idealVmOf(sc.state, found, String(fp.image), key, phaseOf.get(key) ?? 0);
     });
-    return { projectS, code, fleet };
+    return { projectS, code, fleet, requests };
   } finally {
     await sim.close();
     rmSync(dir, { recursive: true, force: true });
@@ -93,12 +116,17 @@ for (const speed of speeds) {
     const m = await measure(speed, phased);
     fleetForIdeal ??= m.fleet;
     const ideal = (await idealMakespan(m.fleet, { phased })).makespanMs / 1000;
+    const perVm = Object.fromEntries(
+      Object.entries(m.requests).map(([k, n]) => [k, round(n / m.fleet.length, 1)]),
+    ) as Record<RequestClass, number>;
+    const ownPerVm = round(perVm.mutating + perVm.task + perVm.perVm, 1);
     row[phased ? 'phased' : 'unphased'] = {
       projectS: round(m.projectS, 1),
       idealS: round(ideal, 1),
       ratio: round(m.projectS / ideal),
       applyExit: m.code,
       met: m.projectS <= TARGET * ideal,
+      requestsPerVm: { ...perVm, total: ownPerVm, met: ownPerVm <= 10 },
     };
   }
   runs.push(row);

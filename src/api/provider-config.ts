@@ -106,7 +106,7 @@ export const ConcurrencyConfig = Type.Object(
         minimum: 1,
         maximum: 64,
         description:
-          'Creates (blank, import or clone) and disk resizes at once per node, each held until its Proxmox VE task ends. Default: 2.',
+          'Creates (blank, import or clone) and disk resizes at once per node, each held until its Proxmox VE task ends. Set, it is kept. Left out, it adapts: it starts at 2, grows by one each time one of them ended well while others waited, up to 8, and halves when one failed on a storage lock that timed out.',
       }),
     ),
     perStorage: Type.Optional(
@@ -114,7 +114,7 @@ export const ConcurrencyConfig = Type.Object(
         minimum: 1,
         maximum: 64,
         description:
-          'Creates at once per storage (of the boot disk), each held until its Proxmox VE task ends. Default: 2.',
+          'Creates at once per storage (of the boot disk), each held until its Proxmox VE task ends. Set, it is kept. Left out, it adapts as perNode does: from 2 up to 8, halved on a storage lock that timed out.',
       }),
     ),
     requests: Type.Optional(
@@ -851,6 +851,16 @@ export function findSite(cfg: ProviderConfig, name: string): Site {
 
 export function siteConcurrency(cfg: ProviderConfig, site: Site): Required<Concurrency> {
   return { ...DEFAULT_CONCURRENCY, ...cfg.spec.concurrency, ...site.concurrency };
+}
+
+/** The most a slot limit that adapts reaches (see src/vm/limits.ts). */
+export const ADAPTIVE_SLOTS_MAX = 8;
+
+/** Which slot limits of a site adapt: those neither the site nor spec.concurrency sets. */
+export function adaptiveConcurrency(cfg: ProviderConfig, site: Site): { perNode: boolean; perStorage: boolean } {
+  const set = (k: 'perNode' | 'perStorage') =>
+    site.concurrency?.[k] !== undefined || cfg.spec.concurrency?.[k] !== undefined;
+  return { perNode: !set('perNode'), perStorage: !set('perStorage') };
 }
 
 export function siteVmidRange(cfg: ProviderConfig, site: Site): VmidRangeT {

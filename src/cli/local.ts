@@ -7,11 +7,11 @@ import { confirmer } from './confirm.ts';
 const local = () => import('../local/commands.ts');
 const run = runCommand;
 
-/** In-flight work: Proxmox tasks every DURATION, the guest agent's first address every 2.5x that. */
+/** In-flight work: Proxmox tasks at most every DURATION, a booting guest at most every 2.5x that. */
 const taskPoll = () =>
   new Option(
     '--task-poll <duration>',
-    'how often in-flight Proxmox tasks are checked, default 2s (the guest agent: 2.5x that); shorter for a fast simulator',
+    'the longest wait between two checks of an in-flight Proxmox task, default 2s (a booting guest: 2.5x that); a task or guest is checked sooner while it is young or expected to end, see docs/architecture.md',
   ).argParser(duration);
 
 function pollArgs(ms: number | undefined): { taskPollMs?: number; agentPollMs?: number } {

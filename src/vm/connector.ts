@@ -4,6 +4,8 @@
  * one VmExternal per resource (so drift bookkeeping survives between reconciles).
  */
 import {
+  ADAPTIVE_SLOTS_MAX,
+  adaptiveConcurrency,
   cliInstallation,
   findSite,
   installationOf,
@@ -158,7 +160,11 @@ export class VmConnector implements Connector<ProxmoxVM> {
       ctx: new SiteContext({
         name: siteName,
         client,
-        limiter: new SlotLimiter({ perNode: conc.perNode, perStorage: conc.perStorage }),
+        // A limit the config leaves out adapts (limits.ts); one it sets is kept.
+        limiter: new SlotLimiter(
+          { perNode: conc.perNode, perStorage: conc.perStorage },
+          { adaptive: { ...adaptiveConcurrency(config.config, s), max: ADAPTIVE_SLOTS_MAX } },
+        ),
         vmidRange: siteVmidRange(config.config, s),
         installation: installationOf(config.config, this.opts.installation ?? cliInstallation),
         ssh,

@@ -10,6 +10,13 @@ import type { EngineHooks } from '../engine/types.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { ResourceMemory, SiteContext } from './site-cache.ts';
 
+/**
+ * The shortest wait between two reads of a node's active tasks by its watcher (task-watch.ts):
+ * one read per node serves every task there, and a task is looked at after a share of its age,
+ * so this floor only bounds the reads in a task's first fraction of a second.
+ */
+const TASK_WATCH_FLOOR_MS = 50;
+
 export interface VmClientOptions {
   hooks?: EngineHooks;
   /** How often a Ready VM's config is read again for drift (default 5 min). */
@@ -100,7 +107,7 @@ export function followTask(ctx: StepContext, r: ProxmoxVM, upid: string, expecte
   const wake = ctx.options.wake;
   if (!wake) return ctx.taskPollMs;
   const key = keyOf(r);
-  ctx.site.watchTask(upid, () => wake(key), expectedMs, Math.min(ctx.taskPollMs, 500));
+  ctx.site.watchTask(upid, () => wake(key), expectedMs, Math.min(ctx.taskPollMs, TASK_WATCH_FLOOR_MS));
   return Math.max(ctx.taskPollMs * 10, expectedMs + ctx.taskPollMs * 5);
 }
 

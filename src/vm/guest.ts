@@ -16,6 +16,7 @@ import { PermissionError } from '../proxmox/errors.ts';
 import type { AgentInterface, VmStatus } from '../proxmox/types.ts';
 import { atProvider, ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
+import { guestBooted, guestMissed, guestPollMs, guestReached, guestStopped } from './guest-timing.ts';
 import type { ObservedVm } from './lookup.ts';
 import { parseUserData } from './spec.ts';
 
@@ -50,6 +51,8 @@ export async function observeGuest(
   cfg: Record<string, string> | undefined,
   status: VmStatus | undefined,
   state: string,
+  /** A guest poll (observe.ts guestPoll): no config read, the agent is asked as the last one said. */
+  guestPoll = false,
 ): Promise<void> {
   const a = atProvider(r);
   if (state !== 'running') {
@@ -57,6 +60,7 @@ export async function observeGuest(
     delete a.ipSource;
     delete ctx.memory.uptimeMs;
     delete ctx.memory.agentAnswered;
+    guestStopped(ctx.memory);
     return;
   }
   if (status?.uptime !== undefined) {
@@ -66,13 +70,17 @@ export async function observeGuest(
     if (m.uptimeMs === undefined || up < m.uptimeMs) {
       m.boot = (m.boot ?? 0) + 1;
       delete m.agentAnswered;
+      guestBooted(ctx);
     }
     m.uptimeMs = up;
   }
-  if (!cfg) return; // a bulk-list poll: nothing changed that the addresses depend on
-  const agentOn = /^(1|enabled=1)/.test(cfg.agent ?? '');
+  if (!cfg && !guestPoll) return; // a bulk-list poll: nothing changed that the addresses depend on
+  const agentOn = cfg ? /^(1|enabled=1)/.test(cfg.agent ?? '') : ctx.memory.lastFull?.agent === true;
   const fromAgent = agentOn ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
-  if (fromAgent !== undefined) ctx.memory.agentAnswered = true;
+  if (fromAgent !== undefined) {
+    ctx.memory.agentAnswered = true;
+    guestReached(ctx, r, 'agent');
+  } else if (agentOn) guestMissed(ctx, 'agent');
   const fixed = staticAddresses(r);
   if (fromAgent?.length) {
     a.ipAddresses = fromAgent;
@@ -114,7 +122,7 @@ export async function guestGate(
     if (waited < timeout) {
       a.step = 'WaitingForAgent';
       ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for the guest agent to answer`);
-      return { step: a.step, requeueAfterMs: Math.min(ctx.options.agentPollMs ?? 5000, timeout - waited) };
+      return { step: a.step, requeueAfterMs: Math.min(guestPollMs(ctx, r, 'agent'), timeout - waited) };
     }
     a.step = 'AgentNotResponding';
     ready(
@@ -128,7 +136,7 @@ export async function guestGate(
   if (agentWanted && ctx.memory.agentAnswered && !a.ipAddresses?.length && waited < timeout) {
     a.step = 'WaitingForAgent';
     ready(r, 'True', 'Available', `VM ${vmid} is running; its guest agent answers but reports no address yet`);
-    return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
+    return { step: a.step, requeueAfterMs: guestPollMs(ctx, r, 'agent') };
   }
   if (agentWanted && ctx.memory.agentAnswered) return checkCloudInit(ctx, r, found);
   return undefined;
@@ -177,7 +185,8 @@ async function checkCloudInit(ctx: StepContext, r: ProxmoxVM, found: ObservedVm)
     if (result.kind === 'pending') {
       a.step = 'WaitingForCloudInit';
       ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for cloud-init's result in the guest`);
-      return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
+      guestMissed(ctx, 'cloudInit');
+      return { step: a.step, requeueAfterMs: guestPollMs(ctx, r, 'cloudInit') };
     }
     ctx.memory.cloudInitBoot = ctx.memory.boot;
     a.cloudInit = {
@@ -186,13 +195,15 @@ async function checkCloudInit(ctx: StepContext, r: ProxmoxVM, found: ObservedVm)
       for: userDataId(r),
       bootedAt: bootStamp(ctx),
     };
+    if (result.status === 'running') guestMissed(ctx, 'cloudInit');
+    else guestReached(ctx, r, 'cloudInit');
   }
   const c = a.cloudInit!;
   if (c.status === 'running') {
     a.step = 'WaitingForCloudInit';
     cloudInitCondition(r, 'Unknown', 'Running', 'cloud-init is still running in the guest');
     ready(r, 'True', 'Available', `VM ${vmid} is running; cloud-init is still running in the guest`);
-    return { step: a.step, requeueAfterMs: ctx.options.agentPollMs ?? 5000 };
+    return { step: a.step, requeueAfterMs: guestPollMs(ctx, r, 'cloudInit') };
   }
   if (c.status === 'error') {
     const what = c.errors?.length ? c.errors.join('; ') : 'cloud-init reported an error';

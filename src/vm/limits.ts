@@ -27,64 +27,131 @@ interface Waiter {
  * waiter it lets through, held for it (nobody takes it meanwhile) and the waiter woken, so that
  * waiting costs no requests. A grant not taken within `claimMs` (the resource went into backoff,
  * or away) passes on, and a waiter that stopped asking for `staleMs` is dropped.
+ *
+ * A disk resize (the one that completes a VM's create, or a grown disk) has its own slots per
+ * node (`resize:<node>`, perNode of them), apart from the creates': a resize is a short change of
+ * the volume's size, not a copy, and a VM whose disk was imported must not wait for the slot of
+ * every create queued after it, which would start the VMs of a phase only once its last create
+ * is done.
+ *
+ * A limit the ProviderConfig does not set adapts (AIMD, as TCP's window): it starts at the
+ * default, grows by one each time an operation that held it ended well while others waited for it,
+ * up to `adaptive.max`, and halves when one failed on contention (a storage lock that timed out:
+ * PVE waits 10 s for it, storage-lock.ts in the simulator says where). More creates at once
+ * cost nothing where the storage shares its bandwidth (a copy that ends leaves the others its
+ * share at once), and hide the gap between one create's end and the next one's start; the halving
+ * backs off where they queue on the storage's lock instead.
  */
+export type SlotOutcome = 'ok' | 'contention' | 'failed';
+
+/** Whether a failed task's exit status is contention on a storage lock (pve-common Tools.pm:264, pve-cluster Cluster.pm:628). */
+export function isLockContention(exitstatus: string | undefined): boolean {
+  return /can't lock file .* got timeout|cfs-lock '[^']*' error: got lock request timeout/.test(exitstatus ?? '');
+}
+
 export class SlotLimiter {
   private readonly held = new Map<string, Set<string>>();
   private readonly owner = new Map<string, string[]>();
   private readonly limits: { perNode: number; perStorage: number };
-  private readonly waiters: Waiter[] = [];
+  /** By holder, oldest first (a Map keeps insertion order; a waiter that asks again keeps its place). */
+  private readonly waiters = new Map<string, Waiter>();
+  /** Per slot key, how many waiters want it (what adapt asks). */
+  private readonly wanted = new Map<string, number>();
+  private lastSweep = 0;
   /** Slots taken for a woken waiter, and when: released if it does not come for them. */
   private readonly granted = new Map<string, number>();
   private seq = 0;
   private readonly now: () => number;
   private readonly claimMs: number;
   private readonly staleMs: number;
+  private readonly adaptive: { perNode: boolean; perStorage: boolean; max: number } | undefined;
+  /** The adapted limit per slot key (node:x, storage:y), where it adapts. */
+  private readonly adapted = new Map<string, number>();
   constructor(
     limits: { perNode: number; perStorage: number },
-    opts: { now?: () => number; claimMs?: number; staleMs?: number } = {},
+    opts: {
+      now?: () => number;
+      claimMs?: number;
+      staleMs?: number;
+      adaptive?: { perNode: boolean; perStorage: boolean; max: number };
+    } = {},
   ) {
     this.limits = limits;
     this.now = opts.now ?? Date.now;
     this.claimMs = opts.claimMs ?? 60_000;
     this.staleMs = opts.staleMs ?? 120_000;
+    this.adaptive = opts.adaptive;
+  }
+
+  /** The limit of a slot key now. */
+  limitOf(key: string): number {
+    const node = !key.startsWith('storage:');
+    const base = node ? this.limits.perNode : this.limits.perStorage;
+    const adapts = node ? this.adaptive?.perNode : this.adaptive?.perStorage;
+    return adapts ? (this.adapted.get(key) ?? base) : base;
+  }
+
+  /** The slot keys with an adapted limit, and their limit (for metrics and the tests). */
+  get adaptedLimits(): Record<string, number> {
+    return Object.fromEntries(this.adapted);
+  }
+
+  private adapt(key: string, outcome: SlotOutcome): void {
+    const node = !key.startsWith('storage:');
+    if (!this.adaptive || !(node ? this.adaptive.perNode : this.adaptive.perStorage)) return;
+    const limit = this.limitOf(key);
+    if (outcome === 'contention') this.adapted.set(key, Math.max(1, Math.floor(limit / 2)));
+    else if (outcome === 'ok' && limit < this.adaptive.max && (this.wanted.get(key) ?? 0) > 0)
+      this.adapted.set(key, limit + 1);
   }
 
   /** Resources waiting for a slot, oldest first. */
   get waiting(): string[] {
-    return this.waiters.map((w) => w.holder);
+    return [...this.waiters.keys()];
   }
 
   /**
    * Take a slot on every key (`node:x`, `storage:y`) or none; idempotent per holder. Refused, the
    * holder waits in the FIFO and `wake` is called once a slot was taken for it.
    */
-  tryAcquire(holder: string, node: string, storages: SlotStorage[], wake?: () => void): boolean {
+  tryAcquire(
+    holder: string,
+    node: string,
+    storages: SlotStorage[],
+    wake?: () => void,
+    opts: { resize?: boolean } = {},
+  ): boolean {
     this.expire();
     if (this.owner.has(holder)) {
       this.granted.delete(holder);
       return true;
     }
-    const keys = [`node:${node}`, ...storages.map((s) => storageKey(node, s))];
-    const mine = this.waiters.find((w) => w.holder === holder);
-    // An older waiter that these slots would let through goes first.
-    const ahead = this.waiters.some(
-      (w) =>
-        w !== mine && w.seq < (mine?.seq ?? Number.POSITIVE_INFINITY) && this.fits(w.keys) && overlaps(w.keys, keys),
-    );
-    if (this.fits(keys) && !ahead) {
+    const keys = opts.resize ? [`resize:${node}`] : [`node:${node}`, ...storages.map((s) => storageKey(node, s))];
+    const mine = this.waiters.get(holder);
+    // No older waiter can be let through by free slots: every change that frees a slot or raises a
+    // limit (release, expire) hands the free slots to the waiters first (pump), oldest first. So
+    // a slot that is free now is one no waiter can use, and taking it passes nobody.
+    if (this.fits(keys)) {
       this.take(holder, keys);
-      if (mine) this.waiters.splice(this.waiters.indexOf(mine), 1);
+      if (mine) this.unwait(mine);
       return true;
     }
     if (mine) {
+      this.count(mine.keys, -1);
       mine.keys = keys;
       mine.at = this.now();
       mine.wake = wake;
-    } else this.waiters.push({ holder, keys, seq: this.seq++, at: this.now(), wake });
+      this.count(keys, 1);
+    } else {
+      this.waiters.set(holder, { holder, keys, seq: this.seq++, at: this.now(), wake });
+      this.count(keys, 1);
+    }
     return false;
   }
 
-  release(holder: string): void {
+  /** Give `holder`'s slots back; `outcome`: how its operation ended (adapts the limits). */
+  release(holder: string, outcome?: SlotOutcome): void {
+    if (outcome) for (const k of this.owner.get(holder) ?? []) this.adapt(k, outcome);
     this.drop(holder);
     this.expire();
     this.pump();
@@ -94,14 +161,25 @@ export class SlotLimiter {
     for (const k of this.owner.get(holder) ?? []) this.held.get(k)?.delete(holder);
     this.owner.delete(holder);
     this.granted.delete(holder);
-    const i = this.waiters.findIndex((w) => w.holder === holder);
-    if (i >= 0) this.waiters.splice(i, 1);
+    const w = this.waiters.get(holder);
+    if (w) this.unwait(w);
+  }
+
+  private unwait(w: Waiter): void {
+    this.waiters.delete(w.holder);
+    this.count(w.keys, -1);
+  }
+
+  private count(keys: string[], by: number): void {
+    for (const k of keys) {
+      const n = (this.wanted.get(k) ?? 0) + by;
+      if (n > 0) this.wanted.set(k, n);
+      else this.wanted.delete(k);
+    }
   }
 
   private fits(keys: string[]): boolean {
-    return keys.every(
-      (k) => (this.held.get(k)?.size ?? 0) < (k.startsWith('node:') ? this.limits.perNode : this.limits.perStorage),
-    );
+    return keys.every((k) => (this.held.get(k)?.size ?? 0) < this.limitOf(k));
   }
 
   private take(holder: string, keys: string[]): void {
@@ -115,11 +193,11 @@ export class SlotLimiter {
 
   /** Hand freed slots to the waiters, oldest first, and wake them. */
   private pump(): void {
-    for (const w of [...this.waiters]) {
+    for (const w of [...this.waiters.values()]) {
       if (!this.fits(w.keys)) continue;
       this.take(w.holder, w.keys);
       this.granted.set(w.holder, this.now());
-      this.waiters.splice(this.waiters.indexOf(w), 1);
+      this.unwait(w);
       try {
         w.wake?.();
       } catch {
@@ -136,11 +214,11 @@ export class SlotLimiter {
         this.drop(holder);
         freed = true;
       }
-    for (const w of [...this.waiters]) if (t - w.at > this.staleMs) this.drop(w.holder);
+    // Waiters that stopped asking: looked for once a second at most (every waiter is visited).
+    if (t - this.lastSweep >= 1000) {
+      this.lastSweep = t;
+      for (const w of [...this.waiters.values()]) if (t - w.at > this.staleMs) this.drop(w.holder);
+    }
     if (freed) this.pump();
   }
-}
-
-function overlaps(a: string[], b: string[]): boolean {
-  return a.some((k) => b.includes(k));
 }

@@ -21,6 +21,7 @@ import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.
 import { followTask, type StepContext, stepContext } from './context.ts';
 import { type Change, diff } from './drift.ts';
 import { guestGate, observeGuest } from './guest.ts';
+import { isLockContention } from './limits.ts';
 import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
@@ -184,7 +185,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     const done = await taskDone(ctx, task);
     if (!done.finished) return { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } };
     delete a.task;
-    ctx.site.releaseCreate(r.metadata.uid);
+    ctx.site.releaseCreate(
+      r.metadata.uid,
+      !done.error ? 'ok' : isLockContention(done.error.message) ? 'contention' : 'failed',
+    );
     ctx.site.invalidate();
     // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
     if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) {
@@ -269,7 +273,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;
 
-  const full = needsFullObserve(ctx, r, found);
+  const guest = guestPoll(ctx, r, found);
+  const full = !guest && needsFullObserve(ctx, r, found);
   if (full) found.config = await ctx.client.vmConfig(found.node, vmid);
   const cfg = found.config?.values;
   const lock = cfg ? cfg.lock : found.entry.lock;
@@ -290,7 +295,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   }
 
   // Status.
-  const status = full ? await ctx.client.findVmStatus(found.node, vmid) : undefined;
+  const status = full || guest ? await ctx.client.findVmStatus(found.node, vmid) : undefined;
   const state = status?.status ?? found.entry.status ?? 'unknown';
   a.state = state;
   a.qmpStatus = status?.qmpstatus ?? state;
@@ -300,11 +305,12 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       generation: r.metadata.generation,
       digest: found.config!.digest,
       node: found.node,
+      agent: /^(1|enabled=1)/.test(cfg.agent ?? ''),
       ...(found.entry.name !== undefined ? { name: found.entry.name } : {}),
       ...(found.entry.tags !== undefined ? { tags: found.entry.tags } : {}),
     };
   }
-  await observeGuest(ctx, r, found, cfg, status, state);
+  await observeGuest(ctx, r, found, cfg, status, state, guest);
   if (state === 'running' && full) {
     const pending = await ctx.client.vmPending(found.node, vmid).catch(() => []);
     const keys = pending.filter((p) => p.pending !== undefined || p.delete).map((p) => p.key);
@@ -488,6 +494,26 @@ function connection(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): { connec
       ...(r.spec.forProvider.cloudInit?.user ? { user: r.spec.forProvider.cloudInit.user } : {}),
     },
   };
+}
+
+/** How long a booting guest is asked about without its config read again (guestPoll). */
+const GUEST_POLL_FULL_MS = 30_000;
+
+/**
+ * A poll of a booting guest (waiting for its agent or cloud-init): the VM's status and the agent
+ * only, not its config, pending changes and cloud-init drive, which the full observe of this
+ * generation read less than GUEST_POLL_FULL_MS ago, on a VM last seen running that the bulk list
+ * shows on the same node and unlocked. guest-timing.ts asks often while a guest is expected to answer soon.
+ */
+function guestPoll(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): boolean {
+  const last = ctx.memory.lastFull;
+  const step = r.status?.atProvider?.step;
+  if (!last || last.agent === undefined || (step !== 'WaitingForAgent' && step !== 'WaitingForCloudInit')) return false;
+  if (last.generation !== r.metadata.generation || last.node !== found.node) return false;
+  // (The VM's state as last read: the bulk list's lags a start by up to a status cycle of PVE, and
+  // the guest poll reads the status anyway.)
+  if (found.entry.lock || r.status?.atProvider?.state !== 'running') return false;
+  return ctx.site.now() - last.at < GUEST_POLL_FULL_MS;
 }
 
 function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): boolean {

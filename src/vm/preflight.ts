@@ -11,6 +11,7 @@ import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { atProvider, explain, reason, setStep } from './conditions.ts';
 import { hook, type StepContext, slotWait, slotWake } from './context.ts';
 import { findTemplate } from './lookup.ts';
+import { nodeFact } from './node-facts.ts';
 import { checkSnippetPossible, desiredSnippet, uploadSnippet } from './snippets.ts';
 import { desiredNets, diskBytes, memoryBytes, vcpus } from './spec.ts';
 
@@ -44,7 +45,7 @@ export async function preflight(
   await checkBridges(ctx, r, node);
   setStep(r, 'CheckingStorage');
   const storage = fp.storage ?? 'local-lvm';
-  const storages = await ctx.client.nodeStorages(node);
+  const storages = await nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node));
   // Creates already in flight on this storage count: their disks are not in Proxmox's numbers yet.
   const inFlight = ctx.site.storageInFlight(node, storage, r.metadata.uid);
   const entry = checkStorage(storages, storage, (diskBytes(fp) ?? 0) + inFlight, 'spec.forProvider.storage');
@@ -134,7 +135,7 @@ async function checkNodeHealth(ctx: StepContext, node: string, entry: ClusterRes
       true,
     );
   try {
-    await ctx.client.nodeStatus(node);
+    await nodeFact(ctx, 'status', node, (c) => c.nodeStatus(node));
   } catch (e) {
     if (e instanceof PveError && e.kind === 'permission') throw explain(ctx.site.name, e);
     throw reason(
@@ -147,7 +148,7 @@ async function checkNodeHealth(ctx: StepContext, node: string, entry: ClusterRes
 
 /** Step 4. */
 export async function checkBridges(ctx: StepContext, r: ProxmoxVM, node: string): Promise<void> {
-  const bridges = new Set((await ctx.client.bridges(node)).map((i) => i.iface));
+  const bridges = new Set((await nodeFact(ctx, 'bridges', node, (c) => c.bridges(node))).map((i) => i.iface));
   for (const n of desiredNets(r.spec.forProvider)) {
     if (!bridges.has(n.bridge)) {
       throw reason(
@@ -266,7 +267,7 @@ export async function resolveSource(
     const sid = fp.image.slice(0, fp.image.indexOf(':'));
     if (!storages.some((s) => s.storage === sid))
       throw reason('ImageNotFound', `image ${fp.image}: storage '${sid}' does not exist on node ${node}`);
-    const vols = await ctx.client.storageContent(node, sid);
+    const vols = await nodeFact(ctx, 'content', node, (c) => c.storageContent(node, sid), sid);
     const v = vols.find((x) => x.volid === fp.image);
     searched.push(sid);
     if (v) {
@@ -279,7 +280,7 @@ export async function resolveSource(
     for (const s of [...storages].sort((x, y) => order(x) - order(y))) {
       if (!/\b(import|iso|images)\b/.test(s.content)) continue;
       searched.push(s.storage);
-      const vols = await ctx.client.storageContent(node, s.storage);
+      const vols = await nodeFact(ctx, 'content', node, (c) => c.storageContent(node, s.storage), s.storage);
       const v = vols.find((x) => x.volid.endsWith(`/${file}`));
       if (v) {
         volid = v.volid;

@@ -1,9 +1,17 @@
 /**
  * One watcher of a site's running tasks per node, shared by every resource with a task there: it
  * reads the node's active-task list (one request, whatever the number of tasks) at a cadence that
- * follows what runs — not before the soonest task is expected to end (its duration estimated from
- * sizes), then at the resources' task poll — and wakes the resource whose task left the list at
- * once, so that its slot goes back and the next step starts without waiting out a poll interval.
+ * follows what runs, and wakes the resource whose task left the list at once, so that its slot
+ * goes back and the next step starts without waiting out a poll interval.
+ *
+ * The cadence (pollDelay) is geometric: a task is looked at again after a fixed share (GROWTH) of
+ * the time it has run so far, between a floor and the task poll. A task that ends is thus seen
+ * within that share of its duration (a 1 s start within a quarter second, a 10 min import within
+ * the task poll), for a number of reads that grows with the log of its duration, not with it.
+ * Where a task's duration was estimated from sizes (a migration, a move of a disk), the watcher
+ * learns how this site's tasks compare with their estimates (the ratio of the last read that saw
+ * them running to the estimate: a lower bound, so that the learning never makes a wake late) and,
+ * once it has, does not look before the scaled estimate.
  *
  * The watcher only wakes: whether a task ended well is still read by the resource's own observe
  * (tasks.ts), and a resource whose wake was lost (a watcher stopped, a process restarted) is still
@@ -12,17 +20,41 @@
 
 interface Watched {
   upid: string;
-  /** When the task is expected to have ended (ms, this process's clock). */
-  expectedEnd: number;
+  /** When the watch began (ms, this process's clock). */
+  since: number;
+  /** The task's estimated duration in the cluster's terms (0: none). */
+  expectedMs: number;
+  /** When a read last saw it running. */
+  seenRunning?: number;
   wake: () => void;
+}
+
+/** The share of a task's age after which it is looked at again. */
+const GROWTH = 0.25;
+
+/**
+ * How long after `now` the watcher looks at task `t` again: not before its scaled estimate (when
+ * the site's scale is known), then after GROWTH of its age, within [floorMs, maxMs].
+ */
+export function pollDelay(
+  t: { since: number; expectedMs: number },
+  now: number,
+  o: { floorMs: number; maxMs: number; scale?: number | undefined },
+): number {
+  const age = now - t.since;
+  if (o.scale !== undefined && t.expectedMs > 0) {
+    const due = t.expectedMs * o.scale - age;
+    if (due > o.floorMs) return Math.min(o.maxMs, due);
+  }
+  return Math.min(o.maxMs, Math.max(o.floorMs, age * GROWTH));
 }
 
 export interface TaskWatcherOptions {
   /** The node's running tasks (fresh, not a cache). */
   activeTasks: (node: string) => Promise<Set<string>>;
-  /** The shortest wait between two reads of a node's list (the task poll interval). */
+  /** The shortest wait between two reads of a node's list. */
   minMs: number;
-  /** The longest wait between two reads of a node's list, whatever is expected. */
+  /** The longest wait between two reads of a node's list (the task poll), whatever is expected. */
   maxMs?: number;
   now?: () => number;
 }
@@ -33,9 +65,11 @@ export class TaskWatcher {
   private stopped = false;
   /** Reads of the active-task lists made, for the benchmarks. */
   reads = 0;
+  /** Observed duration / estimated duration of this site's tasks (moving average), once known. */
+  private scale: number | undefined;
 
   constructor(opts: TaskWatcherOptions) {
-    this.o = { maxMs: 5_000, now: Date.now, ...opts };
+    this.o = { maxMs: 2_000, now: Date.now, ...opts };
   }
 
   /** Wake `wake` once `upid` (a task on its node) is no longer running; `expectedMs`: its estimated duration. */
@@ -48,7 +82,7 @@ export class TaskWatcher {
       n = { tasks: new Map(), busy: false };
       this.nodes.set(node, n);
     }
-    n.tasks.set(upid, { upid, expectedEnd: this.o.now() + Math.max(0, expectedMs), wake });
+    n.tasks.set(upid, { upid, since: this.o.now(), expectedMs: Math.max(0, expectedMs), wake });
     this.schedule(node);
   }
 
@@ -74,8 +108,8 @@ export class TaskWatcher {
       return;
     }
     const now = this.o.now();
-    const soonest = Math.min(...[...n.tasks.values()].map((t) => t.expectedEnd));
-    const wait = Math.min(this.o.maxMs, Math.max(this.o.minMs, soonest - now));
+    const opts = { floorMs: this.o.minMs, maxMs: this.o.maxMs, scale: this.scale };
+    const wait = Math.min(...[...n.tasks.values()].map((t) => pollDelay(t, now, opts)));
     n.timer = setTimeout(() => void this.poll(node), wait);
     n.timer.unref?.();
   }
@@ -88,9 +122,12 @@ export class TaskWatcher {
     try {
       this.reads++;
       const active = await this.o.activeTasks(node);
+      const now = this.o.now();
       for (const t of [...n.tasks.values()])
-        if (!active.has(t.upid)) {
+        if (active.has(t.upid)) t.seenRunning = now;
+        else {
           n.tasks.delete(t.upid);
+          this.learn(t);
           try {
             t.wake();
           } catch {
@@ -103,5 +140,12 @@ export class TaskWatcher {
       n.busy = false;
       this.schedule(node);
     }
+  }
+
+  /** The site's scale from a task seen ended. */
+  private learn(t: Watched): void {
+    if (t.expectedMs <= 0 || t.seenRunning === undefined) return;
+    const ratio = (t.seenRunning - t.since) / t.expectedMs;
+    this.scale = this.scale === undefined ? ratio : (this.scale + ratio) / 2;
   }
 }

@@ -6,7 +6,7 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { atProvider, setStep } from './conditions.ts';
-import { followTask, hook, type StepContext, slotWake } from './context.ts';
+import { followTask, hook, type StepContext, slotWait, slotWake } from './context.ts';
 import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
@@ -48,9 +48,10 @@ export async function applyChange(
       break;
     }
     case 'resize': {
-      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [], slotWake(ctx, r))) {
+      // A resize has its own slots per node, apart from the creates' (limits.ts says why).
+      if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [], slotWake(ctx, r), { resize: true })) {
         a.step = 'WaitingForSlot';
-        return { requeueAfterMs: ctx.taskPollMs };
+        return { requeueAfterMs: slotWait(ctx) };
       }
       try {
         upid = (await ctx.client.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;

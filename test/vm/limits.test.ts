@@ -57,6 +57,66 @@ describe('slot limiter', () => {
     assert.deepEqual(woken, ['b', 'c']);
   });
 
+  it('a resize has its own slots per node: it does not wait for the creates queued on the node', () => {
+    const l = new SlotLimiter({ perNode: 1, perStorage: 1 });
+    const woken: string[] = [];
+    assert.ok(l.tryAcquire('a', 'n1', ['local-lvm']));
+    for (const h of ['b', 'c'])
+      assert.equal(
+        l.tryAcquire(h, 'n1', ['local-lvm'], () => woken.push(h)),
+        false,
+      );
+    assert.ok(l.tryAcquire('x', 'n1', [], undefined, { resize: true }), 'the imported VM grows its disk at once');
+    assert.equal(
+      l.tryAcquire('y', 'n1', [], () => woken.push('y'), { resize: true }),
+      false,
+      'one resize per node',
+    );
+    assert.deepEqual(l.waiting, ['b', 'c', 'y']);
+    l.release('x');
+    assert.deepEqual(woken, ['y'], 'a freed resize slot goes to the resize waiting, not to a create');
+    l.release('a');
+    assert.deepEqual(woken, ['y', 'b']);
+  });
+
+  it('a limit the config leaves out grows while there is demand, up to its max, and halves on lock contention', () => {
+    const l = new SlotLimiter(
+      { perNode: 64, perStorage: 2 },
+      { adaptive: { perNode: false, perStorage: true, max: 4 } },
+    );
+    const key = 'storage:n1/local-lvm';
+    const running: string[] = [];
+    // Six creates want the storage; each one that ends well with others waiting raises the limit.
+    const ask = () => {
+      for (let i = 0; i < 6; i++)
+        if (l.tryAcquire(`c${i}`, 'n1', ['local-lvm'])) running.includes(`c${i}`) || running.push(`c${i}`);
+    };
+    ask();
+    assert.deepEqual(running, ['c0', 'c1'], 'it starts at the default');
+    l.release(running.shift()!, 'ok');
+    assert.equal(l.limitOf(key), 3);
+    ask();
+    assert.equal(running.length, 3);
+    l.release(running.shift()!, 'ok');
+    ask();
+    assert.equal(l.limitOf(key), 4);
+    l.release(running.shift()!, 'ok');
+    assert.equal(l.limitOf(key), 4, 'not past its max');
+    l.release(running.shift()!, 'contention');
+    assert.equal(l.limitOf(key), 2, 'halved on a lock timeout');
+    l.release(running.shift()!, 'failed');
+    assert.equal(l.limitOf(key), 2, 'another failure does not move it');
+    assert.equal(l.limitOf('node:n1'), 64, 'a limit the config sets is kept');
+    // Without waiters an ending create does not raise it: nothing asked for more.
+    const quiet = new SlotLimiter(
+      { perNode: 2, perStorage: 2 },
+      { adaptive: { perNode: true, perStorage: true, max: 8 } },
+    );
+    assert.ok(quiet.tryAcquire('a', 'n1', ['local-lvm']));
+    quiet.release('a', 'ok');
+    assert.deepEqual(quiet.adaptedLimits, {});
+  });
+
   it('a waiter that cannot go does not hold up one that can', () => {
     const l = new SlotLimiter({ perNode: 1, perStorage: 2 });
     assert.ok(l.tryAcquire('a', 'n1', [{ storage: 'ceph', shared: true }]));

@@ -1,0 +1,95 @@
+/**
+ * When to ask a booting guest again. No Proxmox API says when a guest agent starts answering or
+ * when cloud-init ends in the guest, so both are polled, per VM. A fixed interval wastes half of
+ * it on average at every milestone (the agent, then cloud-init), which for a fleet in phases adds
+ * up phase after phase. Instead:
+ *   - the first guest of a kind (its image or template) on a site is asked after a share (GROWTH)
+ *     of the time it has been up, within [floor, the agent poll]: seen within that share of its
+ *     boot, for reads that grow with the log of the boot time;
+ *   - the site learns from each boot it saw from the start (the VM was seen stopped, then running)
+ *     how long the milestone took: the last ask that missed and the first that hit bound it;
+ *   - the next guest of that kind is not asked before the learned time (the lower bound, so that
+ *     learning never makes an answer late), then as the first one.
+ * Times are this process's clock (a boot's PVE uptime is in the cluster's), and what is learned
+ * lives as long as the site's context: a restarted provider asks as the first time.
+ */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import type { StepContext } from './context.ts';
+import type { ResourceMemory, SiteContext } from './site-cache.ts';
+
+export type GuestMilestone = 'agent' | 'cloudInit';
+
+/** The share of a boot's age after which the guest is asked again. */
+const GROWTH = 0.25;
+/** The shortest wait between two asks of one guest. */
+const FLOOR_MS = 100;
+
+/** One boot of one VM, as this process follows it. */
+interface BootWatch {
+  /** This process's clock when the VM was first seen running in this boot. */
+  since: number;
+  /** Whether the boot was seen from its start (the VM was seen stopped just before). */
+  fromStart: boolean;
+  /** Per milestone: the last age at which it had not been reached; the age at which it was. */
+  missedAt: Partial<Record<GuestMilestone, number>>;
+  reachedAt: Partial<Record<GuestMilestone, number>>;
+}
+
+const boots = new WeakMap<ResourceMemory, BootWatch>();
+const stopped = new WeakSet<ResourceMemory>();
+/** Per site, per kind of guest and milestone: the learned lower bound (ms after the boot). */
+const learned = new WeakMap<SiteContext, Map<string, number>>();
+
+/** The kind of guest a VM runs, for what one boot teaches about the next. */
+function kindOf(r: ProxmoxVM): string {
+  const fp = r.spec.forProvider;
+  return fp.image ?? (fp.template ? JSON.stringify(fp.template) : (fp.templateRef?.name ?? 'vm'));
+}
+
+/** The VM is not running: its next boot is seen from its start. */
+export function guestStopped(memory: ResourceMemory): void {
+  boots.delete(memory);
+  stopped.add(memory);
+}
+
+/** A new boot was seen (the VM running, its uptime new or gone back). */
+export function guestBooted(ctx: StepContext): void {
+  const fromStart = stopped.has(ctx.memory);
+  stopped.delete(ctx.memory);
+  boots.set(ctx.memory, { since: ctx.site.now(), fromStart, missedAt: {}, reachedAt: {} });
+}
+
+/** This ask found `milestone` not reached yet. */
+export function guestMissed(ctx: StepContext, milestone: GuestMilestone): void {
+  const b = boots.get(ctx.memory);
+  if (b && b.reachedAt[milestone] === undefined) b.missedAt[milestone] = ctx.site.now() - b.since;
+}
+
+/** This ask found `milestone` reached: learned for the site's next guest of this kind. */
+export function guestReached(ctx: StepContext, r: ProxmoxVM, milestone: GuestMilestone): void {
+  const b = boots.get(ctx.memory);
+  if (!b || b.reachedAt[milestone] !== undefined) return;
+  b.reachedAt[milestone] = ctx.site.now() - b.since;
+  if (!b.fromStart) return;
+  let site = learned.get(ctx.site);
+  if (!site) {
+    site = new Map();
+    learned.set(ctx.site, site);
+  }
+  const key = `${kindOf(r)}\u0000${milestone}`;
+  const bound = b.missedAt[milestone] ?? 0;
+  const before = site.get(key);
+  site.set(key, before === undefined ? bound : (before + bound) / 2);
+}
+
+/** How long to wait before asking the guest about `milestone` again. */
+export function guestPollMs(ctx: StepContext, r: ProxmoxVM, milestone: GuestMilestone): number {
+  const cap = ctx.options.agentPollMs ?? 5000;
+  const b = boots.get(ctx.memory);
+  if (!b) return cap;
+  const floor = Math.min(cap, FLOOR_MS);
+  const age = ctx.site.now() - b.since;
+  const expected = learned.get(ctx.site)?.get(`${kindOf(r)}\u0000${milestone}`);
+  if (expected !== undefined && expected - age > floor) return Math.min(cap, expected - age);
+  return Math.min(cap, Math.max(floor, age * GROWTH));
+}
