@@ -19,14 +19,22 @@
  *     count (provider_proxmox_kube_requests_total) and its Proxmox VE requests a minute;
  *   - status writes that changed nothing: status PUTs the apiserver answered minus the status
  *     changes the bench's watch saw (a PUT that changes nothing makes no watch event).
+ *   - the controller's memory at the end (heap used, external, array buffers: prom-client's
+ *     default metrics), beside its RSS.
  * Prints one JSON object.
  *
  * Usage: node bench/kube-scale.ts [N=10000] [--changes 100] [--steady-s 120] [--settle-s 30]
- *        [--speed 1000] [--workers 8] [--poll 1m] [--admin] [-- extra controller flags]
+ *        [--speed 1000] [--workers 8] [--poll 1m] [--admin] [--keep DIR] [--cpu-prof]
+ *        [--heap-snapshot] [--node-flag F]... [--no-default-node-flags] [-- extra controller flags]
+ * `--keep DIR` writes the controller's log (and profiles) to DIR and leaves it there; `--cpu-prof`
+ * profiles the controller (written when it stops: it is stopped with SIGTERM, as a Pod is);
+ * `--heap-snapshot` takes a heap snapshot of it at the end of the steady window (SIGUSR2). The
+ * controller's Node runs with the V8 flags the tests and the image give it (support.ts
+ * CONTROLLER_NODE_FLAGS) unless `--no-default-node-flags`, plus any `--node-flag`.
  */
 import { spawn } from 'node:child_process';
-import { createWriteStream, readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { createWriteStream, readdirSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -37,6 +45,7 @@ import { startKube } from '../test/kube/harness.ts';
 import {
   API,
   applyCrds,
+  CONTROLLER_NODE_FLAGS,
   createProviderConfig,
   freePort,
   httpGet,
@@ -51,6 +60,7 @@ import {
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
+  allowNegative: true,
   options: {
     changes: { type: 'string', default: '100' },
     'steady-s': { type: 'string', default: '120' },
@@ -59,6 +69,11 @@ const { values, positionals } = parseArgs({
     workers: { type: 'string', default: '8' },
     poll: { type: 'string', default: '1m' },
     admin: { type: 'boolean', default: false },
+    keep: { type: 'string' },
+    'cpu-prof': { type: 'boolean', default: false },
+    'heap-snapshot': { type: 'boolean', default: false },
+    'node-flag': { type: 'string', multiple: true, default: [] },
+    'default-node-flags': { type: 'boolean', default: true },
   },
 });
 const N = Number(positionals[0] ?? 10_000);
@@ -131,7 +146,14 @@ function perMinute(a: Record<string, number>, b: Record<string, number>, ms: num
 }
 const total = (o: Record<string, number>) => Object.values(o).reduce((x, y) => x + y, 0);
 
-const dir = await mkdtemp(join(tmpdir(), 'bench-kube-scale-'));
+const dir = values.keep ?? (await mkdtemp(join(tmpdir(), 'bench-kube-scale-')));
+if (values.keep) await mkdir(dir, { recursive: true });
+const nodeFlags = [
+  ...(values['default-node-flags'] ? CONTROLLER_NODE_FLAGS : []),
+  ...(values['node-flag'] ?? []),
+  ...(values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : []),
+  ...(values['heap-snapshot'] ? ['--heapsnapshot-signal=SIGUSR2', `--diagnostic-dir=${dir}`] : []),
+];
 const [kube, sim] = await Promise.all([
   startKube(),
   startSimulator({
@@ -149,6 +171,7 @@ async function startController(kubeconfig: string, logFile: string, flags: strin
   const child = spawn(
     NODE,
     [
+      ...nodeFlags,
       join(ROOT, 'src/cli/main.ts'),
       'controller',
       '--kubeconfig',
@@ -175,6 +198,14 @@ async function startController(kubeconfig: string, logFile: string, flags: strin
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await exited;
   };
+  /** SIGTERM (a profile is written on a clean exit), SIGKILL after 60 s. */
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+    await exited;
+    clearTimeout(timer);
+  };
   const deadline = Date.now() + 600_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`controller exited: ${readFileSync(logFile, 'utf8').slice(-2000)}`);
@@ -185,7 +216,7 @@ async function startController(kubeconfig: string, logFile: string, flags: strin
     }
     await sleep(250);
   }
-  return { pid: child.pid!, metricsPort, kill };
+  return { pid: child.pid!, metricsPort, kill, stop, signal: (s: NodeJS.Signals) => child.kill(s) };
 }
 
 let controller: Awaited<ReturnType<typeof startController>> | undefined;
@@ -292,6 +323,22 @@ try {
   ]);
   const pid = controller.pid;
   const readyzMs = performance.now() - spawnAt;
+  const scrapeController = async () => (await httpGet(controller!.metricsPort, '/metrics')).text;
+  /** What the controller's work queue and reconciles did between two scrapes (ms: their distance). */
+  const engine = (a: string, b: string, ms: number) => {
+    const sum = (t: string, name: string) => samples(t, name).reduce((x, s) => x + s.value, 0);
+    const d = (name: string) => sum(b, name) - sum(a, name);
+    const mean = (name: string) => Math.round((1000 * d(`${name}_sum`)) / Math.max(1, d(`${name}_count`)));
+    return {
+      reconcilesPerSecond: Math.round((1000 * d('provider_proxmox_reconciles_total')) / ms),
+      meanQueueWaitMs: mean('provider_proxmox_workqueue_latency_seconds'),
+      meanReconcileMs: mean('provider_proxmox_reconcile_duration_seconds'),
+      meanPveRequestMs: mean('provider_proxmox_pve_request_duration_seconds'),
+      queueDepthAtEnd: sum(b, 'provider_proxmox_workqueue_depth'),
+    };
+  };
+
+  const startup0 = { text: await scrapeController(), at: performance.now() };
   const rssSamples: number[] = [];
   const procStatus = (field: string) => {
     try {
@@ -308,6 +355,7 @@ try {
     clearInterval(progress),
   );
   const startupMs = performance.now() - spawnAt;
+  const startupEngine = engine(startup0.text, await scrapeController(), performance.now() - startup0.at);
   const startupRequests = perMinute(
     beforeStart,
     sumBy(await scrapeApiserver(), 'apiserver_request_total', byVerb),
@@ -315,6 +363,7 @@ try {
   );
 
   // Changes: one every 100 ms, each on another resource, each timed until its status echoes it.
+  const changes0 = { text: await scrapeController(), at: performance.now() };
   const latencies: number[] = [];
   const pending: Array<Promise<void>> = [];
   for (let c = 0; c < CHANGES; c++) {
@@ -333,10 +382,10 @@ try {
     await sleep(100);
   }
   await Promise.all(pending);
+  const changesEngine = engine(changes0.text, await scrapeController(), performance.now() - changes0.at);
 
   // Steady state.
   await sleep(SETTLE_MS);
-  const scrapeController = async () => (await httpGet(controller!.metricsPort, '/metrics')).text;
   const statusPuts = (l: Record<string, string>) =>
     l.verb === 'PUT' && l.subresource === 'status' && l.resource === 'proxmoxvms' && l.code === '200' ? 'n' : undefined;
   const [a0, c0] = [await scrapeApiserver(), await scrapeController()];
@@ -367,6 +416,18 @@ try {
     (sumBy(a1, 'apiserver_request_total', statusPuts).n ?? 0) -
     (sumBy(a0, 'apiserver_request_total', statusPuts).n ?? 0);
   const skipped = sumBy(c1, 'provider_proxmox_kube_status_writes_total', (l) => l.result);
+  const mb = (name: string) => Math.round((samples(c1, name)[0]?.value ?? Number.NaN) / 2 ** 20);
+  // Before a heap snapshot, which takes memory of its own.
+  const peakRss = procStatus('VmHWM');
+  if (values['heap-snapshot']) {
+    const before = new Set(await readdir(dir));
+    controller.signal('SIGUSR2');
+    await until(
+      'heap snapshot written',
+      () => readdirSync(dir).some((f) => f.endsWith('.heapsnapshot') && !before.has(f)),
+      300_000,
+    );
+  }
   const ready = [...informer.cache.values()].filter((o) =>
     o.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'),
   ).length;
@@ -381,6 +442,7 @@ try {
           workers: Number(values.workers),
           poll: values.poll,
           credentials: values.admin ? 'admin' : 'deploy/ ServiceAccount',
+          nodeFlags,
           extraFlags: extra,
         },
         createMs: Math.round(createMs),
@@ -388,21 +450,31 @@ try {
         startupToAllObservedMs: Math.round(startupMs),
         // Every apiserver request from the spawn to all observed (the bench's own watch included).
         startupRequests: { total: total(startupRequests), byVerb: startupRequests },
+        startupEngine,
         readyAtEnd: ready,
-        peakRssMb: Math.round(procStatus('VmHWM')),
+        peakRssMb: Math.round(peakRss),
         rssMb: { p50: Math.round(quantile(rssSamples, 0.5)), max: Math.round(Math.max(...rssSamples)) },
+        // At the end of the steady window, from the controller's own /metrics.
+        memoryMbAtEnd: {
+          rss: mb('provider_proxmox_process_resident_memory_bytes'),
+          heapUsed: mb('provider_proxmox_nodejs_heap_size_used_bytes'),
+          heapTotal: mb('provider_proxmox_nodejs_heap_size_total_bytes'),
+          external: mb('provider_proxmox_nodejs_external_memory_bytes'),
+        },
         changeToStatusMs: {
           changes: latencies.length,
           p50: Math.round(quantile(latencies, 0.5)),
           p99: Math.round(quantile(latencies, 0.99)),
           max: Math.round(Math.max(...latencies)),
           inOrder: latencies.map(Math.round),
+          engine: changesEngine,
         },
         steadyState: {
           windowS: Math.round(windowMs / 1000),
           apiserverRequestsPerMinute: { total: total(apiserver), byVerb: apiserver },
           controllerKubeRequestsPerMinute: { total: total(ctlKube), byVerb: ctlKube },
           pveRequestsPerMinute: pve.all ?? 0,
+          engine: engine(c0, c1, windowMs),
           statusWritesAnswered: puts,
           statusChangesSeen: events1 - events0,
           statusWritesThatChangedNothing: Math.max(0, puts - (events1 - events0)),
@@ -417,8 +489,9 @@ try {
   await informer.stop();
   admin.close();
 } finally {
+  if (values['cpu-prof']) await controller?.stop();
   await controller?.kill();
   await sim.close();
   await kube.stop().catch(() => {});
-  await rm(dir, { recursive: true, force: true });
+  if (!values.keep) await rm(dir, { recursive: true, force: true });
 }

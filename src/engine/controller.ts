@@ -1,12 +1,18 @@
 /**
  * Runs a reconciler over a store: a watch feeds the work queue, N workers reconcile, results
  * become requeues (poll interval, in-flight work) or per-item backoff. Bounded concurrency.
+ *
+ * Priorities (workqueue.ts): a change the watch saw, a wake, work in flight and retries go ahead
+ * of the first list, periodic polls and resyncs, as controller-runtime's priority queue puts
+ * edge-triggered work ahead of level-triggered work. Polls are spread with jitter (crossplane-
+ * runtime's WithPollJitterHook: the interval plus a random duration in [-jitter, +jitter]), so
+ * resources observed together do not come back together forever.
  */
 
 import type { ManagedReconciler, ReconcileResult } from './reconciler.ts';
 import { keyOf, type Managed } from './resource.ts';
 import { ReconcileAborted, type ResourceStore } from './types.ts';
-import { type BackoffOptions, type QueueClock, WorkQueue } from './workqueue.ts';
+import { type BackoffOptions, PRIORITY_EVENT, PRIORITY_LOW, type QueueClock, WorkQueue } from './workqueue.ts';
 
 export interface ControllerOptions {
   /** Concurrent reconciles. Default 4. */
@@ -16,6 +22,13 @@ export interface ControllerOptions {
   random?: () => number;
   /** Called after each reconcile with its result and the key's consecutive failures. */
   onResult?: (key: string, result: ReconcileResult, failures: number) => void;
+  /** A poll's jitter, as a fraction of its interval (default 0; 0.1: 1m polls come back after 54-66 s). */
+  pollJitter?: number;
+  /**
+   * The priority of the first list (default PRIORITY_EVENT: `apply` was asked to do all of it;
+   * the Kubernetes controller, which starts over a cluster's whole fleet, says PRIORITY_LOW).
+   */
+  listPriority?: number;
 }
 
 export class Controller<R extends Managed = Managed> {
@@ -24,6 +37,9 @@ export class Controller<R extends Managed = Managed> {
   private readonly reconciler: ManagedReconciler<R>;
   private readonly workers: number;
   private readonly onResult: ControllerOptions['onResult'];
+  private readonly pollJitter: number;
+  private readonly listPriority: number;
+  private readonly random: () => number;
   private unwatch: (() => void) | undefined;
   private running: Promise<void>[] = [];
   private stopped = false;
@@ -35,6 +51,9 @@ export class Controller<R extends Managed = Managed> {
     this.reconciler = reconciler;
     this.workers = opts.workers ?? 4;
     this.onResult = opts.onResult;
+    this.pollJitter = Math.min(1, Math.max(0, opts.pollJitter ?? 0));
+    this.listPriority = opts.listPriority ?? PRIORITY_EVENT;
+    this.random = opts.random ?? Math.random;
     this.queue = new WorkQueue({
       ...(opts.backoff ? { backoff: opts.backoff } : {}),
       ...(opts.clock ? { clock: opts.clock } : {}),
@@ -43,9 +62,19 @@ export class Controller<R extends Managed = Managed> {
   }
 
   async start(): Promise<void> {
-    this.unwatch = this.store.watch((key) => this.queue.add(key));
-    for (const r of await this.store.list()) this.queue.add(keyOf(r));
+    this.unwatch = this.store.watch((key) => this.queue.add(key, PRIORITY_EVENT));
+    // At PRIORITY_LOW, a change seen meanwhile goes ahead of the first list.
+    for (const r of await this.store.list()) this.queue.add(keyOf(r), this.listPriority);
     for (let i = 0; i < this.workers; i++) this.running.push(this.worker());
+  }
+
+  /**
+   * Reconcile every one of `keys` again, behind any change (the runtime's periodic resync: it
+   * bounds how long a resource can go without a reconcile should a requeue ever be lost).
+   */
+  resync(keys: Iterable<string>): void {
+    if (this.stopped) return;
+    for (const key of keys) this.queue.add(key, PRIORITY_LOW);
   }
 
   private async worker(): Promise<void> {
@@ -82,14 +111,23 @@ export class Controller<R extends Managed = Managed> {
         break;
       case 'requeueAfter':
         // Success resets the backoff; progress (work in flight) is not success yet.
-        if (!result.progress) this.queue.forget(key);
-        this.queue.addAfter(key, result.ms);
+        if (result.progress) this.queue.addAfter(key, result.ms, PRIORITY_EVENT);
+        else {
+          // Without work in flight, a requeue is the next poll.
+          this.queue.forget(key);
+          this.queue.addAfter(key, this.jittered(result.ms), PRIORITY_LOW);
+        }
         break;
       case 'rateLimited':
-        this.queue.addRateLimited(key, result.schedule, result.permanent);
+        this.queue.addRateLimited(key, result.schedule, result.permanent, PRIORITY_EVENT);
         break;
     }
     this.onResult?.(key, result, this.queue.backoff.failuresOf(key));
+  }
+
+  /** A poll interval plus a random duration in [-jitter, +jitter] of it. */
+  private jittered(ms: number): number {
+    return Math.round(ms * (1 + this.pollJitter * (2 * this.random() - 1)));
   }
 
   /**
@@ -97,7 +135,7 @@ export class Controller<R extends Managed = Managed> {
    * a concurrency slot was taken for it), so that it need not poll for it.
    */
   wake(key: string): void {
-    if (!this.stopped) this.queue.add(key);
+    if (!this.stopped) this.queue.add(key, PRIORITY_EVENT);
   }
 
   /**

@@ -5,8 +5,18 @@
  * - `addAfter` keeps the earliest of several pending times for a key;
  * - `addRateLimited` waits the key's per-item exponential backoff (with jitter, capped);
  *   `forget` resets it.
+ * Plus controller-runtime's priorities (pkg/controller/priorityqueue, v0.20): a key is handed out
+ * by priority, then first in first out; a key queued again takes the higher of its priorities (and,
+ * delayed, the earlier of its times). The controller queues changes seen by the watch at
+ * PRIORITY_EVENT and the periodic polls, the first list and the resync at PRIORITY_LOW, so that a
+ * change to one resource never waits behind a poll round of ten thousand.
  * Time comes from an injectable clock so tests need no sleeps.
  */
+
+/** A change seen by the watch, a wake, work in flight, a retry: handed out first. */
+export const PRIORITY_EVENT = 0;
+/** A periodic poll, the first list, a resync (controller-runtime's `LowPriority`). */
+export const PRIORITY_LOW = -100;
 
 /** The longest delay a timer can hold (setTimeout overflows past 2^31-1 ms and fires at once). */
 export const MAX_DELAY_MS = 2 ** 31 - 1;
@@ -77,11 +87,41 @@ export class ItemBackoff {
   }
 }
 
+/**
+ * First in, first out, with O(1) removal from the front (Array.shift is O(n) on a large array) and
+ * entries that can go stale: a key moved to a higher priority leaves its old entry behind, which
+ * `get` skips (its sequence number is no longer the key's).
+ */
+class Fifo {
+  private items: Array<{ key: string; seq: number }> = [];
+  private head = 0;
+  push(key: string, seq: number): void {
+    this.items.push({ key, seq });
+  }
+  shift(): { key: string; seq: number } | undefined {
+    if (this.head >= this.items.length) return undefined;
+    const e = this.items[this.head++];
+    // Compact once the consumed front is large and most of the array.
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return e;
+  }
+}
+
 export class WorkQueue {
-  private readonly queue: string[] = [];
+  /** One FIFO per priority, and the priorities in use, highest first. */
+  private readonly fifos = new Map<number, Fifo>();
+  private priorities: number[] = [];
+  /** Keys queued (dirty, not processing) -> their live entry: its sequence number and priority. */
+  private readonly queued = new Map<string, { seq: number; priority: number }>();
+  private seq = 0;
   private readonly dirty = new Set<string>();
+  /** The priority a dirty key is to be queued with (a key added while it is processed). */
+  private readonly dirtyPriority = new Map<string, number>();
   private readonly processing = new Set<string>();
-  private readonly waiting = new Map<string, { at: number; timer: { cancel(): void } }>();
+  private readonly waiting = new Map<string, { at: number; priority: number; timer: { cancel(): void } }>();
   private readonly waiters: Array<(key: string | undefined) => void> = [];
   private shuttingDown = false;
   readonly backoff: ItemBackoff;
@@ -95,44 +135,82 @@ export class WorkQueue {
     this.backoff = new ItemBackoff(opts.backoff, opts.random);
   }
 
+  /** Keys waiting for a worker. */
   get length(): number {
-    return this.queue.length;
+    return this.queued.size;
+  }
+  /** Keys waiting for a worker at `priority` or higher. */
+  lengthAt(priority: number): number {
+    let n = 0;
+    for (const e of this.queued.values()) if (e.priority >= priority) n++;
+    return n;
   }
   get pendingDelayed(): number {
     return this.waiting.size;
   }
 
-  add(key: string): void {
-    if (this.shuttingDown || this.dirty.has(key)) return;
-    this.dirty.add(key);
-    this.addedAt.set(key, this.clock.now());
-    if (this.processing.has(key)) return;
+  private enqueue(key: string, priority: number): void {
     const w = this.waiters.shift();
-    if (w) w(key);
-    else this.queue.push(key);
+    if (w) {
+      this.queued.delete(key);
+      return w(key);
+    }
+    let fifo = this.fifos.get(priority);
+    if (!fifo) {
+      fifo = new Fifo();
+      this.fifos.set(priority, fifo);
+      this.priorities = [...this.fifos.keys()].sort((a, b) => b - a);
+    }
+    const seq = ++this.seq;
+    fifo.push(key, seq);
+    this.queued.set(key, { seq, priority });
   }
 
-  /** Add after a delay; of several pending delays for one key the earliest wins. */
-  addAfter(key: string, delay: number): void {
+  /** Queue `key` (once: a key already queued keeps its place, or moves up to a higher priority). */
+  add(key: string, priority = PRIORITY_EVENT): void {
     if (this.shuttingDown) return;
-    if (!(delay > 0)) return this.add(key);
+    if (this.dirty.has(key)) {
+      if (priority <= (this.dirtyPriority.get(key) ?? priority)) return;
+      this.dirtyPriority.set(key, priority);
+      // Queued at a lower priority: queued again at this one (the old entry is skipped by get).
+      if (this.queued.has(key)) this.enqueue(key, priority);
+      return;
+    }
+    this.dirty.add(key);
+    this.dirtyPriority.set(key, priority);
+    this.addedAt.set(key, this.clock.now());
+    if (this.processing.has(key)) return;
+    this.enqueue(key, priority);
+  }
+
+  /**
+   * Add after a delay; of several pending delays for one key the earliest wins, and the higher
+   * priority (a later request at a higher priority raises the pending one's).
+   */
+  addAfter(key: string, delay: number, priority = PRIORITY_EVENT): void {
+    if (this.shuttingDown) return;
+    if (!(delay > 0)) return this.add(key, priority);
     // A timer cannot hold more: setTimeout would fire at once (a hot loop) instead of much later.
     const ms = Math.min(delay, MAX_DELAY_MS);
     const at = this.clock.now() + ms;
     const existing = this.waiting.get(key);
-    if (existing && existing.at <= at) return;
+    if (existing && existing.at <= at) {
+      existing.priority = Math.max(existing.priority, priority);
+      return;
+    }
     existing?.timer.cancel();
-    const timer = this.clock.setTimeout(() => {
+    const entry = { at, priority: Math.max(priority, existing?.priority ?? priority), timer: { cancel() {} } };
+    entry.timer = this.clock.setTimeout(() => {
       this.waiting.delete(key);
-      this.add(key);
+      this.add(key, entry.priority);
     }, ms);
-    this.waiting.set(key, { at, timer });
+    this.waiting.set(key, entry);
   }
 
   /** Add after the key's next backoff delay; returns the delay. */
-  addRateLimited(key: string, schedule?: number[], permanent = false): number {
+  addRateLimited(key: string, schedule?: number[], permanent = false, priority = PRIORITY_EVENT): number {
     const d = this.backoff.when(key, schedule, permanent);
-    this.addAfter(key, d);
+    this.addAfter(key, d, priority);
     return d;
   }
 
@@ -140,9 +218,22 @@ export class WorkQueue {
     this.backoff.forget(key);
   }
 
+  /** The next live entry: highest priority first, first in first out within one. */
+  private next(): string | undefined {
+    for (const p of this.priorities) {
+      const fifo = this.fifos.get(p)!;
+      for (let e = fifo.shift(); e; e = fifo.shift()) {
+        if (this.queued.get(e.key)?.seq !== e.seq) continue; // moved up, or taken already
+        this.queued.delete(e.key);
+        return e.key;
+      }
+    }
+    return undefined;
+  }
+
   /** Next key to process (waits for one); undefined once shut down and drained. */
   get(): Promise<string | undefined> {
-    const key = this.queue.shift();
+    const key = this.next();
     if (key !== undefined) return Promise.resolve(this.take(key));
     if (this.shuttingDown) return Promise.resolve(undefined);
     return new Promise((resolve) => this.waiters.push((k) => resolve(k === undefined ? undefined : this.take(k))));
@@ -151,6 +242,7 @@ export class WorkQueue {
   private take(key: string): string {
     this.processing.add(key);
     this.dirty.delete(key);
+    this.dirtyPriority.delete(key);
     const added = this.addedAt.get(key);
     if (added !== undefined) {
       this.onLatency?.(this.clock.now() - added);
@@ -161,11 +253,7 @@ export class WorkQueue {
 
   done(key: string): void {
     this.processing.delete(key);
-    if (this.dirty.has(key)) {
-      const w = this.waiters.shift();
-      if (w) w(key);
-      else this.queue.push(key);
-    }
+    if (this.dirty.has(key)) this.enqueue(key, this.dirtyPriority.get(key) ?? PRIORITY_EVENT);
   }
 
   isProcessing(key: string): boolean {

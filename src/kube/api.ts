@@ -8,8 +8,8 @@
  */
 import http from 'node:http';
 import https from 'node:https';
-import { KubeConfig } from '@kubernetes/client-node';
 import { ConflictError } from '../engine/types.ts';
+import { KubeConfig } from './client-node.ts';
 import { type AppliedCredentials, defaultKubeconfigFiles, KubeCredentials, withTokenFiles } from './credentials.ts';
 import { DEFAULT_KUBE_BURST, DEFAULT_KUBE_QPS, TokenBucket } from './ratelimit.ts';
 

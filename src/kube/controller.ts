@@ -18,6 +18,7 @@ import type { ProxmoxVMScaleSet } from '../api/scaleset.ts';
 import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler } from '../engine/reconciler.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
+import { PRIORITY_LOW } from '../engine/workqueue.ts';
 import { collect, knownResources, scanSite } from '../fleet/gc.ts';
 import { type Catalog, templateOnNode } from '../image/references.ts';
 import { ImageRuntime } from '../image/runtime.ts';
@@ -38,6 +39,12 @@ import {
 import { EventRecorder, KubeStore } from './store.ts';
 
 export { SCALESET_FINALIZER } from '../scaleset/controller.ts';
+
+/**
+ * A poll's jitter, a fraction of the interval: resources observed together (a start, a rollout)
+ * come back spread over +-10 % of it, and spread further each round.
+ */
+const POLL_JITTER = 0.1;
 
 /** Engine steps (EngineHooks) and the event crossplane-runtime records for each. */
 const CROSSPLANE_EVENTS: Record<string, { type: 'Normal' | 'Warning'; reason: string; message: string }> = {
@@ -79,6 +86,8 @@ export interface ControllerOptions {
   metricsPort?: number;
   healthHost?: string;
   orphanScanMs?: number;
+  /** How often every ProxmoxVM is reconciled again, behind any change (default 1 h, Crossplane's `--sync`). */
+  resyncMs?: number;
   deleteOrphans?: boolean;
   /**
    * The installation of configs without `spec.installation` (written into every VM's marker; the
@@ -98,6 +107,23 @@ export interface ControllerOptions {
 }
 
 type Obj = KubeObject & Record<string, unknown>;
+
+/** What the controller reads of a ProviderConfigUsage: whose it is and which config it names. */
+function usageEssentials(u: Obj): Obj {
+  const m = u.metadata;
+  return {
+    ...(u.apiVersion ? { apiVersion: u.apiVersion } : {}),
+    ...(u.kind ? { kind: u.kind } : {}),
+    metadata: {
+      name: m.name,
+      ...(m.namespace !== undefined ? { namespace: m.namespace } : {}),
+      ...(m.uid !== undefined ? { uid: m.uid } : {}),
+      ...(m.resourceVersion !== undefined ? { resourceVersion: m.resourceVersion } : {}),
+    },
+    ...(u.providerConfigRef !== undefined ? { providerConfigRef: u.providerConfigRef } : {}),
+    ...(u.resourceRef !== undefined ? { resourceRef: u.resourceRef } : {}),
+  };
+}
 
 export class ProviderController {
   readonly o: ControllerOptions;
@@ -139,11 +165,15 @@ export class ProviderController {
     this.metrics = o.metrics ?? new Metrics();
     const log = (msg: string, fields?: Record<string, unknown>) => o.log?.('warn', msg, fields);
     const path = (plural: string) => collectionPath(GROUP, VERSION, plural);
-    this.vms = new Informer<ProxmoxVM>(this.api, path('proxmoxvms'), { log });
+    // No informer resync for ProxmoxVMs: the controller resyncs them itself, behind any change
+    // (startLeading), where the informer's would reach the work queue as changes.
+    this.vms = new Informer<ProxmoxVM>(this.api, path('proxmoxvms'), { log, resyncMs: 0 });
     this.sets = new Informer<ProxmoxVMScaleSet>(this.api, path('proxmoxvmscalesets'), { log });
     this.pcs = new Informer<Obj>(this.api, path('providerconfigs'), { log });
     this.cpcs = new Informer<Obj>(this.api, path('clusterproviderconfigs'), { log });
-    this.usages = new Informer<Obj>(this.api, path('providerconfigusages'), { log });
+    // One usage per resource, only read (UsageTracker writes new bodies): the cache keeps what the
+    // in-use accounting reads, not the owner references and labels of ten thousand objects.
+    this.usages = new Informer<Obj>(this.api, path('providerconfigusages'), { log, transform: usageEssentials });
     this.images = new Informer<ProxmoxImage>(this.api, path('proxmoximages'), { log });
     this.templates = new Informer<ProxmoxTemplate>(this.api, path('proxmoxtemplates'), { log });
     this.catalog = {
@@ -345,6 +375,9 @@ export class ProviderController {
     this.controller = new Controller(this.store, reconciler, {
       workers: o.workers ?? 8,
       ...(o.backoff ? { backoff: o.backoff } : {}),
+      // A cluster's whole fleet is listed at start and polled every interval: changes go first.
+      listPriority: PRIORITY_LOW,
+      pollJitter: POLL_JITTER,
     });
     this.controller.queue.onLatency = (ms) => this.metrics.queueLatency.observe({ kind: 'ProxmoxVM' }, ms / 1000);
     void this.controller.start();
@@ -412,7 +445,10 @@ export class ProviderController {
     this.schedulePcSync();
     const gauges = setInterval(() => this.updateGauges(), 15_000);
     gauges.unref();
-    this.timers.push(gauges);
+    // The informer's resync, as a safety net should a requeue ever be lost (Crossplane's --sync).
+    const resync = setInterval(() => this.controller?.resync(this.vms.cache.keys()), o.resyncMs ?? 3_600_000);
+    resync.unref();
+    this.timers.push(gauges, resync);
     const scanEvery = o.orphanScanMs ?? 3_600_000;
     if (scanEvery > 0) {
       const first = setTimeout(() => void this.orphanScan(), Math.min(30_000, scanEvery));

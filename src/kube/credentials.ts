@@ -17,8 +17,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import type https from 'node:https';
 import { homedir } from 'node:os';
 import { delimiter, dirname, isAbsolute, join } from 'node:path';
-import { KubeConfig, type User } from '@kubernetes/client-node';
 import { parse } from 'yaml';
+import { KubeConfig, type User } from './client-node.ts';
 
 /** The TLS material and headers for one request, and which credentials they were. */
 export interface AppliedCredentials {

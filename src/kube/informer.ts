@@ -12,7 +12,8 @@
  * - `metadata.managedFields` is dropped from every cached object (controller-runtime's
  *   TransformStripManagedFields): nothing here reads it, and it is the larger part of a small
  *   object. A PUT of a cached copy is safe without it: the apiserver keeps the live object's
- *   managedFields when an update carries none.
+ *   managedFields when an update carries none. A `transform` (client-go's SetTransform) can
+ *   keep less still of objects that are only read, never written back.
  *
  * Safe start: a list answered 404 means the resource is not served (its CRD is not installed).
  * The informer then counts as settled but `absent`, so that the controller starts with the kinds
@@ -36,7 +37,7 @@ export type InformerHandler<T> = (
   resync?: boolean,
 ) => void;
 
-export interface InformerOptions {
+export interface InformerOptions<T = KubeObject> {
   /** How often the cached objects are handed to the handlers again (default 1 h, Crossplane's `--sync`; 0: never). */
   resyncMs?: number;
   /** Objects per list page (default 500, client-go's pager; 0: one unpaginated list). */
@@ -50,6 +51,11 @@ export interface InformerOptions {
   labelSelector?: string;
   /** Keep `metadata.managedFields` in the cache (default: dropped). */
   keepManagedFields?: boolean;
+  /**
+   * What the cache keeps of each object (after managedFields are dropped), as client-go's
+   * SetTransform: only for objects nobody writes back from the cache.
+   */
+  transform?: (o: T) => T;
   /** How often to look again for a resource that is not served (404: CRD missing). Default 5 s. */
   absentRetryMs?: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
@@ -64,9 +70,9 @@ export class Informer<T extends KubeObject> {
   private readonly api: KubeApi;
   private readonly path: string;
   private readonly o: Required<
-    Omit<InformerOptions, 'labelSelector' | 'log' | 'watchTimeoutSeconds' | 'keepManagedFields'>
+    Omit<InformerOptions<T>, 'labelSelector' | 'log' | 'watchTimeoutSeconds' | 'keepManagedFields' | 'transform'>
   > &
-    InformerOptions;
+    InformerOptions<T>;
   private readonly handlers = new Set<InformerHandler<T>>();
   private rv = '';
   private stopped = false;
@@ -98,7 +104,7 @@ export class Informer<T extends KubeObject> {
   private rvFromBookmark = false;
   private resyncTimer: NodeJS.Timeout | undefined;
 
-  constructor(api: KubeApi, path: string, opts: InformerOptions = {}) {
+  constructor(api: KubeApi, path: string, opts: InformerOptions<T> = {}) {
     this.api = api;
     this.path = path;
     this.o = {
@@ -177,7 +183,7 @@ export class Informer<T extends KubeObject> {
   /** `o` as the cache keeps it (without managedFields); writers that cache their answers use it too. */
   trim(o: T): T {
     if (!this.o.keepManagedFields && o.metadata) delete (o.metadata as { managedFields?: unknown }).managedFields;
-    return o;
+    return this.o.transform && o.metadata ? this.o.transform(o) : o;
   }
 
   /** Every page of the collection at one resourceVersion (a continue token keeps the first page's snapshot). */

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Controller } from '../../src/engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../../src/engine/reconciler.ts';
-import { CREATE_FAILURE_SCHEDULE_MS } from '../../src/engine/workqueue.ts';
+import { CREATE_FAILURE_SCHEDULE_MS, PRIORITY_EVENT, PRIORITY_LOW } from '../../src/engine/workqueue.ts';
 import { MemoryStore } from '../../src/local/store.ts';
 import { FakeClock, flush } from '../helpers/fake-clock.ts';
 import { ExternalSystem, ScriptedConnector, type TestVM, testVM } from '../helpers/scripted-external.ts';
@@ -316,6 +316,131 @@ describe('Controller', () => {
     await flush();
     assert.equal(store.listSync().length, 0);
     assert.equal(sys.objects.size, 0);
+    await c.stop();
+  });
+});
+
+describe('Controller: priorities and poll jitter (issue 17)', () => {
+  it('with listPriority LOW, a change the watch sees goes ahead of the first list', async () => {
+    const store = withVMs(50);
+    const rec = new GatedReconciler();
+    const c = new Controller(store, asReconciler(rec), {
+      workers: 1,
+      clock: new FakeClock(),
+      listPriority: PRIORITY_LOW,
+    });
+    await c.start();
+    await flush();
+    assert.deepEqual(rec.keys(), ['default/vm0'], 'the one worker took the first of the list');
+    store.apply(testVM('vm42', { cpu: 8 })); // a user's edit while 49 list items wait
+    rec.finish('default/vm0');
+    await flush();
+    assert.deepEqual(rec.keys(), ['default/vm42'], 'the edited resource is next, not 50th');
+    rec.finish('default/vm42');
+    await flush();
+    assert.deepEqual(rec.keys(), ['default/vm1']);
+    for (let i = 0; i < 60 && rec.keys().length; i++) {
+      rec.finish(rec.keys()[0]!);
+      await flush();
+    }
+    assert.equal(rec.calls.length, 50, 'every key once: the edited one was raised, not queued twice');
+    await c.stop();
+  });
+
+  it('a poll comes back at PRIORITY_LOW: work in flight and retries due at the same moment go first', async () => {
+    const clock = new FakeClock();
+    const store = withVMs(4);
+    const rec = new GatedReconciler();
+    const c = new Controller(store, asReconciler(rec), { workers: 1, clock, random: () => 0.5, pollJitter: 0.1 });
+    await c.start();
+    await flush();
+    const next = async (result: ReconcileResult) => {
+      rec.finish(rec.keys()[0]!, result);
+      await flush();
+    };
+    await next({ kind: 'requeueAfter', ms: 60_000 }); // vm0: a poll
+    await next({ kind: 'requeueAfter', ms: 60_000, progress: true }); // vm1: a task in flight
+    await next({ kind: 'rateLimited', schedule: [60_000] }); // vm2: a retry
+    assert.deepEqual(rec.keys(), ['default/vm3']);
+    clock.advance(60_000); // all three due while the one worker is busy
+    assert.equal(c.queue.length, 3);
+    assert.equal(c.queue.lengthAt(PRIORITY_EVENT), 2);
+    const order: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      await next({ kind: 'done' });
+      order.push(...rec.keys());
+    }
+    assert.deepEqual(order, ['default/vm1', 'default/vm2', 'default/vm0']);
+    await c.stop();
+  });
+
+  it('a poll is jittered within [-pollJitter, +pollJitter] of its interval (crossplane-runtime WithPollJitterHook)', async () => {
+    for (const [random, due] of [
+      [0, 54_000],
+      [0.5, 60_000],
+      [0.999_999, 66_000],
+    ] as const) {
+      const clock = new FakeClock();
+      const store = withVMs(1);
+      const rec = new ScriptedResults();
+      rec.script.set('default/vm0', [{ kind: 'requeueAfter', ms: 60_000 }]);
+      const c = new Controller(store, asReconciler(rec), { workers: 1, clock, random: () => random, pollJitter: 0.1 });
+      await c.start();
+      await flush();
+      clock.advance(due - 1);
+      await flush();
+      assert.equal(rec.calls.length, 1, `random ${random}: not before ${due} ms`);
+      clock.advance(1);
+      await flush();
+      assert.equal(rec.calls.length, 2, `random ${random}: at ${due} ms`);
+      await c.stop();
+    }
+  });
+
+  it('without pollJitter (the default: the local runtime) a poll comes back at its interval exactly', async () => {
+    const clock = new FakeClock();
+    const store = withVMs(1);
+    const rec = new ScriptedResults();
+    rec.script.set('default/vm0', [{ kind: 'requeueAfter', ms: 60_000 }]);
+    const c = new Controller(store, asReconciler(rec), { workers: 1, clock, random: () => 0 });
+    await c.start();
+    await flush();
+    clock.advance(59_999);
+    await flush();
+    assert.equal(rec.calls.length, 1);
+    clock.advance(1);
+    await flush();
+    assert.equal(rec.calls.length, 2);
+    await c.stop();
+  });
+
+  it('resync() queues every key behind any change', async () => {
+    const store = withVMs(3);
+    const rec = new GatedReconciler();
+    const c = new Controller(store, asReconciler(rec), { workers: 1, clock: new FakeClock() });
+    await c.start();
+    await flush();
+    for (let i = 0; i < 3; i++) {
+      rec.finish(rec.keys()[0]!);
+      await flush();
+    }
+    c.wake('default/vm2');
+    await flush();
+    assert.deepEqual(rec.keys(), ['default/vm2']);
+    c.resync(['default/vm0', 'default/vm1', 'default/vm2']);
+    c.wake('default/vm1'); // a change after the resync was queued still goes first
+    rec.finish('default/vm2');
+    await flush();
+    assert.deepEqual(rec.keys(), ['default/vm1']);
+    rec.finish('default/vm1');
+    await flush();
+    assert.deepEqual(rec.keys(), ['default/vm0']);
+    rec.finish('default/vm0');
+    await flush();
+    assert.deepEqual(rec.keys(), ['default/vm2'], 'vm2 once more, from the resync');
+    rec.finish('default/vm2');
+    await flush();
+    assert.deepEqual(rec.keys(), [], 'vm1 was raised, not queued twice');
     await c.stop();
   });
 });

@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { CREATE_FAILURE_SCHEDULE_MS, DEFAULT_BACKOFF, ItemBackoff, WorkQueue } from '../../src/engine/workqueue.ts';
+import {
+  CREATE_FAILURE_SCHEDULE_MS,
+  DEFAULT_BACKOFF,
+  ItemBackoff,
+  PRIORITY_EVENT,
+  PRIORITY_LOW,
+  WorkQueue,
+} from '../../src/engine/workqueue.ts';
 import { FakeClock, flush } from '../helpers/fake-clock.ts';
 
 function queue(random: () => number = () => 0.5) {
@@ -180,6 +187,117 @@ describe('WorkQueue: client-go semantics', () => {
   });
 });
 
+describe('WorkQueue: priorities (controller-runtime priorityqueue)', () => {
+  it('hands out the higher priority first, first in first out within one', async () => {
+    const { q } = queue();
+    q.add('poll-1', PRIORITY_LOW);
+    q.add('poll-2', PRIORITY_LOW);
+    q.add('change-1', PRIORITY_EVENT);
+    q.add('poll-3', PRIORITY_LOW);
+    q.add('change-2'); // the default is PRIORITY_EVENT
+    assert.equal(q.length, 5);
+    assert.equal(q.lengthAt(PRIORITY_EVENT), 2);
+    const order = [];
+    for (let i = 0; i < 5; i++) order.push(await q.get());
+    assert.deepEqual(order, ['change-1', 'change-2', 'poll-1', 'poll-2', 'poll-3']);
+  });
+
+  it('a change to one resource never waits behind a poll round of 10,000 (issue 17)', async () => {
+    const { q } = queue();
+    for (let i = 0; i < 10_000; i++) q.add(`poll-${i}`, PRIORITY_LOW);
+    q.add('poll-9999', PRIORITY_EVENT); // the watch saw a change to a resource already queued for its poll
+    assert.equal(q.length, 10_000, 'still one entry per key');
+    assert.equal(await q.get(), 'poll-9999');
+    assert.equal(await q.get(), 'poll-0');
+  });
+
+  it('a key queued again at a higher priority moves up once: its old place is skipped, never handed out twice', async () => {
+    const { q } = queue();
+    q.add('a', PRIORITY_LOW);
+    q.add('b', PRIORITY_LOW);
+    q.add('a', PRIORITY_EVENT);
+    q.add('a', PRIORITY_EVENT);
+    assert.equal(q.length, 2);
+    assert.equal(await q.get(), 'a');
+    assert.equal(await q.get(), 'b');
+    assert.equal(q.length, 0);
+    q.done('a');
+    q.done('b');
+    const third = pendingGet(q);
+    await flush();
+    assert.equal(third.settled, false, "a's old entry is not handed out");
+    q.add('c', PRIORITY_LOW);
+    await flush();
+    assert.equal(third.value, 'c');
+  });
+
+  it('a lower priority never demotes a queued key', async () => {
+    const { q } = queue();
+    q.add('a', PRIORITY_EVENT);
+    q.add('b', PRIORITY_LOW);
+    q.add('a', PRIORITY_LOW);
+    assert.equal(await q.get(), 'a');
+    assert.equal(await q.get(), 'b');
+  });
+
+  it('a key added while it is processed comes back after done() at the highest priority it was added with', async () => {
+    const { q } = queue();
+    q.add('a');
+    assert.equal(await q.get(), 'a');
+    q.add('a', PRIORITY_LOW); // its next poll fires during the reconcile
+    q.add('b', PRIORITY_LOW);
+    q.add('a', PRIORITY_EVENT); // and the watch sees a change
+    assert.equal(q.length, 1, 'a is not queued while it is processed');
+    q.done('a');
+    assert.equal(await q.get(), 'a');
+    assert.equal(await q.get(), 'b');
+  });
+
+  it('addAfter keeps the earliest time and the highest priority of its requests', async () => {
+    const { clock, q } = queue();
+    q.addAfter('a', 1000, PRIORITY_LOW);
+    q.addAfter('a', 5000, PRIORITY_EVENT); // later: the earlier time stays, with this priority
+    q.addAfter('b', 500, PRIORITY_LOW);
+    clock.advance(1000);
+    assert.equal(q.length, 2);
+    assert.equal(await q.get(), 'a', 'a fired at 1000 ms at PRIORITY_EVENT, ahead of b');
+    assert.equal(await q.get(), 'b');
+    clock.advance(10_000);
+    assert.equal(q.length, 0, 'the later request added nothing');
+    q.addAfter('c', 2000, PRIORITY_EVENT);
+    q.addAfter('c', 1000, PRIORITY_LOW); // earlier: replaces the timer, keeps the higher priority
+    q.add('d', PRIORITY_LOW);
+    clock.advance(1000);
+    assert.equal(await q.get(), 'c');
+    assert.equal(q.pendingDelayed, 0);
+  });
+
+  it('addRateLimited takes a priority too', async () => {
+    const { clock, q } = queue();
+    q.add('poll', PRIORITY_LOW);
+    assert.equal(q.addRateLimited('retry', undefined, false, PRIORITY_EVENT), 1000);
+    clock.advance(1000);
+    assert.equal(await q.get(), 'retry');
+  });
+
+  it('moving many keys up leaves no stale length and hands each out once', async () => {
+    const { q } = queue();
+    for (let i = 0; i < 3000; i++) q.add(`k${i}`, PRIORITY_LOW);
+    for (let i = 0; i < 3000; i += 2) q.add(`k${i}`, PRIORITY_EVENT);
+    assert.equal(q.length, 3000);
+    const seen: string[] = [];
+    for (let i = 0; i < 3000; i++) {
+      const k = (await q.get())!;
+      seen.push(k);
+      q.done(k);
+    }
+    assert.equal(q.length, 0);
+    assert.equal(new Set(seen).size, 3000);
+    assert.deepEqual(seen.slice(0, 3), ['k0', 'k2', 'k4'], 'the raised keys first, in the order they were raised');
+    assert.deepEqual(seen.slice(1500, 1503), ['k1', 'k3', 'k5']);
+  });
+});
+
 describe('ItemBackoff / addRateLimited', () => {
   it('defaults: base 1 s, factor 2, cap 5 min, jitter 10 %', () => {
     assert.deepEqual(DEFAULT_BACKOFF, { baseMs: 1000, capMs: 300_000, factor: 2, jitter: 0.1 });
@@ -267,23 +385,29 @@ describe('ItemBackoff / addRateLimited', () => {
 
 describe('WorkQueue: property', () => {
   type Cmd =
-    | { op: 'add'; key: string }
-    | { op: 'addAfter'; key: string; ms: number }
+    | { op: 'add'; key: string; priority: number }
+    | { op: 'addAfter'; key: string; ms: number; priority: number }
     | { op: 'get'; worker: number }
     | { op: 'done'; worker: number }
     | { op: 'advance'; ms: number };
 
   const keyArb = fc.constantFrom('a', 'b', 'c', 'd');
+  const priorityArb = fc.constantFrom(PRIORITY_EVENT, PRIORITY_LOW, 10);
   const cmdArb = (workers: number): fc.Arbitrary<Cmd> =>
     fc.oneof(
-      fc.record({ op: fc.constant('add' as const), key: keyArb }),
-      fc.record({ op: fc.constant('addAfter' as const), key: keyArb, ms: fc.integer({ min: -10, max: 5000 }) }),
+      fc.record({ op: fc.constant('add' as const), key: keyArb, priority: priorityArb }),
+      fc.record({
+        op: fc.constant('addAfter' as const),
+        key: keyArb,
+        ms: fc.integer({ min: -10, max: 5000 }),
+        priority: priorityArb,
+      }),
       fc.record({ op: fc.constant('get' as const), worker: fc.integer({ min: 0, max: workers - 1 }) }),
       fc.record({ op: fc.constant('done' as const), worker: fc.integer({ min: 0, max: workers - 1 }) }),
       fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 3000 }) }),
     );
 
-  it('never two workers on one key; every added key is processed after its last add', async () => {
+  it('never two workers on one key; every added key is processed after its last add (at any priority)', async () => {
     let runs = 0;
     await fc.assert(
       fc.asyncProperty(
@@ -322,11 +446,11 @@ describe('WorkQueue: property', () => {
             switch (c.op) {
               case 'add':
                 lastAdd.set(c.key, ++seq);
-                q.add(c.key);
+                q.add(c.key, c.priority);
                 break;
               case 'addAfter':
                 lastAdd.set(c.key, ++seq);
-                q.addAfter(c.key, c.ms);
+                q.addAfter(c.key, c.ms, c.priority);
                 break;
               case 'get':
                 if (state[c.worker]!.s === 'idle') startGet(c.worker);
