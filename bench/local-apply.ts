@@ -33,6 +33,7 @@ import { applyCommand } from '../src/local/apply.ts';
 import { startSimulator } from '../src/sim/index.ts';
 import { providerConfigYaml } from '../src/sim/provider-config.ts';
 import { defaultTopology, type Topology, type TopologyNode } from '../src/sim/topology.ts';
+import { dirBytes, wchar } from './proc-io.ts';
 
 const { values } = parseArgs({
   options: {
@@ -108,19 +109,6 @@ spec:
   providerConfigRef:
     name: default
 `;
-}
-
-function wchar(): number | undefined {
-  try {
-    const m = /^wchar: (\d+)$/m.exec(readFileSync('/proc/self/io', 'utf8'));
-    return m ? Number(m[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function dirBytes(dir: string): number {
-  return readdirSync(dir).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
 }
 
 /** One apply in this process (the child): the manifests of `dir`, its state, its ProviderConfig. */

@@ -30,6 +30,7 @@ import { FileStore } from '../src/local/store.ts';
 import { VmidHolderIndex } from '../src/local/vmid-holders.ts';
 import { vmidHoldersOf } from '../src/vm/connector.ts';
 import { readStateFile } from '../src/workspace/state-file.ts';
+import { dirBytes, wchar } from './proc-io.ts';
 
 const { values } = parseArgs({
   options: {
@@ -105,19 +106,6 @@ function statusAt(i: number, step: string, vmid: number): ProxmoxVM['status'] {
     ],
     observedGeneration: 1,
   } as unknown as ProxmoxVM['status'];
-}
-
-function wchar(): number | undefined {
-  try {
-    const m = /^wchar: (\d+)$/m.exec(readFileSync('/proc/self/io', 'utf8'));
-    return m ? Number(m[1]) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function dirBytes(dir: string): number {
-  return readdirSync(dir).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
 }
 
 /** One N's apply in this process. */
