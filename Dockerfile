@@ -39,4 +39,6 @@ COPY package.json ./
 USER 65532:65532
 # 8080: /metrics; 8081: /healthz, /readyz.
 EXPOSE 8080 8081
-ENTRYPOINT ["/nodejs/bin/node", "/app/dist/cli/main.js", "controller"]
+# --max-semi-space-size=16: V8 sizes its young generation from the machine's memory, which on a large
+# host without a limit grows it to 134 MB under the controller's allocation rate (docs/architecture.md).
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=16", "/app/dist/cli/main.js", "controller"]

@@ -3,6 +3,8 @@
  * ../shared/research/crossplane-mr-contract.md), generic over a ResourceStore and a Connector.
  * One call of `reconcile(key)` makes at most one external mutation and says when to come back.
  */
+
+import { deadline } from '../proxmox/deadline.ts';
 import {
   ANNOTATION_CREATE_FAILED,
   ANNOTATION_CREATE_PENDING,
@@ -178,16 +180,17 @@ export class ManagedReconciler<R extends Managed = Managed> {
   async reconcile(key: string, signal?: AbortSignal): Promise<ReconcileResult> {
     const started = this.o.now();
     let result: ReconcileResult;
-    const deadline = AbortSignal.timeout(this.o.reconcileTimeoutMs ?? 60_000);
-    const bounded = signal ? AbortSignal.any([signal, deadline]) : deadline;
+    const bound = deadline(this.o.reconcileTimeoutMs ?? 60_000, signal);
     try {
       if (signal?.aborted) return { kind: 'done' };
-      result = await this.reconcileOnce(key, bounded);
+      result = await this.reconcileOnce(key, bound.signal);
     } catch (e) {
       // A conflict is a plain requeue (crossplane-runtime's `Requeue: true`): no error condition, but
       // rate-limited, so a resource that keeps conflicting cannot hot-loop or reset its backoff.
       if (e instanceof ConflictError) result = { kind: 'rateLimited' };
       else result = { kind: 'rateLimited', error: e as Error };
+    } finally {
+      bound.release();
     }
     this.o.onResult?.(key, result, this.o.now() - started);
     return result;

@@ -8,6 +8,7 @@
  * `UnavailableError{requestSent: true}` and must look at the state first.
  */
 import { Pool } from 'undici';
+import { deadline } from './deadline.ts';
 import { type EndpointFailure, type ErrorContext, TlsError, UnavailableError } from './errors.ts';
 import { CERT_ERROR_CODES, makeConnector, type TlsSettings, TlsVerifyError } from './tls.ts';
 
@@ -170,8 +171,8 @@ export class Transport {
     for (const endpoint of this.order()) {
       const url = `/api2/json${req.path}${req.query ? `?${req.query}` : ''}`;
       // undici's own timers have a 1 s resolution: an AbortSignal makes the limit exact.
-      const timer = AbortSignal.timeout(timeoutMs);
-      const signal = req.signal ? AbortSignal.any([req.signal, timer]) : timer;
+      const bound = deadline(timeoutMs, req.signal);
+      const { signal } = bound;
       try {
         const res = await this.pool(endpoint).request({
           path: url,
@@ -188,9 +189,10 @@ export class Transport {
         return { status: res.statusCode, statusText: res.statusText ?? '', headers: res.headers, body, endpoint };
       } catch (e) {
         if (req.signal?.aborted) throw req.signal.reason ?? e;
-        const d: Described = timer.aborted
-          ? { cause: `no answer within the request timeout (${timeoutMs} ms)`, sent: true, tls: false }
-          : describeNetworkError(e);
+        const d: Described =
+          signal.aborted && !req.signal?.aborted
+            ? { cause: `no answer within the request timeout (${timeoutMs} ms)`, sent: true, tls: false }
+            : describeNetworkError(e);
         const failure = { endpoint, cause: d.cause, sent: d.sent };
         failures.push(failure);
         try {
@@ -211,6 +213,8 @@ export class Transport {
             },
           );
         }
+      } finally {
+        bound.release();
       }
     }
     const summary = failures.map((f) => `${f.endpoint}: ${f.cause}`).join('; ');
