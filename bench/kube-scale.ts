@@ -46,6 +46,7 @@ import {
   API,
   applyCrds,
   CONTROLLER_NODE_FLAGS,
+  controllerArgv,
   createProviderConfig,
   freePort,
   httpGet,
@@ -53,7 +54,6 @@ import {
   kreq,
   NODE,
   ROOT,
-  SYSTEM_NS,
   serviceAccountKubeconfig,
   vmPath,
 } from '../test/kube/support.ts';
@@ -168,28 +168,11 @@ const [kube, sim] = await Promise.all([
 /** The controller process, as spawnController starts it; /readyz waited for up to 10 minutes. */
 async function startController(kubeconfig: string, logFile: string, flags: string[]) {
   const [healthPort, metricsPort] = [await freePort(), await freePort()];
-  const child = spawn(
-    NODE,
-    [
-      ...nodeFlags,
-      join(ROOT, 'src/cli/main.ts'),
-      'controller',
-      '--kubeconfig',
-      kubeconfig,
-      '--namespace',
-      SYSTEM_NS,
-      '--health-port',
-      String(healthPort),
-      '--metrics-port',
-      String(metricsPort),
-      '--orphan-scan',
-      '0',
-      '--task-poll',
-      '50ms',
-      ...flags,
-    ],
-    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'debug' } },
-  );
+  const child = spawn(NODE, controllerArgv({ kubeconfig, healthPort, metricsPort, nodeFlags, extra: flags }), {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LOG_LEVEL: 'debug' },
+  });
   const out = createWriteStream(logFile, { flags: 'a' });
   child.stdout!.pipe(out);
   child.stderr!.pipe(out);

@@ -3,7 +3,7 @@
  * when cloud-init ends in the guest, so both are polled, per VM. A fixed interval wastes half of
  * it on average at every milestone (the agent, then cloud-init), which for a fleet in phases adds
  * up phase after phase. Instead:
- *   - the first guest of a kind (its image or template) on a site is asked after a share (GROWTH)
+ *   - the first guest of a kind (its image or template) on a site is asked after a share (a quarter, pollDelay of task-watch.ts)
  *     of the time it has been up, within [floor, the agent poll]: seen within that share of its
  *     boot, for reads that grow with the log of the boot time;
  *   - the site learns from each boot it saw from the start (the VM was seen stopped, then running)
@@ -16,11 +16,10 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { StepContext } from './context.ts';
 import type { ResourceMemory, SiteContext } from './site-cache.ts';
+import { pollDelay } from './task-watch.ts';
 
 export type GuestMilestone = 'agent' | 'cloudInit';
 
-/** The share of a boot's age after which the guest is asked again. */
-const GROWTH = 0.25;
 /** The shortest wait between two asks of one guest. */
 const FLOOR_MS = 100;
 
@@ -76,7 +75,7 @@ export function guestReached(ctx: StepContext, r: ProxmoxVM, milestone: GuestMil
     site = new Map();
     learned.set(ctx.site, site);
   }
-  const key = `${kindOf(r)}\u0000${milestone}`;
+  const key = learnedKey(r, milestone);
   const bound = b.missedAt[milestone] ?? 0;
   const before = site.get(key);
   site.set(key, before === undefined ? bound : (before + bound) / 2);
@@ -87,9 +86,15 @@ export function guestPollMs(ctx: StepContext, r: ProxmoxVM, milestone: GuestMile
   const cap = ctx.options.agentPollMs ?? 5000;
   const b = boots.get(ctx.memory);
   if (!b) return cap;
-  const floor = Math.min(cap, FLOOR_MS);
-  const age = ctx.site.now() - b.since;
-  const expected = learned.get(ctx.site)?.get(`${kindOf(r)}\u0000${milestone}`);
-  if (expected !== undefined && expected - age > floor) return Math.min(cap, expected - age);
-  return Math.min(cap, Math.max(floor, age * GROWTH));
+  const expected = learned.get(ctx.site)?.get(learnedKey(r, milestone));
+  // The task watcher's cadence: the learned time as an estimate at scale 1, then a share of the age.
+  return pollDelay({ since: b.since, expectedMs: expected ?? 0 }, ctx.site.now(), {
+    floorMs: Math.min(cap, FLOOR_MS),
+    maxMs: cap,
+    scale: expected === undefined ? undefined : 1,
+  });
+}
+
+function learnedKey(r: ProxmoxVM, milestone: GuestMilestone): string {
+  return `${kindOf(r)}\u0000${milestone}`;
 }

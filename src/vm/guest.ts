@@ -18,7 +18,7 @@ import { atProvider, ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { guestBooted, guestMissed, guestPollMs, guestReached, guestStopped } from './guest-timing.ts';
 import type { ObservedVm } from './lookup.ts';
-import { parseUserData } from './spec.ts';
+import { agentEnabled, parseUserData } from './spec.ts';
 
 const DEFAULT_AGENT_TIMEOUT_MS = 10 * 60_000;
 
@@ -75,7 +75,7 @@ export async function observeGuest(
     m.uptimeMs = up;
   }
   if (!cfg && !guestPoll) return; // a bulk-list poll: nothing changed that the addresses depend on
-  const agentOn = cfg ? /^(1|enabled=1)/.test(cfg.agent ?? '') : ctx.memory.lastFull?.agent === true;
+  const agentOn = cfg ? agentEnabled(cfg.agent) : ctx.memory.lastFull?.agent === true;
   const fromAgent = agentOn ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
   if (fromAgent !== undefined) {
     ctx.memory.agentAnswered = true;

@@ -83,12 +83,15 @@ export class SlotLimiter {
     this.adaptive = opts.adaptive;
   }
 
+  /** Whether a slot key's limit adapts (a node's and its resizes' count as perNode). */
+  private adapts(key: string): boolean {
+    return Boolean(key.startsWith('storage:') ? this.adaptive?.perStorage : this.adaptive?.perNode);
+  }
+
   /** The limit of a slot key now. */
   limitOf(key: string): number {
-    const node = !key.startsWith('storage:');
-    const base = node ? this.limits.perNode : this.limits.perStorage;
-    const adapts = node ? this.adaptive?.perNode : this.adaptive?.perStorage;
-    return adapts ? (this.adapted.get(key) ?? base) : base;
+    const base = key.startsWith('storage:') ? this.limits.perStorage : this.limits.perNode;
+    return this.adapts(key) ? (this.adapted.get(key) ?? base) : base;
   }
 
   /** The slot keys with an adapted limit, and their limit (for metrics and the tests). */
@@ -97,8 +100,7 @@ export class SlotLimiter {
   }
 
   private adapt(key: string, outcome: SlotOutcome): void {
-    const node = !key.startsWith('storage:');
-    if (!this.adaptive || !(node ? this.adaptive.perNode : this.adaptive.perStorage)) return;
+    if (!this.adaptive || !this.adapts(key)) return;
     const limit = this.limitOf(key);
     if (outcome === 'contention') this.adapted.set(key, Math.max(1, Math.floor(limit / 2)));
     else if (outcome === 'ok' && limit < this.adaptive.max && (this.wanted.get(key) ?? 0) > 0)

@@ -35,7 +35,7 @@ import { retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
-import { diskBytes, memoryBytes, validateSpec, vcpus } from './spec.ts';
+import { agentEnabled, diskBytes, memoryBytes, validateSpec, vcpus } from './spec.ts';
 import { taskDone } from './tasks.ts';
 import { confirmedAt, giveUpVmid, lateCreateMayStillApply, vmidChosenByUs } from './vmid.ts';
 
@@ -305,7 +305,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       generation: r.metadata.generation,
       digest: found.config!.digest,
       node: found.node,
-      agent: /^(1|enabled=1)/.test(cfg.agent ?? ''),
+      agent: agentEnabled(cfg.agent),
       ...(found.entry.name !== undefined ? { name: found.entry.name } : {}),
       ...(found.entry.tags !== undefined ? { tags: found.entry.tags } : {}),
     };
@@ -324,7 +324,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     const available = state === 'running' || state === 'stopped';
     // Observed, available and (with an agent) its addresses known: steady state, read from the bulk
     // list between drift reads like any Ready VM.
-    const agent = /^(1|enabled=1)/.test(cfg?.agent ?? '');
+    const agent = agentEnabled(cfg?.agent);
     const settled = available && (state !== 'running' || !agent || Boolean(a.ipAddresses?.length));
     a.step = settled ? 'Ready' : 'Observing';
     ready(r, available ? 'True' : 'False', available ? 'Available' : 'Unavailable');

@@ -493,6 +493,37 @@ export interface ChildController {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
+/**
+ * The command line of `provider-proxmox controller` as the tests and bench/kube-scale.ts run it:
+ * `nodeFlags` for Node, then the controller's flags and `extra`.
+ */
+export function controllerArgv(o: {
+  kubeconfig: string;
+  healthPort: number;
+  metricsPort: number;
+  nodeFlags?: string[];
+  extra?: string[];
+}): string[] {
+  return [
+    ...(o.nodeFlags ?? CONTROLLER_NODE_FLAGS),
+    join(ROOT, 'src/cli/main.ts'),
+    'controller',
+    '--kubeconfig',
+    o.kubeconfig,
+    '--namespace',
+    SYSTEM_NS,
+    '--health-port',
+    String(o.healthPort),
+    '--metrics-port',
+    String(o.metricsPort),
+    '--orphan-scan',
+    '0',
+    '--task-poll',
+    '50ms',
+    ...(o.extra ?? []),
+  ];
+}
+
 /** `provider-proxmox controller` in its own process. */
 export async function spawnController(
   kubeconfig: string,
@@ -501,28 +532,11 @@ export async function spawnController(
 ): Promise<ChildController> {
   const healthPort = await freePort();
   const metricsPort = await freePort();
-  const child = spawn(
-    NODE,
-    [
-      ...CONTROLLER_NODE_FLAGS,
-      join(ROOT, 'src/cli/main.ts'),
-      'controller',
-      '--kubeconfig',
-      kubeconfig,
-      '--namespace',
-      SYSTEM_NS,
-      '--health-port',
-      String(healthPort),
-      '--metrics-port',
-      String(metricsPort),
-      '--orphan-scan',
-      '0',
-      '--task-poll',
-      '50ms',
-      ...extra,
-    ],
-    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'debug' } },
-  );
+  const child = spawn(NODE, controllerArgv({ kubeconfig, healthPort, metricsPort, extra }), {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LOG_LEVEL: 'debug' },
+  });
   const out = createWriteStream(logFile, { flags: 'a' });
   child.stdout!.pipe(out, { end: false });
   child.stderr!.pipe(out, { end: false });
