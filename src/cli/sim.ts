@@ -1,5 +1,4 @@
 /** `provider-proxmox sim`: run the Proxmox VE API simulator. */
-import { randomUUID } from 'node:crypto';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { PROFILE_NAMES } from '../sim/profiles.ts';
@@ -64,7 +63,7 @@ Examples:
         const { providerConfigYaml } = await import('../sim/provider-config.ts');
         const { defaultTopology, loadTopologyFile } = await import('../sim/topology.ts');
         const topology = o.topology ? loadTopologyFile(o.topology) : defaultTopology();
-        const tokens = o.token ?? [`root@pam!provider=${randomUUID()}`];
+        const tokens = o.token ?? [`root@pam!provider=${globalThis.crypto.randomUUID()}`];
         const sim = await startSimulator({
           topology,
           profile: o.profile as '8.4',

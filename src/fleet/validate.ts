@@ -48,8 +48,12 @@ function str(v: unknown): string | undefined {
   return typeof v === 'string' ? v : undefined;
 }
 
-export function validateManifests(paths: string[], opts: { config?: LoadedProviderConfig } = {}): ValidateResult {
-  const m = loadManifests(paths);
+/** `fastYaml: false`: read the manifests with `yaml` alone (loadManifests), for the tests that compare. */
+export function validateManifests(
+  paths: string[],
+  opts: { config?: LoadedProviderConfig; fastYaml?: boolean } = {},
+): ValidateResult {
+  const m = loadManifests(paths, process.cwd(), opts.fastYaml === false ? { fastYaml: false } : {});
   const problems = [...m.problems];
   const at = (doc: ManifestDoc, field: string, key = false) => doc.lineOf(field, { key }) ?? { line: doc.line };
   let config = opts.config;

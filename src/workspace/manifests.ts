@@ -5,40 +5,23 @@
  * checked as the Kubernetes API server would (no API server sees these files), before they become
  * state-file keys or a VM's ownership marker.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { Value } from 'typebox/value';
-import { type Document, isMap, isPair, isScalar, isSeq, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
 import {
   DNS1123_SUBDOMAIN_PATTERN,
   nameProblem,
   POLL_INTERVAL_ANNOTATION,
   pollIntervalProblem,
 } from '../api/metadata.ts';
-import { IMAGE_KIND, imageSpecProblems, type ProxmoxImage, ProxmoxImageSpecSchema } from '../api/proxmoximage.ts';
-import { type ProxmoxTemplate, ProxmoxTemplateSpecSchema, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
+import { IMAGE_KIND, imageSpecProblems, type ProxmoxImage } from '../api/proxmoximage.ts';
+import { type ProxmoxTemplate, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
 import { API_VERSION, ForProviderSchema, GROUP, type ProxmoxVM, ProxmoxVMSpecSchema } from '../api/proxmoxvm.ts';
+import { type ManifestDoc, type ManifestProblem, readManifestFile } from './documents.ts';
+import { type CheckedKind, SPEC_SCHEMAS, specPasses } from './spec-check.ts';
 
-export interface ManifestProblem {
-  file: string;
-  line?: number;
-  column?: number;
-  field?: string;
-  message: string;
-}
-
-export interface ManifestDoc {
-  file: string;
-  line: number;
-  kind: string;
-  apiVersion: string;
-  value: Record<string, unknown>;
-  /**
-   * Line of a field path like `spec.forProvider.memory`: where its value starts, or with
-   * `{ key: true }` where its key is (an unknown or missing field is best shown at its key).
-   */
-  lineOf(field: string, opts?: { key?: boolean }): { line: number; column: number } | undefined;
-}
+export type { ManifestDoc, ManifestProblem } from './documents.ts';
+export { readManifestFile } from './documents.ts';
 
 export class ManifestError extends Error {
   readonly problems: ManifestProblem[];
@@ -71,111 +54,6 @@ export function manifestFiles(paths: string[]): string[] {
     const st = statSync(p);
     if (st.isFile()) out.push(p);
     else walk(p);
-  }
-  return out;
-}
-
-function segmentsOf(field: string): Array<string | number> {
-  // Annotation and label keys hold dots (proxmox.sankofa.io/phase): the rest of the path is one key.
-  const m = /^(metadata\.(?:annotations|labels))\.(.+)$/.exec(field);
-  if (m) return [...segmentsOf(m[1]!), m[2]!];
-  return field
-    .replace(/\[(\d+)\]/g, '.$1')
-    .split('.')
-    .filter(Boolean)
-    .map((s) => (/^\d+$/.test(s) ? Number(s) : s));
-}
-
-const YAML_HINTS: Partial<Record<string, string>> = {
-  TAB_AS_INDENT: ' (indent with spaces)',
-  BLOCK_AS_IMPLICIT_KEY: " (is the next line indented too far, or does an unquoted value contain ': '? quote it)",
-  DUPLICATE_KEY: ' (the same key twice in one mapping)',
-};
-
-/** Parse one file into documents (YAML syntax errors become problems with positions). */
-export function readManifestFile(file: string, problems: ManifestProblem[], display = file): ManifestDoc[] {
-  const text = readFileSync(file, 'utf8');
-  const lc = new LineCounter();
-  const docs = parseAllDocuments(text, { lineCounter: lc, prettyErrors: false });
-  const out: ManifestDoc[] = [];
-  for (const d of Array.isArray(docs) ? docs : [docs]) {
-    const doc = d as Document.Parsed;
-    if (doc.errors.length) {
-      for (const [i, e] of doc.errors.entries()) {
-        // After a first error the parser reads the following lines of the mapping as broken keys:
-        // those follow-on errors say nothing new (a tab on one line gave a dozen of them).
-        if (i > 0 && (e.code === 'BLOCK_AS_IMPLICIT_KEY' || e.code === 'MULTILINE_IMPLICIT_KEY')) continue;
-        const pos = lc.linePos(e.pos[0]);
-        problems.push({
-          file: display,
-          line: pos.line,
-          column: pos.col,
-          message: `YAML syntax error: ${e.message.split('\n')[0]}${YAML_HINTS[e.code] ?? ''}`,
-        });
-      }
-      continue;
-    }
-    const value = doc.toJS() as unknown;
-    if (value === null || value === undefined) continue;
-    const start = doc.contents?.range ? lc.linePos(doc.contents.range[0]).line : 1;
-    if (typeof value !== 'object' || Array.isArray(value)) {
-      problems.push({
-        file: display,
-        line: start,
-        message: 'expected a Kubernetes object (a mapping with apiVersion and kind)',
-      });
-      continue;
-    }
-    const v = value as Record<string, unknown>;
-    const pos = (range: [number, number, number] | undefined | null) => {
-      if (!range) return undefined;
-      const p = lc.linePos(range[0]);
-      return { line: p.line, column: p.col };
-    };
-    // Where the key of a field is; for a missing field, the key of the nearest parent that exists.
-    const keyPos = (segs: Array<string | number>): { line: number; column: number } | undefined => {
-      if (!segs.length) return pos(doc.contents?.range);
-      const parent = segs.length === 1 ? doc.contents : doc.getIn(segs.slice(0, -1), true);
-      const last = segs[segs.length - 1];
-      if (isMap(parent)) {
-        const pair = parent.items.find((p) => isPair(p) && isScalar(p.key) && p.key.value === last);
-        if (pair && isScalar(pair.key) && pair.key.range) return pos(pair.key.range);
-      } else if (isSeq(parent) && typeof last === 'number') {
-        const item = parent.items[last] as { range?: [number, number, number] } | undefined;
-        if (item?.range) return pos(item.range);
-      }
-      return keyPos(segs.slice(0, -1));
-    };
-    const lineOf = (field: string, opts: { key?: boolean } = {}) => {
-      const segs = segmentsOf(field);
-      if (opts.key) return keyPos(segs);
-      for (let n = segs.length; n >= 0; n--) {
-        const node = n === 0 ? doc.contents : doc.getIn(segs.slice(0, n), true);
-        if (!node || typeof node !== 'object') continue;
-        if (n === segs.length - 1 && isMap(node)) {
-          const key = segs[n];
-          const pair = (node as YAMLMap).items.find((p) => isPair(p) && isScalar(p.key) && p.key.value === key);
-          if (pair && isPair(pair) && isScalar(pair.key) && pair.key.range) {
-            const pos = lc.linePos(pair.key.range[0]);
-            return { line: pos.line, column: pos.col };
-          }
-        }
-        const range = (node as { range?: [number, number, number] }).range;
-        if (range) {
-          const pos = lc.linePos(range[0]);
-          return { line: pos.line, column: pos.col };
-        }
-      }
-      return undefined;
-    };
-    out.push({
-      file: display,
-      line: start,
-      kind: String(v.kind ?? ''),
-      apiVersion: String(v.apiVersion ?? ''),
-      value: v,
-      lineOf,
-    });
   }
   return out;
 }
@@ -266,20 +144,19 @@ export function checkMetadata(d: ManifestDoc): ManifestProblem[] {
 
 /** Schema problems of a ProxmoxVM document (its metadata included), each with its line and field. */
 export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
-  return checkManaged(d, ProxmoxVMSpecSchema, 'the VM to create');
+  return checkManaged(d, 'ProxmoxVM');
 }
 
-/** The spec schema of each of our managed kinds, and what its forProvider describes. */
-const MANAGED_KINDS: Record<string, { schema: unknown; what: string }> = {
-  ProxmoxVM: { schema: ProxmoxVMSpecSchema, what: 'the VM to create' },
-  [IMAGE_KIND]: { schema: ProxmoxImageSpecSchema, what: 'the image to download' },
-  [TEMPLATE_KIND]: { schema: ProxmoxTemplateSpecSchema, what: 'the template to build' },
+/** What the forProvider of each of our managed kinds describes (their schemas: SPEC_SCHEMAS). */
+const MANAGED_KINDS: Record<CheckedKind, string> = {
+  ProxmoxVM: 'the VM to create',
+  [IMAGE_KIND]: 'the image to download',
+  [TEMPLATE_KIND]: 'the template to build',
 };
 
 /** Schema problems of a ProxmoxImage or ProxmoxTemplate document, as checkProxmoxVM's. */
 export function checkImageKind(d: ManifestDoc): ManifestProblem[] {
-  const k = MANAGED_KINDS[d.kind]!;
-  const out = checkManaged(d, k.schema, k.what);
+  const out = checkManaged(d, d.kind as CheckedKind);
   if (out.length || d.kind !== IMAGE_KIND) return out;
   const fp = (d.value.spec as ProxmoxImage['spec']).forProvider;
   for (const p of imageSpecProblems(fp))
@@ -287,7 +164,9 @@ export function checkImageKind(d: ManifestDoc): ManifestProblem[] {
   return out;
 }
 
-function checkManaged(d: ManifestDoc, specSchema: unknown, what: string): ManifestProblem[] {
+function checkManaged(d: ManifestDoc, kind: CheckedKind): ManifestProblem[] {
+  const specSchema = SPEC_SCHEMAS[kind];
+  const what = MANAGED_KINDS[kind];
   const out: ManifestProblem[] = [];
   const v = d.value;
   const at = (field: string, key = false) => d.lineOf(field, { key }) ?? { line: d.line, column: 1 };
@@ -314,7 +193,8 @@ function checkManaged(d: ManifestDoc, specSchema: unknown, what: string): Manife
     });
     return out;
   }
-  for (const e of Value.Errors(specSchema as typeof ProxmoxVMSpecSchema, spec)) {
+  // Errors walks and describes; a spec that passes has nothing to describe (src/workspace/spec-check.ts).
+  for (const e of specPasses(kind, spec) ? [] : Value.Errors(specSchema, spec)) {
     const path = e.instancePath
       .split('/')
       .slice(1)
@@ -421,8 +301,15 @@ export interface LoadedManifests {
   problems: ManifestProblem[];
 }
 
-/** Load every manifest under `paths`; schema problems are collected, not thrown. */
-export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManifests {
+/**
+ * Load every manifest under `paths`; schema problems are collected, not thrown. `fastYaml: false`:
+ * read every file with `yaml` alone (src/workspace/documents.ts), for the tests that compare.
+ */
+export function loadManifests(
+  paths: string[],
+  cwd = process.cwd(),
+  opts: { fastYaml?: boolean } = {},
+): LoadedManifests {
   const problems: ManifestProblem[] = [];
   const vms: LoadedManifests['vms'] = [];
   const images: LoadedManifests['images'] = [];
@@ -432,7 +319,7 @@ export function loadManifests(paths: string[], cwd = process.cwd()): LoadedManif
   const seen = new Map<string, ManifestDoc>();
   for (const file of manifestFiles(paths)) {
     const display = relative(cwd, file) || file;
-    for (const d of readManifestFile(file, problems, display)) {
+    for (const d of readManifestFile(file, problems, display, { fast: opts.fastYaml !== false })) {
       if ((d.kind === IMAGE_KIND || d.kind === TEMPLATE_KIND) && d.apiVersion.startsWith(`${GROUP}/`)) {
         const p = checkImageKind(d);
         problems.push(...p);

@@ -13,7 +13,6 @@
  * first writer (then renamed to `X.json.imported`, never deleted). A file's format is told by its
  * content, not its name: a JSON file moved to `state.db` by hand is still read (and imported).
  */
-import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
@@ -155,6 +154,9 @@ export function checkLeftover(db: string, json: string, data: DbState): void {
 
 /** The SHA-256 of a file's content (hex). */
 export function sha256Of(file: string): string {
+  // node:crypto is loaded here, not imported: every command imports this file (src/cli/args.ts),
+  // and loading node:crypto is a good part of `--help`'s start-up.
+  const { createHash } = process.getBuiltinModule('node:crypto');
   return createHash('sha256').update(readFileSync(file)).digest('hex');
 }
 
