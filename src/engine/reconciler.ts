@@ -5,6 +5,7 @@
  */
 
 import { deadline } from '../proxmox/deadline.ts';
+import { CANNOT, type ConditionView, conditionChanged, conditionEvent, type FailedStep } from './events.ts';
 import {
   ANNOTATION_CREATE_FAILED,
   ANNOTATION_CREATE_PENDING,
@@ -41,8 +42,6 @@ import {
 } from './types.ts';
 import { CREATE_FAILURE_SCHEDULE_MS, MAX_DELAY_MS } from './workqueue.ts';
 
-/** Condition types whose True, not False, is the state worth a Warning event. */
-const WARNING_WHEN_TRUE = new Set(['PendingReboot', 'DiskShrinkRefused']);
 export type ReconcileResult =
   | { kind: 'done' }
   /**
@@ -120,31 +119,26 @@ export class ManagedReconciler<R extends Managed = Managed> {
     return ms && ms > 0 ? Math.min(ms, MAX_DELAY_MS) : this.o.pollIntervalMs;
   }
 
-  /** Write status, emitting an event for every condition that changed. Conflicts requeue. */
-  private async writeStatus(r: R, before: string): Promise<R> {
+  /**
+   * Write status, with an event for each condition that changed as conditionEvent says (`cannot`:
+   * the Crossplane reason of a Synced False) and one when a reconcile request is handled. Conflicts
+   * requeue.
+   */
+  private async writeStatus(r: R, before: string, cannot?: string): Promise<R> {
     r.status ??= {};
     r.status.observedGeneration = r.metadata.generation;
     const requested = annotation(r, ANNOTATION_RECONCILE_REQUESTED);
     if (requested) r.status.lastHandledReconcileAt = requested;
     const after = JSON.stringify(r.status);
     if (after === before) return r;
-    const prev = JSON.parse(before || '{}') as {
-      conditions?: Array<{ type: string; status: string; reason: string; message?: string }>;
-    };
+    const prev = JSON.parse(before || '{}') as { conditions?: ConditionView[]; lastHandledReconcileAt?: string };
+    if (requested && requested !== prev.lastHandledReconcileAt)
+      this.store.event(r, 'Normal', 'ReconcileRequestHandled', `Handling reconcile request ${requested}`);
     for (const c of r.status.conditions ?? []) {
       const p = prev.conditions?.find((x) => x.type === c.type);
-      if (!p || p.status !== c.status || p.reason !== c.reason || p.message !== c.message) {
-        // Ready, Synced and the like are bad when False; a few conditions report a problem by
-        // being True (PendingReboot: changes wait for a boot; DiskShrinkRefused).
-        const warning = WARNING_WHEN_TRUE.has(c.type)
-          ? c.status === 'True'
-          : c.status === 'False' &&
-            c.reason !== Reason.Creating &&
-            c.reason !== Reason.Deleting &&
-            c.reason !== Reason.ReconcilePaused &&
-            c.reason !== Reason.Unavailable;
-        this.store.event(r, warning ? 'Warning' : 'Normal', c.reason, c.message ?? `${c.type} is ${c.status}`);
-      }
+      if (!conditionChanged(c, p)) continue;
+      const e = conditionEvent(c, p, c.type === 'Synced' ? cannot : undefined);
+      if (e) this.store.event(r, e.type, e.reason, e.message);
     }
     const stored = await this.store.updateStatus(r);
     r.metadata.resourceVersion = stored.metadata.resourceVersion;
@@ -229,7 +223,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // 3. Unsupported policies.
     if (policies && !policySupported(policies)) {
       synced('False', Reason.ReconcileError, `unsupported management policy combination: [${policies.join(', ')}]`);
-      await this.writeStatus(r, before);
+      await this.writeStatus(r, before, 'CannotUseInvalidManagementPolicy');
       return { kind: 'done' };
     }
     const deleting = Boolean(r.metadata.deletionTimestamp);
@@ -312,7 +306,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
           Reason.ReconcileError,
           `cannot determine creation result - remove the ${ANNOTATION_CREATE_PENDING} annotation if it is safe to proceed`,
         );
-        await this.writeStatus(r, before);
+        await this.writeStatus(r, before, 'CannotInitializeManagedResource');
         return { kind: 'done' };
       }
     }
@@ -351,7 +345,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       if (!policyAllows(policies, 'Create')) {
         ready('False', Reason.Unavailable, 'external resource does not exist');
         synced('False', Reason.ReconcileError, 'observe failed: external resource does not exist');
-        await this.writeStatus(r, before);
+        await this.writeStatus(r, before, 'CannotObserveExternalResource');
         return { kind: 'requeueAfter', ms: this.pollInterval(r) };
       }
     }
@@ -461,12 +455,24 @@ export class ManagedReconciler<R extends Managed = Managed> {
     };
   }
 
-  private async fail(r: R, before: string, e: unknown, what: string, schedule?: number[]): Promise<ReconcileResult> {
+  private async fail(
+    r: R,
+    before: string,
+    e: unknown,
+    what: FailedStep,
+    schedule?: number[],
+  ): Promise<ReconcileResult> {
     if (e instanceof ConflictError) return { kind: 'rateLimited' };
     // Stopping (SIGTERM, lost leadership): write nothing; this process must not write any more.
     if (e instanceof ReconcileAborted) return { kind: 'done' };
     const err = e instanceof Error ? e : new Error(String(e));
     const reason = err instanceof ReasonedError ? err.reason : Reason.ReconcileError;
+    const createFailed = schedule !== undefined || (err instanceof ReasonedError && err.createFailure);
+    // A create whose Proxmox task failed is found by observe, but it is the create that failed.
+    const cannot = err instanceof ReasonedError && err.createFailure ? CANNOT['create failed'] : CANNOT[what];
+    const was = (JSON.parse(before || '{}') as { conditions?: ConditionView[] }).conditions?.find(
+      (x) => x.type === 'Synced',
+    );
     setCondition(
       r,
       {
@@ -478,8 +484,17 @@ export class ManagedReconciler<R extends Managed = Managed> {
       },
       this.o.now(),
     );
+    const synced = getCondition(r, 'Synced')!;
+    // Every failed create is an event, as crossplane-runtime records one per attempt (creates back
+    // off over minutes; the create-loop runbook counts them). Other failures are an event when
+    // they are new, not at each retry of the same error: an outage of a site would otherwise be a
+    // write per resource and retry.
+    if (createFailed && !conditionChanged(synced, was)) {
+      const e = conditionEvent(synced, was, cannot);
+      if (e) this.store.event(r, e.type, e.reason, e.message);
+    }
     try {
-      await this.writeStatus(r, before);
+      await this.writeStatus(r, before, cannot);
     } catch (we) {
       if (!(we instanceof ConflictError)) this.o.log?.('warn', 'cannot write status', { error: String(we) });
     }
@@ -500,3 +515,4 @@ function createIsNewer(r: Managed): boolean {
   const s = Date.parse(annotation(r, ANNOTATION_CREATE_SUCCEEDED) ?? '') || 0;
   return p > s;
 }
+

@@ -16,18 +16,21 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GROUP, VERSION } from '../api/proxmoxvm.ts';
 import type { ProxmoxVMScaleSet } from '../api/scaleset.ts';
 import { Controller } from '../engine/controller.ts';
-import { ManagedReconciler } from '../engine/reconciler.ts';
+import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
+import type { Managed } from '../engine/resource.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';
 import { PRIORITY_LOW } from '../engine/workqueue.ts';
 import { collect, knownResources, scanSite } from '../fleet/gc.ts';
 import { type Catalog, templateOnNode } from '../image/references.ts';
 import { ImageRuntime } from '../image/runtime.ts';
+import { countStates, ManagedLifecycle } from '../observability/managed-lifecycle.ts';
 import { Metrics } from '../observability/metrics.ts';
 import { startHealthServer } from '../observability/server.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import { ScaleSetController } from '../scaleset/controller.ts';
 import { VmConnector, vmidHoldersOf } from '../vm/connector.ts';
 import { collectionPath, type KubeApi, KubeError } from './api.ts';
+import { foundUpToDate, GVK, mutationEvent, readsSeen } from './crossplane.ts';
 import { Informer, type KubeObject } from './informer.ts';
 import { LeaderElector } from './leader.ts';
 import {
@@ -46,30 +49,6 @@ export { SCALESET_FINALIZER } from '../scaleset/controller.ts';
  */
 const POLL_JITTER = 0.1;
 
-/** Engine steps (EngineHooks) and the event crossplane-runtime records for each. */
-const CROSSPLANE_EVENTS: Record<string, { type: 'Normal' | 'Warning'; reason: string; message: string }> = {
-  'create-succeeded': {
-    type: 'Normal',
-    reason: 'CreatedExternalResource',
-    message: 'Successfully requested creation of external resource',
-  },
-  'create-failed': {
-    type: 'Warning',
-    reason: 'CannotCreateExternalResource',
-    message: 'Cannot create the external resource; see the Synced condition',
-  },
-  'update-issued': {
-    type: 'Normal',
-    reason: 'UpdatedExternalResource',
-    message: 'Successfully requested update of external resource',
-  },
-  'delete-issued': {
-    type: 'Normal',
-    reason: 'DeletedExternalResource',
-    message: 'Successfully requested deletion of external resource',
-  },
-};
-
 export interface ControllerOptions {
   api: KubeApi;
   namespace: string;
@@ -81,6 +60,8 @@ export interface ControllerOptions {
   retryPeriodMs?: number;
   workers?: number;
   pollIntervalMs?: number;
+  /** How often a Ready VM's config is read in full for drift (VmClientOptions.driftIntervalMs; default 5 min). */
+  driftIntervalMs?: number;
   healthPort?: number;
   /** /metrics on its own port (Crossplane's convention: 8080); default: on the health port. */
   metricsPort?: number;
@@ -129,6 +110,8 @@ export class ProviderController {
   readonly o: ControllerOptions;
   readonly api: KubeApi;
   readonly metrics: Metrics;
+  /** crossplane-runtime's lifecycle histograms, recorded while this replica leads. */
+  private readonly lifecycle: ManagedLifecycle;
   readonly vms: Informer<ProxmoxVM>;
   readonly sets: Informer<ProxmoxVMScaleSet>;
   readonly pcs: Informer<Obj>;
@@ -163,6 +146,7 @@ export class ProviderController {
     this.o = o;
     this.api = o.api;
     this.metrics = o.metrics ?? new Metrics();
+    this.lifecycle = new ManagedLifecycle(this.metrics);
     const log = (msg: string, fields?: Record<string, unknown>) => o.log?.('warn', msg, fields);
     const path = (plural: string) => collectionPath(GROUP, VERSION, plural);
     // No informer resync for ProxmoxVMs: the controller resyncs them itself, behind any change
@@ -209,6 +193,7 @@ export class ProviderController {
       // A task that ended or a slot taken for a resource reconciles it at once (no polling for it).
       wake: (key) => this.controller?.wake(key),
       ...(o.taskPollMs !== undefined ? { taskPollMs: o.taskPollMs } : {}),
+      ...(o.driftIntervalMs !== undefined ? { driftIntervalMs: o.driftIntervalMs } : {}),
       siteTtlMs: Math.min(10_000, Math.max(100, (o.pollIntervalMs ?? 60_000) / 2)),
       // Cloud-init Secrets live in the resource's namespace (the CRD forbids other namespaces).
       // VMIDs held by resources whose VM is not created yet (reservations survive a restart).
@@ -343,7 +328,9 @@ export class ProviderController {
     this.leading = true;
     this.metrics.leader.set(1);
     const o = this.o;
-    const reconciler = new ManagedReconciler<ProxmoxVM>(this.store, this.trackingConnector(), {
+    const lifecycle = this.lifecycle;
+    const vmStore = readsSeen(this.store, (r) => lifecycle.reconciling(GVK.ProxmoxVM, r));
+    const reconciler = new ManagedReconciler<ProxmoxVM>(vmStore, this.trackingConnector(), {
       pollIntervalMs: o.pollIntervalMs ?? 60_000,
       ...(o.taskPollMs !== undefined ? { shortWaitMs: o.taskPollMs } : {}),
       ...(o.createFailureScheduleMs ? { createFailureScheduleMs: o.createFailureScheduleMs } : {}),
@@ -354,6 +341,10 @@ export class ProviderController {
           if (step === 'create-issued') this.metrics.creates.inc({ outcome: 'ok' });
           else if (step === 'create-failed') this.metrics.creates.inc({ outcome: 'failed' });
           else if (step === 'delete-issued') this.metrics.deletes.inc({ outcome: 'ok' });
+          else if (step === 'update-issued') {
+            const vm = this.vms.cache.get(key);
+            if (vm) lifecycle.updated(GVK.ProxmoxVM, vm);
+          }
           this.countCreate(step, key);
           this.crossplaneEvent(step, key);
         },
@@ -369,6 +360,7 @@ export class ProviderController {
           result: result.kind === 'rateLimited' ? 'error' : result.kind === 'done' ? 'done' : 'requeue',
         });
         this.metrics.reconcileSeconds.observe({ kind: 'ProxmoxVM' }, ms / 1000);
+        this.reconciled(GVK.ProxmoxVM, this.vms.cache.get(key), result);
       },
       ...(o.log ? { log: o.log } : {}),
     });
@@ -382,20 +374,22 @@ export class ProviderController {
     this.controller.queue.onLatency = (ms) => this.metrics.queueLatency.observe({ kind: 'ProxmoxVM' }, ms / 1000);
     void this.controller.start();
     const gvr = (plural: string, kind: string) => ({ group: GROUP, version: VERSION, plural, kind });
-    const imageStore = new KubeStore<ProxmoxImage>(
+    const imageKube = new KubeStore<ProxmoxImage>(
       this.api,
       this.images,
       gvr('proxmoximages', 'ProxmoxImage'),
       this.recorder,
     );
-    const templateStore = new KubeStore<ProxmoxTemplate>(
+    const templateKube = new KubeStore<ProxmoxTemplate>(
       this.api,
       this.templates,
       gvr('proxmoxtemplates', 'ProxmoxTemplate'),
       this.recorder,
     );
-    for (const s of [imageStore, templateStore])
+    for (const s of [imageKube, templateKube])
       s.onStatusWrite = (result, kind) => this.metrics.kubeStatusWrites.inc({ kind, result });
+    const imageStore = readsSeen(imageKube, (r) => lifecycle.reconciling(GVK.ProxmoxImage, r));
+    const templateStore = readsSeen(templateKube, (r) => lifecycle.reconciling(GVK.ProxmoxTemplate, r));
     this.imageRuntime = new ImageRuntime({
       source: this.configSource,
       images: imageStore,
@@ -413,11 +407,13 @@ export class ProviderController {
           )
             this.controller?.queue.add(`${vm.metadata.namespace}/${vm.metadata.name}`);
       },
-      onResult: (kind, _key, result) =>
+      onResult: (kind, key, result) => {
         this.metrics.reconciles.inc({
           kind,
           result: result.kind === 'rateLimited' ? 'error' : result.kind === 'done' ? 'done' : 'requeue',
-        }),
+        });
+        this.reconciled(GVK[kind], (kind === 'ProxmoxImage' ? this.images : this.templates).cache.get(key), result);
+      },
       ...(o.log ? { log: o.log } : {}),
     });
     void this.imageRuntime.start();
@@ -425,6 +421,7 @@ export class ProviderController {
     this.unsubs.push(
       this.vms.on((type, obj) => {
         if (type === 'DELETED') {
+          lifecycle.deleted(GVK.ProxmoxVM, obj);
           this.imageRuntime?.vmGone(obj);
           this.createAttempts.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);
           this.connector.forget(obj.metadata.uid);
@@ -436,6 +433,12 @@ export class ProviderController {
         if (owner) this.scaleSets.add(`${obj.metadata.namespace}/${owner.name}`);
       }),
       this.sets.on((_t, _o, key) => this.scaleSets.add(key)),
+      this.images.on((type, obj) => {
+        if (type === 'DELETED') lifecycle.deleted(GVK.ProxmoxImage, obj);
+      }),
+      this.templates.on((type, obj) => {
+        if (type === 'DELETED') lifecycle.deleted(GVK.ProxmoxTemplate, obj);
+      }),
       this.pcs.on(() => this.schedulePcSync()),
       this.cpcs.on(() => this.schedulePcSync()),
       this.usages.on(() => this.schedulePcSync()),
@@ -459,6 +462,13 @@ export class ProviderController {
     }
   }
 
+  /** What a reconcile of a managed resource (`r`: as the cache has it now) tells the lifecycle metrics. */
+  private reconciled(gvk: string, r: Managed | undefined, result: ReconcileResult): void {
+    if (!r) return;
+    this.lifecycle.reconciled(gvk, r);
+    if (foundUpToDate(result, r)) this.lifecycle.unchanged(r);
+  }
+
   /**
    * Create attempts per resource, for the create-loop alerts: accepted creates (one per resource
    * in a healthy fleet) and failed ones since the last accepted.
@@ -474,29 +484,14 @@ export class ProviderController {
   }
 
   /**
-   * crossplane-runtime's managed reconciler records an event per external mutation, with these
-   * reasons; the engine's own events (one per changed condition: Creating, ReconcileError...) stay
-   * beside them. Best effort, as every event.
+   * crossplane-runtime's managed reconciler records an event per external mutation, with its
+   * reasons; the engine's own events (a changed condition: Creating, Available, a failure's
+   * Cannot... reason) stay beside them. Best effort, as every event.
    */
   private crossplaneEvent(step: string, key: string): void {
-    const e = CROSSPLANE_EVENTS[step];
-    const vm = e && this.vms.cache.get(key);
-    if (!e || !vm) return;
-    const name = vm.metadata.annotations?.['crossplane.io/external-name'];
-    this.recorder.record(
-      {
-        apiVersion: `${GROUP}/${VERSION}`,
-        kind: 'ProxmoxVM',
-        metadata: {
-          name: vm.metadata.name,
-          ...(vm.metadata.namespace ? { namespace: vm.metadata.namespace } : {}),
-          uid: vm.metadata.uid,
-        },
-      },
-      e.type,
-      e.reason,
-      name ? `${e.message} (VMID ${name})` : e.message,
-    );
+    const vm = this.vms.cache.get(key);
+    const e = vm && mutationEvent(step, vm);
+    if (e) this.recorder.record(e.object, 'Normal', e.reason, e.message);
   }
 
   private async stopLeading(): Promise<void> {
@@ -582,6 +577,9 @@ export class ProviderController {
     this.metrics.createAttemptsMax.set({ outcome: 'ok' }, ok);
     this.metrics.createAttemptsMax.set({ outcome: 'failed' }, failed);
     this.metrics.queueDepth.set({ kind: 'ProxmoxVM' }, this.controller?.queue.length ?? 0);
+    countStates(this.metrics, GVK.ProxmoxVM, this.vms.cache.values());
+    countStates(this.metrics, GVK.ProxmoxImage, this.images.cache.values());
+    countStates(this.metrics, GVK.ProxmoxTemplate, this.templates.cache.values());
   }
 
   /**

@@ -2,8 +2,23 @@
  * Prometheus metrics of the provider (prom-client), one registry per process. The Grafana
  * dashboard and the alerting rules in deploy/monitoring (and the Helm chart's files/) use these
  * names and labels; test/kube/monitoring.kube.ts checks that every name they use is exported.
+ *
+ * Beside the provider's own (`provider_proxmox_*`), the managed-resource metrics every
+ * crossplane-runtime v2 provider exports, with their names, `gvk` label, types and buckets
+ * (pkg/statemetrics/mr_state_metrics.go, pkg/reconciler/managed/metrics.go), so that a Crossplane
+ * dashboard or alert works unchanged; managed-lifecycle.ts records the histograms.
  */
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+/** client_golang's ExponentialBuckets(start, factor, count). */
+function exponentialBuckets(start: number, factor: number, count: number): number[] {
+  return Array.from({ length: count }, (_, i) => start * factor ** i);
+}
+
+/** crossplane-runtime's buckets for readiness and deletion times, in seconds. */
+const CROSSPLANE_LIFECYCLE_BUCKETS = [1, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600];
+/** crossplane-runtime's ExponentialBuckets(10e-9, 10, 10): 10 ns to 10 s. */
+const CROSSPLANE_EXPONENTIAL_BUCKETS = exponentialBuckets(10e-9, 10, 10);
 
 export class Metrics {
   readonly registry = new Registry();
@@ -97,6 +112,53 @@ export class Metrics {
     name: 'provider_proxmox_kube_status_writes_total',
     help: 'Status writes by kind and result: skipped = equal to the cached status, not sent; unchanged = sent, and the apiserver kept the object as it was; changed = written.',
     labelNames: ['kind', 'result'],
+    registers: [this.registry],
+  });
+
+  readonly mrExists = new Gauge({
+    name: 'crossplane_managed_resource_exists',
+    help: 'The number of managed resources that exist',
+    labelNames: ['gvk'],
+    registers: [this.registry],
+  });
+  readonly mrReady = new Gauge({
+    name: 'crossplane_managed_resource_ready',
+    help: 'The number of managed resources in Ready=True state',
+    labelNames: ['gvk'],
+    registers: [this.registry],
+  });
+  readonly mrSynced = new Gauge({
+    name: 'crossplane_managed_resource_synced',
+    help: 'The number of managed resources in Synced=True state',
+    labelNames: ['gvk'],
+    registers: [this.registry],
+  });
+  readonly mrFirstTimeToReconcile = new Histogram({
+    name: 'crossplane_managed_resource_first_time_to_reconcile_seconds',
+    help: 'The time it took for a managed resource to be detected by the controller',
+    labelNames: ['gvk'],
+    buckets: CROSSPLANE_EXPONENTIAL_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly mrFirstTimeToReadiness = new Histogram({
+    name: 'crossplane_managed_resource_first_time_to_readiness_seconds',
+    help: 'The time it took for a managed resource to become ready first time after creation',
+    labelNames: ['gvk'],
+    buckets: CROSSPLANE_LIFECYCLE_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly mrDeletion = new Histogram({
+    name: 'crossplane_managed_resource_deletion_seconds',
+    help: 'The time it took for a managed resource to be deleted',
+    labelNames: ['gvk'],
+    buckets: CROSSPLANE_LIFECYCLE_BUCKETS,
+    registers: [this.registry],
+  });
+  readonly mrDrift = new Histogram({
+    name: 'crossplane_managed_resource_drift_seconds',
+    help: 'ALPHA: How long since the previous successful reconcile when a resource was found to be out of sync; excludes restart of the provider',
+    labelNames: ['gvk'],
+    buckets: CROSSPLANE_EXPONENTIAL_BUCKETS,
     registers: [this.registry],
   });
 

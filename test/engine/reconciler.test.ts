@@ -387,33 +387,135 @@ describe('ManagedReconciler: conditions', () => {
 });
 
 describe('ManagedReconciler: events', () => {
-  it('emits an event when a condition changes, and none when nothing changed', async () => {
+  const seen = (env: Env, from = 0) => env.store.events.slice(from).map((e) => `${e.type} ${e.reason}`);
+
+  it('a create tells its story: Creating, then Available; no event for a plain successful observe', async () => {
     const env = setup();
     env.store.apply(testVM('vm1'));
     await env.rec.reconcile(KEY);
-    const first = env.store.events.map((e) => ({ type: e.type, reason: e.reason }));
-    assert.deepEqual(first, [
-      { type: 'Normal', reason: 'Creating' },
-      { type: 'Normal', reason: 'ReconcileSuccess' },
-    ]);
+    assert.deepEqual(seen(env), ['Normal Creating'], 'Synced turning True on a success is no event');
     env.advance(5000);
     await env.rec.reconcile(KEY);
-    assert.deepEqual(
-      env.store.events.slice(2).map((e) => ({ type: e.type, reason: e.reason })),
-      [{ type: 'Normal', reason: 'Available' }],
-    );
+    assert.deepEqual(seen(env, 1), ['Normal Available'], 'the first Ready=True is one');
     const n = env.store.events.length;
-    env.advance(60_000);
-    await env.rec.reconcile(KEY);
-    assert.equal(env.store.events.length, n, 'steady state: no events');
+    for (let i = 0; i < 3; i++) {
+      env.advance(60_000);
+      await env.rec.reconcile(KEY);
+    }
+    assert.equal(env.store.events.length, n, 'polls of a steady resource: no events');
+  });
 
+  it('observing an existing, up-to-date resource for the first time: one event (Available), not two', async () => {
+    const env = setup();
+    env.sys.objects.set('200', { id: '200', marker: 'uid-vm1', name: 'vm1', cpu: 2, memory: 1024 });
+    const vm = testVM('vm1', { annotations: { [ANNOTATION_EXTERNAL_NAME]: '200' } });
+    vm.spec.managementPolicies = ['Observe'];
+    env.store.apply(vm);
+    await env.rec.reconcile(KEY);
+    assert.deepEqual(pick(env.cond('Synced')), { status: 'True', reason: 'ReconcileSuccess' });
+    assert.deepEqual(seen(env), ['Normal Available']);
+    // A restarted process finds the status as it left it: nothing changed, nothing to say.
+    env.advance(60_000);
+    await env.fresh().reconcile(KEY);
+    assert.deepEqual(seen(env), ['Normal Available']);
+  });
+
+  it("a failure is one Warning with crossplane-runtime's reason and the provider's; a repeat is none; recovery is one", async () => {
+    const env = setup();
+    await createReady(env);
+    const n = env.store.events.length;
     env.store.apply(testVM('vm1', { cpu: 3 }));
     env.sys.failNext.update = new ReasonedError('Locked', 'VM 100 is locked (backup)', true);
     await env.rec.reconcile(KEY);
     const last = env.store.events.at(-1)!;
     assert.deepEqual(
       { type: last.type, reason: last.reason, message: last.message },
-      { type: 'Warning', reason: 'Locked', message: 'update failed: VM 100 is locked (backup)' },
+      {
+        type: 'Warning',
+        reason: 'CannotUpdateExternalResource',
+        message: 'Locked: update failed: VM 100 is locked (backup)',
+      },
+    );
+    assert.deepEqual(pick(env.cond('Synced')), { status: 'False', reason: 'Locked' }, 'the condition keeps the cause');
+    // The same error again (an outage retried): no event per retry.
+    env.advance(1000);
+    env.sys.failNext.update = new ReasonedError('Locked', 'VM 100 is locked (backup)', true);
+    await env.rec.reconcile(KEY);
+    assert.equal(env.store.events.length, n + 1);
+    assert.equal(env.store.events.at(-1)!.count, 1);
+    env.advance(1000);
+    await env.rec.reconcile(KEY);
+    assert.deepEqual(seen(env, n + 1), ['Normal ReconcileSuccess'], 'the update went through: Synced is True again');
+    assert.equal(env.store.events.at(-1)!.message, 'Synced is True again (was Locked)');
+  });
+
+  it('every failed create is an event (CannotCreateExternalResource, counted), as crossplane-runtime records each', async () => {
+    const env = setup();
+    env.store.apply(testVM('vm1'));
+    for (let i = 0; i < 3; i++) {
+      env.sys.failNext.create = new ReasonedError('BridgeNotFound', 'bridge vmbr9 does not exist on node pve1');
+      await env.rec.reconcile(KEY);
+      env.advance(700_000);
+    }
+    const cannot = env.store.events.filter((e) => e.reason === 'CannotCreateExternalResource');
+    assert.deepEqual(
+      cannot.map((e) => [e.type, e.message, e.count]),
+      [['Warning', 'BridgeNotFound: create failed: bridge vmbr9 does not exist on node pve1', 3]],
+    );
+    assert.ok(!env.store.events.some((e) => e.reason === 'BridgeNotFound'), 'no second event for the same failure');
+  });
+
+  it("a failing step's reason: connect, observe; a plain error carries no provider reason", async () => {
+    const env = setup();
+    env.sys.failNext.connect = new Error('no credentials');
+    env.store.apply(testVM('vm1'));
+    await env.rec.reconcile(KEY);
+    assert.deepEqual(
+      [env.store.events.at(-1)!.reason, env.store.events.at(-1)!.message],
+      ['CannotConnectToProvider', 'connect failed: no credentials'],
+    );
+    env.sys.failNext.observe = new ReasonedError('ImageNotImportable', 'local:iso/ubuntu.img is ISO content');
+    await env.rec.reconcile(KEY);
+    assert.deepEqual(
+      [env.store.events.at(-1)!.reason, env.store.events.at(-1)!.message],
+      ['CannotObserveExternalResource', 'ImageNotImportable: observe failed: local:iso/ubuntu.img is ISO content'],
+    );
+  });
+
+  it('Observe-only without the external resource: CannotObserveExternalResource', async () => {
+    const env = setup();
+    const vm = testVM('vm1', { annotations: { [ANNOTATION_EXTERNAL_NAME]: '404' } });
+    vm.spec.managementPolicies = ['Observe'];
+    env.store.apply(vm);
+    await env.rec.reconcile(KEY);
+    assert.ok(seen(env).includes('Warning CannotObserveExternalResource'), seen(env).join(', '));
+  });
+
+  it('pause, invalid policies and reconcile requests use the reasons crossplane-runtime records', async () => {
+    const env = setup();
+    env.store.apply(testVM('vm1', { annotations: { [ANNOTATION_PAUSED]: 'true' } }));
+    await env.rec.reconcile(KEY);
+    assert.deepEqual(seen(env), ['Normal ReconciliationPaused']);
+    assert.deepEqual(pick(env.cond('Synced')), { status: 'False', reason: 'ReconcilePaused' });
+    await env.rec.reconcile(KEY);
+    assert.equal(env.store.events.length, 1, 'paused and still paused: said once');
+
+    const bad = testVM('vm2');
+    bad.spec.managementPolicies = ['Create'];
+    env.store.apply(bad);
+    await env.rec.reconcile('default/vm2');
+    assert.equal(env.store.events.at(-1)!.reason, 'CannotUseInvalidManagementPolicy');
+    assert.equal(env.store.events.at(-1)!.type, 'Warning');
+
+    await createReady(env, testVM('vm3'));
+    const n = env.store.events.length;
+    env.store.apply(testVM('vm3', { annotations: { [ANNOTATION_RECONCILE_REQUESTED]: 'token-1' } }));
+    await env.rec.reconcile('default/vm3');
+    await env.rec.reconcile('default/vm3');
+    assert.deepEqual(
+      env.store.events.slice(n).map((e) => [e.reason, e.message]),
+      [['ReconcileRequestHandled', 'Handling reconcile request token-1']],
+      'once per request',
     );
   });
 });

@@ -298,8 +298,13 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
         fieldSelector: `involvedObject.uid=${vm.metadata.uid}`,
       });
       const reasons = new Set(items.map((e) => e.reason as string));
-      return ['Creating', 'ReconcileSuccess', 'Available'].every((r) => reasons.has(r)) ? items : undefined;
+      return ['Creating', 'CreatedExternalResource', 'Available'].every((r) => reasons.has(r)) ? items : undefined;
     });
+    // As crossplane-runtime: an event is for a change or an error, not for a successful observe.
+    assert.ok(
+      !events.some((e) => e.reason === 'ReconcileSuccess'),
+      JSON.stringify(events.map((e) => [e.type, e.reason, e.message])),
+    );
     for (const e of events) {
       assert.equal(e.involvedObject.kind, 'ProxmoxVM');
       assert.equal(e.involvedObject.name, 'basic-vm');
@@ -346,6 +351,13 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     assert.ok(metric(m.text, 'provider_proxmox_kube_requests_total') > 0);
     assert.ok(!Number.isNaN(metric(m.text, 'provider_proxmox_workqueue_depth')));
     assert.ok(metric(m.text, 'provider_proxmox_workqueue_latency_seconds_count') > 0);
+    // crossplane-runtime's managed-resource metrics, with its gvk label.
+    const gvk = { gvk: 'proxmox.sankofa.io/v1alpha1, Kind=ProxmoxVM' };
+    assert.ok(metric(m.text, 'crossplane_managed_resource_exists', gvk) >= 30);
+    assert.ok(metric(m.text, 'crossplane_managed_resource_ready', gvk) >= 30);
+    assert.ok(metric(m.text, 'crossplane_managed_resource_synced', gvk) >= 30);
+    assert.ok(metric(m.text, 'crossplane_managed_resource_first_time_to_reconcile_seconds_count', gvk) >= 30);
+    assert.ok(metric(m.text, 'crossplane_managed_resource_first_time_to_readiness_seconds_count', gvk) >= 30);
     // Metrics on their own port; health answers there too, and nothing else is served.
     assert.equal((await httpGet(metricsPort, '/healthz')).status, 200);
     assert.equal((await httpGet(healthPort, '/nope')).status, 404);
@@ -358,10 +370,15 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
         spec: { forProvider: { cloudInit: { user: 'ops' } }, writeConnectionSecretToRef: { name: 'conn-1-details' } },
       }),
     );
-    const [ready] = await waitAllReady(kube, NS, ['conn-1']);
+    await waitAllReady(kube, NS, ['conn-1']);
+    // (Ready comes with the VM running; its address once the guest agent answered.)
     const secret = await waitFor('connection Secret with an IP', async () => {
       const s = await get(kube, `/api/v1/namespaces/${NS}/secrets/conn-1-details`);
       return s?.data?.ip ? s : undefined;
+    });
+    const ready = await waitFor('the address in status', async () => {
+      const o = await get(kube, `/apis/proxmox.sankofa.io/v1alpha1/namespaces/${NS}/proxmoxvms/conn-1`);
+      return o?.status?.atProvider?.ipAddresses?.length ? o : undefined;
     });
     assert.equal(secret.type, 'connection.crossplane.io/v1alpha1');
     assert.deepEqual(
@@ -425,6 +442,17 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     assert.equal(condition(p, 'Synced')?.status, 'False');
     assert.equal(p.metadata.annotations?.['crossplane.io/external-name'], undefined, 'no VMID chosen');
     assert.equal(simVms(sim).filter((v) => v.uid === created.metadata.uid).length, 0, 'no VM created');
+    const pausedEvents = await waitFor('the event of paused-1', async () => {
+      const items = await list(kube, `/api/v1/namespaces/${NS}/events`, {
+        fieldSelector: `involvedObject.uid=${created.metadata.uid}`,
+      });
+      return items.length ? items : undefined;
+    });
+    assert.deepEqual(
+      pausedEvents.map((e) => `${e.type} ${e.reason}`),
+      ['Normal ReconciliationPaused'],
+      "crossplane-runtime's reason, once",
+    );
 
     // Unpaused: it is created.
     await mergePatch(kube, vmPath(NS, 'paused-1'), { metadata: { annotations: { 'crossplane.io/paused': null } } });
@@ -454,6 +482,27 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     });
   });
 
+  it("a failure is one Warning event with crossplane-runtime's reason, the provider's reason leading the message", async () => {
+    const bad = await create(kube, smallVm('bad-bridge', { spec: { forProvider: { network: 'vmbr9' } } }));
+    const byReason = (reason: string) =>
+      list(kube, `/api/v1/namespaces/${NS}/events`, {
+        fieldSelector: `involvedObject.uid=${bad.metadata.uid},reason=${reason}`,
+      });
+    const [e] = await waitFor('CannotCreateExternalResource of bad-bridge', async () => {
+      const items = await byReason('CannotCreateExternalResource');
+      return items.length ? items : undefined;
+    });
+    assert.equal(e!.type, 'Warning');
+    assert.match(
+      e!.message as string,
+      /^BridgeNotFound: cannot create: bridge 'vmbr9' does not exist on node ml110-01/,
+    );
+    assert.equal(condition(await get(kube, vmPath(NS, 'bad-bridge')), 'Synced')?.reason, 'BridgeNotFound');
+    assert.deepEqual(await byReason('BridgeNotFound'), [], 'not a second event for the same failure');
+    await del(kube, vmPath(NS, 'bad-bridge'));
+    await waitFor('bad-bridge gone', async () => !(await get(kube, vmPath(NS, 'bad-bridge'))));
+  });
+
   it('deletion with the Delete policy: VM destroyed, finalizer removed, object gone', async () => {
     await create(kube, smallVm('del-delete'));
     const [o] = await waitAllReady(kube, NS, ['del-delete']);
@@ -466,6 +515,12 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     assert.deepEqual(res.json.metadata.finalizers, ['finalizer.managedresource.crossplane.io']);
     await waitFor('del-delete gone', async () => !(await get(kube, vmPath(NS, 'del-delete'))));
     assert.equal(simVms(sim).filter((v) => v.uid === uid).length, 0, 'the VM is gone from Proxmox');
+    const deletions = metric(
+      (await httpGet(metricsPort, '/metrics')).text,
+      'crossplane_managed_resource_deletion_seconds_count',
+      { gvk: 'proxmox.sankofa.io/v1alpha1, Kind=ProxmoxVM' },
+    );
+    assert.ok(deletions >= 1, `crossplane_managed_resource_deletion_seconds_count ${deletions}`);
     await waitFor(
       'usage of del-delete gone',
       async () => !(await get(kube, `${collection(API, 'ProviderConfigUsage', NS)}/${uid}`)),

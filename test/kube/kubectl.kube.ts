@@ -32,7 +32,11 @@ const IMAGE = 'local:import/ubuntu-22.04-cloud.qcow2';
 
 /** The metric names an expression file uses (histogram series map to their family). */
 export function metricNames(text: string): Set<string> {
-  return new Set([...text.matchAll(/provider_proxmox_[a-z_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, '')));
+  return new Set(
+    [...text.matchAll(/(?:provider_proxmox|crossplane_managed_resource)_[a-z_]+/g)].map((m) =>
+      m[0].replace(/_(bucket|sum|count)$/, ''),
+    ),
+  );
 }
 
 describe('kubectl against the provider: apply, wait, get, explain, describe, scale, annotate', () => {
@@ -304,6 +308,13 @@ describe('kubectl against the provider: apply, wait, get, explain, describe, sca
       /provider_proxmox_pve_requests_total\{site="site-1",method="[A-Z]+",path="[^"]+",class="ok"\} \d/,
       /provider_proxmox_reconciles_total\{kind="ProxmoxVM",result="done"\} \d/,
       /provider_proxmox_leader 1/,
+      // crossplane-runtime's names and gvk label: the VMs applied here were first reconciled and
+      // first Ready on this leader, and vm-100 was deleted.
+      /crossplane_managed_resource_exists\{gvk="proxmox\.sankofa\.io\/v1alpha1, Kind=ProxmoxVM"\} [1-9]/,
+      /crossplane_managed_resource_ready\{gvk="proxmox\.sankofa\.io\/v1alpha1, Kind=ProxmoxVM"\} [1-9]/,
+      /crossplane_managed_resource_first_time_to_reconcile_seconds_count\{gvk="[^"]+, Kind=ProxmoxVM"\} [1-9]/,
+      /crossplane_managed_resource_first_time_to_readiness_seconds_count\{gvk="[^"]+, Kind=ProxmoxVM"\} [1-9]/,
+      /crossplane_managed_resource_deletion_seconds_count\{gvk="[^"]+, Kind=ProxmoxVM"\} [1-9]/,
     ])
       assert.match(text, series);
   });

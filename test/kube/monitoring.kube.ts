@@ -26,7 +26,11 @@ interface Panel {
 }
 
 function names(text: string): Set<string> {
-  return new Set([...text.matchAll(/provider_proxmox_[a-z_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, '')));
+  return new Set(
+    [...text.matchAll(/(?:provider_proxmox|crossplane_managed_resource)_[a-z_]+/g)].map((m) =>
+      m[0].replace(/_(bucket|sum|count)$/, ''),
+    ),
+  );
 }
 
 describe('alerting rules and dashboard with the real promtool', () => {
