@@ -23,16 +23,16 @@
  *                                  [--child-node-options '--cpu-prof --cpu-prof-dir=DIR']
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { parseProviderConfig } from '../src/api/provider-config.ts';
 import { applyCommand } from '../src/local/apply.ts';
-import { startSimulator } from '../src/sim/index.ts';
+import type { startSimulator } from '../src/sim/index.ts';
 import { providerConfigYaml } from '../src/sim/provider-config.ts';
-import { defaultTopology, type Topology, type TopologyNode } from '../src/sim/topology.ts';
+import { smallVmYaml, startFleetSimulator } from './fleet.ts';
 import { dirBytes, wchar } from './proc-io.ts';
 
 const { values } = parseArgs({
@@ -51,65 +51,6 @@ const { values } = parseArgs({
     dir: { type: 'string' },
   },
 });
-
-const TiB = 1024 ** 4;
-
-/** `sites` clusters of `nodes` nodes, each node holding every VM it may get (cores, memory, disk, leases). */
-function topology(sites: number, nodes: number): Topology {
-  const seed = defaultTopology().clusters[0]!.nodes[0]!;
-  return {
-    clusters: Array.from({ length: sites }, (_, s) => ({
-      name: `site-${s + 1}`,
-      listen: `127.0.0.1:${18006 + s}`,
-      nodes: Array.from({ length: nodes }, (_, j): TopologyNode => {
-        const subnet = s * 16 + j;
-        return {
-          name: `pve-${s + 1}-${j + 1}`,
-          cpus: 64,
-          memory: 16 * TiB,
-          memoryUsed: 0,
-          storages: [
-            structuredClone(seed.storages.find((x) => x.id === 'local')!),
-            { id: 'local-lvm', type: 'lvmthin', content: ['images', 'rootdir'], total: 200 * TiB, bandwidth: 4000 },
-          ],
-          bridges: [
-            {
-              name: 'vmbr0',
-              cidr: `10.${subnet}.0.1/16`,
-              gateway: `10.${subnet}.0.1`,
-              dhcp: `10.${subnet}.0.10-10.${subnet}.255.250`,
-            },
-          ],
-        };
-      }),
-    })),
-  };
-}
-
-function vmYaml(i: number, sites: number, nodes: number): string {
-  const name = `vm-${String(i).padStart(5, '0')}`;
-  const s = i % sites;
-  const j = Math.floor(i / sites) % nodes;
-  return `apiVersion: proxmox.sankofa.io/v1alpha1
-kind: ProxmoxVM
-metadata:
-  name: ${name}
-  namespace: default
-spec:
-  forProvider:
-    name: ${name}
-    site: site-${s + 1}
-    node: pve-${s + 1}-${j + 1}
-    cpu: 1
-    memory: 256Mi
-    disk: 4Gi
-    storage: local-lvm
-    network: vmbr0
-    image: local:import/ubuntu-22.04-cloud.qcow2
-  providerConfigRef:
-    name: default
-`;
-}
 
 /** One apply in this process (the child): the manifests of `dir`, its state, its ProviderConfig. */
 async function child(dir: string, budgetMs: number, taskPollMs: number | undefined): Promise<object> {
@@ -200,16 +141,7 @@ async function withSimulator(
 async function measure(n: number): Promise<Record<string, unknown>> {
   const sites = Number(values.sites);
   const nodes = Number(values.nodes);
-  const sim = await startSimulator({
-    topology: topology(sites, nodes),
-    speed: Number(values.speed),
-    http: true,
-    ephemeralPorts: true,
-    authFailDelayMs: 0,
-    ssh: false,
-    seed: 7,
-    tokens: ['root@pam!bench=b0b0b0b0-0000-4000-8000-000000000000'],
-  });
+  const sim = await startFleetSimulator(sites, nodes, Number(values.speed), 18006);
   const dir = mkdtempSync(join(tmpdir(), 'pp-bench-local-apply-'));
   try {
     writeFileSync(join(dir, 'providerconfig.yaml'), providerConfigYaml(sim, { ssh: false }));
@@ -218,7 +150,7 @@ async function measure(n: number): Promise<Record<string, unknown>> {
     // 100 VMs per file, as an operator's fleet directory holds a few files of many documents each.
     for (let f = 0; f * 100 < n; f++) {
       const docs: string[] = [];
-      for (let i = f * 100; i < Math.min(n, (f + 1) * 100); i++) docs.push(vmYaml(i, sites, nodes));
+      for (let i = f * 100; i < Math.min(n, (f + 1) * 100); i++) docs.push(smallVmYaml(i, sites, nodes));
       writeFileSync(join(dir, 'manifests', `vms-${String(f).padStart(4, '0')}.yaml`), docs.join('---\n'));
     }
     const args = ['--dir', dir, '--budget-s', String(values['budget-s'])];

@@ -31,6 +31,7 @@ import { startSimulator } from '../src/sim/index.ts';
 import { providerConfigYaml } from '../src/sim/provider-config.ts';
 import { loadManifests } from '../src/workspace/manifests.ts';
 import { manifestKey, planRollout } from '../src/workspace/phases.ts';
+import { classOf, type RequestClass } from './fleet.ts';
 
 const { values } = parseArgs({
   options: { speeds: { type: 'string', default: '20,100' }, 'task-poll-ms': { type: 'string' } },
@@ -51,15 +52,6 @@ const sink = new Writable({
 }) as unknown as NodeJS.WriteStream;
 
 /** One apply against a fresh simulator: its simulated seconds, and the fleet as the ideal sees it. */
-type RequestClass = 'mutating' | 'task' | 'perVm' | 'shared';
-
-function classOf(method: string, url: string): RequestClass {
-  const path = url.replace(/\?.*/, '');
-  if (method !== 'GET') return 'mutating';
-  if (/\/tasks\/[^/]+\/(status|log)$/.test(path)) return 'task';
-  if (/\/qemu\/\d+(\/|$)/.test(path) || path.endsWith('/cluster/nextid')) return 'perVm';
-  return 'shared';
-}
 
 async function measure(
   speed: number,

@@ -21,7 +21,7 @@
  * Usage: node bench/state-store.ts [--n 30,300,1000,10000] [--budget-s 600] [--lists-per-create 2] [--scan]
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';

@@ -55,3 +55,15 @@ export async function runCommand(fn: () => Promise<number> | number): Promise<vo
 export function durationOption(flags: string, description: string, defaultText: string): Option {
   return new Option(flags, description).argParser(duration).default(duration(defaultText), defaultText);
 }
+
+/**
+ * `--drift-interval`: what the bulk list cannot show is only seen in a VM's config, so each Ready
+ * VM's config is read once per interval, at a moment of its own (spread, never in one burst).
+ */
+export function driftIntervalOption(): Option {
+  return durationOption(
+    '--drift-interval <d>',
+    "how often each Ready VM's config is read in full, for drift only the config shows; every poll checks status, cpu, memory, disk size, name, tags, lock and node from the bulk list (/cluster/resources); the reads are spread over the interval; 0: every poll",
+    '5m',
+  );
+}

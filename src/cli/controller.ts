@@ -4,7 +4,7 @@
  */
 import { type Command, InvalidArgumentError } from 'commander';
 import { DEFAULT_KUBE_BURST, DEFAULT_KUBE_QPS } from '../kube/ratelimit.ts';
-import { durationOption, wholeNumber as int } from './args.ts';
+import { driftIntervalOption, durationOption, wholeNumber as int } from './args.ts';
 
 /** `--kube-qps`: requests a second, a fraction allowed; 0 turns the limit off. */
 function qps(v: string): number {
@@ -54,6 +54,7 @@ export function registerController(program: Command): void {
     .addOption(durationOption('--retry-period <d>', 'leader retry period', '2s'))
     .option('--workers <n>', 'concurrent reconciles', int, 8)
     .addOption(durationOption('--poll <d>', 'poll interval of a ready resource', '1m'))
+    .addOption(driftIntervalOption())
     .option('--health-port <port>', 'port of /healthz and /readyz', int, 8081)
     .option('--metrics-port <port>', 'port of /metrics (Prometheus)', int, 8080)
     .addOption(durationOption('--orphan-scan <d>', 'orphan scan period (0 disables)', '1h'))
@@ -89,6 +90,7 @@ export function registerController(program: Command): void {
           retryPeriod: number;
           workers: number;
           poll: number;
+          driftInterval: number;
           healthPort: number;
           metricsPort: number;
           orphanScan: number;
@@ -116,6 +118,7 @@ export function registerController(program: Command): void {
           retryPeriodMs: o.retryPeriod,
           workers: o.workers,
           pollIntervalMs: o.poll,
+          driftIntervalMs: o.driftInterval,
           healthPort: o.healthPort,
           metricsPort: o.metricsPort,
           orphanScanMs: o.orphanScan,

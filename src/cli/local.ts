@@ -1,6 +1,14 @@
 /** `apply`, `delete`, `status`, `demo`: commander wiring for src/local/commands.ts. */
 import { type Command, Option } from 'commander';
-import { duration, durationOption, outputOption, positive, runCommand, STATE_HELP } from './args.ts';
+import {
+  driftIntervalOption,
+  duration,
+  durationOption,
+  outputOption,
+  positive,
+  runCommand,
+  STATE_HELP,
+} from './args.ts';
 import { confirmer } from './confirm.ts';
 
 /** Loaded on use, so that every command starts fast. */
@@ -59,6 +67,7 @@ export function registerLocal(program: Command): void {
       ).choices(['Never', 'IfNeeded']),
     )
     .addOption(taskPoll())
+    .addOption(driftIntervalOption())
     .addOption(output())
     .option('-q, --quiet', 'no live progress, only the final table')
     .addHelpText(
@@ -99,6 +108,7 @@ Example:
         maxParallel?: number;
         dryRun?: boolean;
         taskPoll?: number;
+        driftInterval: number;
         yes?: boolean;
         autoApprove?: boolean;
         rebootPolicy?: 'Never' | 'IfNeeded';
@@ -119,6 +129,7 @@ Example:
             output: o.output,
             quiet: Boolean(o.quiet),
             ...pollArgs(o.taskPoll),
+            driftIntervalMs: o.driftInterval,
           }),
         ),
     );

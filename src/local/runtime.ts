@@ -58,6 +58,8 @@ export interface RuntimeOptions {
   stateFile?: string;
   workers?: number;
   pollIntervalMs?: number;
+  /** How often a Ready VM's config is read in full for drift (VmClientOptions.driftIntervalMs; default 5 min). */
+  driftIntervalMs?: number;
   hooks?: EngineHooks;
   backoff?: { baseMs?: number; capMs?: number };
   createFailureScheduleMs?: number[];
@@ -225,6 +227,7 @@ export class LocalRuntime {
       siteTtlMs: Math.min(10_000, Math.max(100, (opts.pollIntervalMs ?? 60_000) / 2)),
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
       ...(opts.taskPollMs !== undefined ? { taskPollMs: opts.taskPollMs } : {}),
+      ...(opts.driftIntervalMs !== undefined ? { driftIntervalMs: opts.driftIntervalMs } : {}),
       ...(opts.agentPollMs !== undefined ? { agentPollMs: opts.agentPollMs } : {}),
       // An index the store keeps up to date, not a scan of every resource per VMID choice.
       vmidHolders: (site) => this.vmidHolders.holdersOf(site),

@@ -28,6 +28,8 @@ export interface ApplyArgs {
   loadedConfig?: LoadedProviderConfig;
   taskPollMs?: number;
   agentPollMs?: number;
+  /** How often a Ready VM's config is read in full for drift (`--drift-interval`; default 5 min). */
+  driftIntervalMs?: number;
   header?: string;
   /** Fleet file with phases (overrides the phase annotations). */
   fleet?: string;
@@ -112,6 +114,7 @@ export function openRuntime(
     ...(args.workers ? { workers: args.workers } : {}),
     ...(args.taskPollMs !== undefined ? { taskPollMs: args.taskPollMs } : {}),
     ...(args.agentPollMs !== undefined ? { agentPollMs: args.agentPollMs } : {}),
+    ...(args.driftIntervalMs !== undefined ? { driftIntervalMs: args.driftIntervalMs } : {}),
     ...(args.creationGraceMs !== undefined ? { creationGraceMs: args.creationGraceMs } : {}),
     ...(args.onResult ? { onResult: args.onResult } : {}),
   });

@@ -32,6 +32,7 @@ interface Rule {
 const API_VERSIONS: Record<string, string> = {
   Namespace: 'v1',
   ServiceAccount: 'v1',
+  Service: 'v1',
   ClusterRole: 'rbac.authorization.k8s.io/v1',
   ClusterRoleBinding: 'rbac.authorization.k8s.io/v1',
   Role: 'rbac.authorization.k8s.io/v1',

@@ -111,7 +111,7 @@ describe('Helm chart with the real helm: lint, template, install, upgrade, unins
         replicaCount: 2,
         leaderElection: { enabled: true, leaseDuration: '6s', renewDeadline: '4s', retryPeriod: '1s' },
         resources: { requests: { cpu: '50m', memory: '96Mi' }, limits: { cpu: '500m', memory: '256Mi' } },
-        controller: { pollInterval: '30s', orphanScan: '0' },
+        controller: { pollInterval: '30s', driftInterval: '10m', orphanScan: '0' },
         extraArgs: ['--task-poll', '50ms'],
         providerConfig: {
           create: true,
@@ -165,7 +165,7 @@ describe('Helm chart with the real helm: lint, template, install, upgrade, unins
     const args = (c.args as string[]).join(' ');
     assert.match(args, /--lease-duration 6s --renew-deadline 4s --retry-period 1s/);
     assert.match(args, /--metrics-port 8080 --health-port 8081/);
-    assert.match(args, /--poll 30s --orphan-scan 0 --task-poll 50ms$/);
+    assert.match(args, /--poll 30s --drift-interval 10m --orphan-scan 0 --task-poll 50ms$/);
     const secret = find('Secret')!;
     assert.equal(secret.metadata.namespace, NS);
     assert.deepEqual(Object.keys(secret.stringData).sort(), ['token', 'tokenid']);
