@@ -151,10 +151,19 @@ export class ManagedReconciler<R extends Managed = Managed> {
   }
 
   /** Like writeMeta, but on conflict re-fetch and re-apply the annotation (5 tries), as crossplane-runtime does for create results. */
-  private async writeAnnotationRetry(r: R, key: string, name: string, value: string): Promise<void> {
+  /** Write annotations (`name` = value, undefined: removed), again onto a fresh copy after a conflict. */
+  private async writeAnnotationRetry(r: R, key: string, name: string, value: string): Promise<void>;
+  private async writeAnnotationRetry(r: R, key: string, values: Record<string, string | undefined>): Promise<void>;
+  private async writeAnnotationRetry(
+    r: R,
+    key: string,
+    names: string | Record<string, string | undefined>,
+    value?: string,
+  ): Promise<void> {
+    const values = typeof names === 'string' ? { [names]: value } : names;
     for (let i = 0; i < 5; i++) {
       try {
-        setAnnotation(r, name, value);
+        for (const [k, v] of Object.entries(values)) setAnnotation(r, k, v);
         await this.writeMeta(r);
         return;
       } catch (e) {
@@ -252,6 +261,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // 8. Observe.
     let obs: Awaited<ReturnType<ExternalClient<R>['observe']>>;
     const nameBefore = externalName(r);
+    const annotationsBefore = { ...r.metadata.annotations };
     try {
       obs = await ext.observe(r);
     } catch (e) {
@@ -262,7 +272,8 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // before anything else, as crossplane-runtime does when Observe changes the external name.
     const nameAfter = externalName(r);
     if (nameAfter !== undefined && nameAfter !== nameBefore) {
-      await this.writeAnnotationRetry(r, key, ANNOTATION_EXTERNAL_NAME, nameAfter);
+      // With every other annotation observe set beside it (the site it is on: F28), also after a conflict.
+      await this.writeAnnotationRetry(r, key, annotationChanges(annotationsBefore, r.metadata.annotations));
       this.store.event(r, 'Normal', 'AdoptedExternalResource', `external name is now ${nameAfter}`);
     }
 
@@ -516,3 +527,13 @@ function createIsNewer(r: Managed): boolean {
   return p > s;
 }
 
+/** The annotations that differ between two sets (undefined: removed). */
+function annotationChanges(
+  before: Record<string, string>,
+  after: Record<string, string> | undefined,
+): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(after ?? {})) if (before[k] !== v) out[k] = v;
+  for (const k of Object.keys(before)) if (!after || !(k in after)) out[k] = undefined;
+  return out;
+}

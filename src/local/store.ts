@@ -10,6 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
+import { ANNOTATION_SITE } from '../api/proxmoxvm.ts';
 import { keyOf, type Managed, rfc3339 } from '../engine/resource.ts';
 import { ConflictError, type ResourceStore, type WatchEvent } from '../engine/types.ts';
 import { type DbState, isSqliteFile } from '../workspace/state-db.ts';
@@ -106,7 +107,8 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     next.spec = structuredClone(desired.spec);
     next.metadata.labels = { ...desired.metadata.labels };
     // The manifest owns its annotations (removing `crossplane.io/paused` from it must unpause); only
-    // the ones the engine writes (external name, create-pending/succeeded/failed) survive from the store.
+    // the ones the engine writes (external name, create-pending/succeeded/failed, the site the
+    // external name is on) survive from the store.
     next.metadata.annotations = { ...engineAnnotations(cur), ...desired.metadata.annotations };
     if (specChanged) next.metadata.generation = cur.metadata.generation + 1;
     if (isDeepStrictEqual(next, cur)) return structuredClone(cur);
@@ -245,10 +247,16 @@ export interface Change<R extends Managed> {
   removed?: string;
 }
 
-/** Annotations the engine writes and a manifest normally does not carry. */
+/**
+ * Annotations the engine writes and a manifest normally does not carry: crossplane-runtime's
+ * `crossplane.io/external-*`, and the site a VMID is on, written with it (F21, F28: dropped by a
+ * re-apply before the first status write, the VMID was read on the spec's new site).
+ */
 function engineAnnotations(r: Managed): Record<string, string> {
   return Object.fromEntries(
-    Object.entries(r.metadata.annotations ?? {}).filter(([k]) => k.startsWith('crossplane.io/external-')),
+    Object.entries(r.metadata.annotations ?? {}).filter(
+      ([k]) => k.startsWith('crossplane.io/external-') || k === ANNOTATION_SITE,
+    ),
   );
 }
 

@@ -5,7 +5,7 @@
  * and guest addresses. Observe never mutates; what must change is returned as one Change for
  * update (the engine's one-mutation-per-reconcile rule).
  */
-import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
 import {
   ANNOTATION_CREATE_PENDING,
   ANNOTATION_EXTERNAL_NAME,
@@ -473,6 +473,9 @@ async function adoptElsewhere(ctx: StepContext, r: ProxmoxVM): Promise<Observed 
 /** Take `found` (on `site`, when another) as this resource's VM: record its VMID (the marker says whose it is). */
 function adopt(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, site?: string): void {
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(found.vmid));
+  // With the VMID, in the same write, the site it is on: a status write lost after this one (a
+  // conflict with an edit of the spec's site) must not leave the VMID read on another site (F28).
+  setAnnotation(r, ANNOTATION_SITE, site ?? ctx.site.name);
   ctx.site.unreserve(r.metadata.uid);
   ready(
     r,

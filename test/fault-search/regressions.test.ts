@@ -458,4 +458,22 @@ describe('fault-search regressions', () => {
       { strict: true },
     );
   });
+
+  it("F28: the state lost while vm-b's clone ran, a look-alike of vm-a at the same VMID on site-1, then vm-b's spec moved to site-1 while it adopted its VM on site-2 -> the site the VMID is on survives the re-apply, and the VM moves (no VMIDConflict for good)", async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }), vmA],
+      [
+        new Foreign('look-alike', 'vm-a'),
+        new Reconcile('vm-b', { where: { step: 'update-reserve-site-move' }, what: { kind: 'writer' } }),
+        new LoseState(),
+        new Reconcile('vm-b', {
+          where: { nth: 3 },
+          what: { kind: 'edit', edit: { cpu: 1, memory: '1Gi', site: 'site-1' } },
+        }),
+        new Delete('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
 });
