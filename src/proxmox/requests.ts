@@ -636,6 +636,8 @@ export interface TaskListOptions {
   typefilter?: string;
   userfilter?: string;
   errors?: boolean;
+  /** Only tasks started at or after this UNIX time (PVE >= 7). */
+  since?: number;
   start?: number;
   limit?: number;
 }
@@ -651,6 +653,7 @@ export function listTasks(node: string, opts: TaskListOptions = {}): PveRequest<
       typefilter: opts.typefilter,
       userfilter: opts.userfilter,
       errors: opts.errors,
+      since: opts.since,
       start: opts.start,
       limit: opts.limit,
     },

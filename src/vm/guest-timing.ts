@@ -7,9 +7,14 @@
  *     of the time it has been up, within [floor, the agent poll]: seen within that share of its
  *     boot, for reads that grow with the log of the boot time;
  *   - the site learns from each boot it saw from the start (the VM was seen stopped, then running)
- *     how long the milestone took: the last ask that missed and the first that hit bound it;
- *   - the next guest of that kind is not asked before the learned time (the lower bound, so that
- *     learning never makes an answer late), then as the first one.
+ *     how long the milestone took: the first ask that hit (the last that missed came at most a
+ *     share of the age before it);
+ *   - the next guest of that kind is first asked at the learned time, then as the first one. For
+ *     boots alike that is one ask, and no later than the ask after a miss at the last miss's time
+ *     would have come (its share of the age later): learning saves a request without delaying.
+ * A command run in the guest through the agent (`cloud-init status`) is asked about the same way,
+ * from when it was started: after the floor, then a share of its age, and once the site saw one
+ * exit, first at the time that took.
  * Times are this process's clock (a boot's PVE uptime is in the cluster's), and what is learned
  * lives as long as the site's context: a restarted provider asks as the first time.
  */
@@ -29,14 +34,13 @@ interface BootWatch {
   since: number;
   /** Whether the boot was seen from its start (the VM was seen stopped just before). */
   fromStart: boolean;
-  /** Per milestone: the last age at which it had not been reached; the age at which it was. */
-  missedAt: Partial<Record<GuestMilestone, number>>;
+  /** Per milestone: the age at which it was first seen reached. */
   reachedAt: Partial<Record<GuestMilestone, number>>;
 }
 
 const boots = new WeakMap<ResourceMemory, BootWatch>();
 const stopped = new WeakSet<ResourceMemory>();
-/** Per site, per kind of guest and milestone: the learned lower bound (ms after the boot). */
+/** Per site, per kind of guest and milestone: the learned time (ms after the boot). */
 const learned = new WeakMap<SiteContext, Map<string, number>>();
 
 /** The kind of guest a VM runs, for what one boot teaches about the next. */
@@ -55,13 +59,7 @@ export function guestStopped(memory: ResourceMemory): void {
 export function guestBooted(ctx: StepContext): void {
   const fromStart = stopped.has(ctx.memory);
   stopped.delete(ctx.memory);
-  boots.set(ctx.memory, { since: ctx.site.now(), fromStart, missedAt: {}, reachedAt: {} });
-}
-
-/** This ask found `milestone` not reached yet. */
-export function guestMissed(ctx: StepContext, milestone: GuestMilestone): void {
-  const b = boots.get(ctx.memory);
-  if (b && b.reachedAt[milestone] === undefined) b.missedAt[milestone] = ctx.site.now() - b.since;
+  boots.set(ctx.memory, { since: ctx.site.now(), fromStart, reachedAt: {} });
 }
 
 /** This ask found `milestone` reached: learned for the site's next guest of this kind. */
@@ -76,9 +74,9 @@ export function guestReached(ctx: StepContext, r: ProxmoxVM, milestone: GuestMil
     learned.set(ctx.site, site);
   }
   const key = learnedKey(r, milestone);
-  const bound = b.missedAt[milestone] ?? 0;
+  const took = b.reachedAt[milestone];
   const before = site.get(key);
-  site.set(key, before === undefined ? bound : (before + bound) / 2);
+  site.set(key, before === undefined ? took : (before + took) / 2);
 }
 
 /** How long to wait before asking the guest about `milestone` again. */
@@ -97,4 +95,25 @@ export function guestPollMs(ctx: StepContext, r: ProxmoxVM, milestone: GuestMile
 
 function learnedKey(r: ProxmoxVM, milestone: GuestMilestone): string {
   return `${kindOf(r)}\u0000${milestone}`;
+}
+
+/** Per site: how long a guest command took to exit, as first seen (ms after its exec). */
+const execLearned = new WeakMap<SiteContext, number>();
+
+/** How long to wait before asking about a command started in the guest at `startedAt`. */
+export function guestExecPollMs(ctx: StepContext, startedAt: number): number {
+  const cap = ctx.options.agentPollMs ?? 5000;
+  const expected = execLearned.get(ctx.site);
+  return pollDelay({ since: startedAt, expectedMs: expected ?? 0 }, ctx.site.now(), {
+    floorMs: Math.min(cap, FLOOR_MS),
+    maxMs: cap,
+    scale: expected === undefined ? undefined : 1,
+  });
+}
+
+/** A command started at `startedAt` was seen exited: learned for the site's next one. */
+export function guestExecExited(ctx: StepContext, startedAt: number): void {
+  const took = ctx.site.now() - startedAt;
+  const before = execLearned.get(ctx.site);
+  execLearned.set(ctx.site, before === undefined ? took : (before + took) / 2);
 }

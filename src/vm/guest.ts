@@ -12,11 +12,18 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { setCondition } from '../engine/resource.ts';
-import { PermissionError } from '../proxmox/errors.ts';
+import { PermissionError, PveError } from '../proxmox/errors.ts';
 import type { AgentInterface, VmStatus } from '../proxmox/types.ts';
 import { atProvider, ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
-import { guestBooted, guestMissed, guestPollMs, guestReached, guestStopped } from './guest-timing.ts';
+import {
+  guestBooted,
+  guestExecExited,
+  guestExecPollMs,
+  guestPollMs,
+  guestReached,
+  guestStopped,
+} from './guest-timing.ts';
 import type { ObservedVm } from './lookup.ts';
 import { agentEnabled, parseUserData } from './spec.ts';
 
@@ -42,7 +49,9 @@ export function staticAddresses(r: ProxmoxVM): string[] {
 /**
  * The addresses of a running VM into status: the agent's when it answers (undefined from
  * agentAddresses means it did not), else the static ones. `status` (read on a full observe) dates
- * the boot, which the agent wait and the cloud-init result are measured from.
+ * the boot, which the agent wait and the cloud-init result are measured from; without it, our own
+ * start that just ended does (`started`), or the uptime counts on from the last one known.
+ * 'vm-not-running': a guest poll's agent call found the VM stopped (the caller reads it in full).
  */
 export async function observeGuest(
   ctx: StepContext,
@@ -51,36 +60,61 @@ export async function observeGuest(
   cfg: Record<string, string> | undefined,
   status: VmStatus | undefined,
   state: string,
-  /** A guest poll (observe.ts guestPoll): no config read, the agent is asked as the last one said. */
-  guestPoll = false,
-): Promise<void> {
+  how: {
+    /** A guest poll (read-schedule.ts guestPoll): no config read, the agent is asked as the last one said. */
+    guestPoll?: boolean;
+    /** Our start task ended just now: a new boot, of uptime 0. */
+    started?: boolean;
+  } = {},
+): Promise<'vm-not-running' | undefined> {
   const a = atProvider(r);
+  const m = ctx.memory;
   if (state !== 'running') {
     delete a.ipAddresses;
     delete a.ipSource;
-    delete ctx.memory.uptimeMs;
-    delete ctx.memory.agentAnswered;
-    guestStopped(ctx.memory);
-    return;
+    delete m.uptimeMs;
+    delete m.uptimeAt;
+    delete m.agentAnswered;
+    guestStopped(m);
+    return undefined;
   }
-  if (status?.uptime !== undefined) {
-    const up = status.uptime * 1000;
-    const m = ctx.memory;
+  const now = ctx.site.now();
+  // Counted on: from the last known uptime by this process's clock, or PVE's own in the bulk list
+  // (pvestatd's, a status cycle late) when that is further on.
+  const listed = found.entry.status === 'running' && found.entry.uptime ? found.entry.uptime * 1000 : 0;
+  const up =
+    status?.uptime !== undefined
+      ? status.uptime * 1000
+      : how.started
+        ? 0
+        : m.uptimeMs !== undefined && m.uptimeAt !== undefined
+          ? Math.max(m.uptimeMs + (now - m.uptimeAt), listed)
+          : undefined;
+  if (up !== undefined) {
     // A new boot (the uptime went back, or the VM was seen stopped): agent and cloud-init are asked again.
-    if (m.uptimeMs === undefined || up < m.uptimeMs) {
+    if (m.uptimeMs === undefined || up < m.uptimeMs || how.started) {
       m.boot = (m.boot ?? 0) + 1;
       delete m.agentAnswered;
       guestBooted(ctx);
     }
     m.uptimeMs = up;
+    m.uptimeAt = now;
   }
-  if (!cfg && !guestPoll) return; // a bulk-list poll: nothing changed that the addresses depend on
-  const agentOn = cfg ? agentEnabled(cfg.agent) : ctx.memory.lastFull?.agent === true;
-  const fromAgent = agentOn ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
+  if (!cfg && !how.guestPoll) return undefined; // a bulk-list poll: nothing changed that the addresses depend on
+  // Waiting for cloud-init, the addresses the agent gave are kept (the drift read refreshes them).
+  if (how.guestPoll && m.agentAnswered && a.ipSource === 'agent' && a.step === 'WaitingForCloudInit') return undefined;
+  const agentOn = cfg ? agentEnabled(cfg.agent) : m.lastFull?.agent === true;
+  // (At uptime 0 no agent answers yet: the first ask waits for guest-timing.ts.)
+  const fromAgent = agentOn && !how.started ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
+  if (fromAgent === 'vm-not-running') {
+    if (cfg) return undefined; // read just now as running: the next observe sees what changed
+    delete m.lastFull;
+    return 'vm-not-running';
+  }
   if (fromAgent !== undefined) {
     ctx.memory.agentAnswered = true;
     guestReached(ctx, r, 'agent');
-  } else if (agentOn) guestMissed(ctx, 'agent');
+  }
   const fixed = staticAddresses(r);
   if (fromAgent?.length) {
     a.ipAddresses = fromAgent;
@@ -92,6 +126,7 @@ export async function observeGuest(
     delete a.ipAddresses;
     delete a.ipSource;
   }
+  return undefined;
 }
 
 export interface GuestGate {
@@ -185,8 +220,12 @@ async function checkCloudInit(ctx: StepContext, r: ProxmoxVM, found: ObservedVm)
     if (result.kind === 'pending') {
       a.step = 'WaitingForCloudInit';
       ready(r, 'True', 'Available', `VM ${vmid} is running; waiting for cloud-init's result in the guest`);
-      guestMissed(ctx, 'cloudInit');
-      return { step: a.step, requeueAfterMs: guestPollMs(ctx, r, 'cloudInit') };
+      // A `cloud-init status` running in the guest is asked about as the command it is.
+      const running = ctx.memory.cloudInitExec;
+      return {
+        step: a.step,
+        requeueAfterMs: running ? guestExecPollMs(ctx, running.at) : guestPollMs(ctx, r, 'cloudInit'),
+      };
     }
     ctx.memory.cloudInitBoot = ctx.memory.boot;
     a.cloudInit = {
@@ -195,8 +234,7 @@ async function checkCloudInit(ctx: StepContext, r: ProxmoxVM, found: ObservedVm)
       for: userDataId(r),
       bootedAt: bootStamp(ctx),
     };
-    if (result.status === 'running') guestMissed(ctx, 'cloudInit');
-    else guestReached(ctx, r, 'cloudInit');
+    if (result.status !== 'running') guestReached(ctx, r, 'cloudInit');
   }
   const c = a.cloudInit!;
   if (c.status === 'running') {
@@ -242,7 +280,8 @@ type StatusResult =
 
 /**
  * One step of asking: start `cloud-init status` (remembering its PID), or read the status of the
- * one started before. Two agent calls per question; nothing is waited for inside a reconcile.
+ * one started before, at the next poll (a process takes a moment to run in the guest: asked at
+ * once, it has not exited yet). Two agent calls per question; nothing is waited for inside a reconcile.
  */
 async function cloudInitStatus(ctx: StepContext, found: ObservedVm): Promise<StatusResult> {
   const { node, vmid } = found;
@@ -250,17 +289,19 @@ async function cloudInitStatus(ctx: StepContext, found: ObservedVm): Promise<Sta
   try {
     if (!m.cloudInitExec) {
       const { pid } = await ctx.client.agentExec(node, vmid, ['cloud-init', 'status', '--format', 'json']);
-      m.cloudInitExec = { pid, json: true };
+      m.cloudInitExec = { pid, json: true, at: ctx.site.now() };
+      return { kind: 'pending' };
     }
     const exec = m.cloudInitExec;
     const st = await ctx.client.agentExecStatus(node, vmid, exec.pid);
     if (!st.exited) return { kind: 'pending' };
     delete m.cloudInitExec;
+    guestExecExited(ctx, exec.at);
     const out = st['out-data'] ?? '';
     if (exec.json && st.exitcode === 2 && /usage|unrecognized|invalid choice/i.test(`${out}${st['err-data'] ?? ''}`)) {
       // cloud-init before 22.x has no --format: ask the long text form next time.
       const { pid } = await ctx.client.agentExec(node, vmid, ['cloud-init', 'status', '--long']);
-      m.cloudInitExec = { pid, json: false };
+      m.cloudInitExec = { pid, json: false, at: ctx.site.now() };
       return { kind: 'pending' };
     }
     if (st.exitcode === 127 || /not found|No such file/i.test(st['err-data'] ?? ''))
@@ -306,14 +347,21 @@ function parseLongStatus(out: string): { status: string; errors: string[] } | un
 
 /**
  * The agent's addresses (IPv4 first, then IPv6, no loopback or link-local); undefined when the
- * agent does not answer ("QEMU guest agent is not running").
+ * agent does not answer ("QEMU guest agent is not running"), 'vm-not-running' when the VM is not
+ * ("VM N is not running": qemu-server `src/PVE/QemuServer/Agent.pm:111`, checked before the agent).
  */
-export async function agentAddresses(ctx: StepContext, node: string, vmid: number): Promise<string[] | undefined> {
+export async function agentAddresses(
+  ctx: StepContext,
+  node: string,
+  vmid: number,
+): Promise<string[] | 'vm-not-running' | undefined> {
   let ifaces: AgentInterface[];
   try {
     ifaces = await ctx.client.agentNetworkInterfaces(node, vmid);
-  } catch {
-    return undefined;
+  } catch (e) {
+    // (PVE's text is the error's reason; its message carries the request too.)
+    const text = e instanceof PveError ? e.reason : e instanceof Error ? e.message : '';
+    return /\bVM \d+ is not running/.test(text) ? 'vm-not-running' : undefined;
   }
   const out: string[] = [];
   for (const i of ifaces) {

@@ -19,8 +19,9 @@ import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import { followTask, type StepContext, stepContext } from './context.ts';
-import { type Change, diff } from './drift.ts';
+import { type Change, changes } from './drift.ts';
 import { guestGate, observeGuest } from './guest.ts';
+import { knownOutcome, planAfter, plannedWait } from './known-outcome.ts';
 import { isLockContention } from './limits.ts';
 import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import {
@@ -31,11 +32,12 @@ import {
   ownershipOf,
   placeholderFate,
 } from './ownership.ts';
+import { guestPoll, needsFullObserve } from './read-schedule.ts';
 import { retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
-import { agentEnabled, diskBytes, memoryBytes, validateSpec, vcpus } from './spec.ts';
+import { agentEnabled, validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
 import { confirmedAt, giveUpVmid, lateCreateMayStillApply, vmidChosenByUs } from './vmid.ts';
 
@@ -181,10 +183,13 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
 
   // In-flight task first: it decides whether anything else is worth looking at.
   const task = a.task;
+  // Our task that just ended OK (its outcome is known: known-outcome.ts).
+  let endedOk: string | undefined;
   if (task) {
     const done = await taskDone(ctx, task);
     if (!done.finished) return { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } };
     delete a.task;
+    if (!done.error) endedOk = task;
     ctx.site.releaseCreate(
       r.metadata.uid,
       !done.error ? 'ok' : isLockContention(done.error.message) ? 'contention' : 'failed',
@@ -273,8 +278,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;
 
-  const guest = guestPoll(ctx, r, found);
-  const full = !guest && needsFullObserve(ctx, r, found);
+  // Our task's outcome, when it tells the VM's state (and, in a plan, what comes next).
+  const known = observeOnly ? undefined : endedOk ? knownOutcome(ctx, r, endedOk, found) : plannedWait(ctx, r, found);
+  const guest = !known?.planned && guestPoll(ctx, r, found);
+  const full = !known?.planned && !guest && needsFullObserve(ctx, r, found);
   if (full) found.config = await ctx.client.vmConfig(found.node, vmid);
   const cfg = found.config?.values;
   const lock = cfg ? cfg.lock : found.entry.lock;
@@ -294,9 +301,9 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     if (own.lock) return settlePlaceholder(ctx, r, found, own.lock, own);
   }
 
-  // Status.
-  const status = full || guest ? await ctx.client.findVmStatus(found.node, vmid) : undefined;
-  const state = status?.status ?? found.entry.status ?? 'unknown';
+  // Status: read on a full observe unless our task just told it; a guest poll counts the uptime on.
+  const status = full && !known ? await ctx.client.findVmStatus(found.node, vmid) : undefined;
+  const state = known?.state ?? status?.status ?? (guest ? a.state : undefined) ?? found.entry.status ?? 'unknown';
   a.state = state;
   a.qmpStatus = status?.qmpstatus ?? state;
   if (full && cfg) {
@@ -310,7 +317,13 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       ...(found.entry.tags !== undefined ? { tags: found.entry.tags } : {}),
     };
   }
-  await observeGuest(ctx, r, found, cfg, status, state, guest);
+  const asked = await observeGuest(ctx, r, found, cfg, status, state, {
+    guestPoll: guest || Boolean(known?.planned),
+    started: known?.started === true,
+  });
+  // The agent says the VM is not running: what it is doing now is read in full at once.
+  if (asked === 'vm-not-running') return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+  if (known?.started) delete a.pendingChanges;
   if (state === 'running' && full) {
     const pending = await ctx.client.vmPending(found.node, vmid).catch(() => []);
     const keys = pending.filter((p) => p.pending !== undefined || p.delete).map((p) => p.key);
@@ -341,10 +354,17 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   const retire = await retireDuplicates(ctx, r, found, state, false);
   if (retire) return retire;
 
-  // Drift (only with a fresh config).
+  // The next change our plan holds (known-outcome.ts), else drift (only with a fresh config).
+  if (known?.next) {
+    a.step = STEP_OF[known.next.kind] ?? 'Configuring';
+    ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', known.next.why);
+    return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change: known.next };
+  }
   if (cfg) {
     await desiredSnippet(ctx, r, found.node);
-    const change = diff(ctx, r, found, cfg, state);
+    const list = changes(ctx, r, found, cfg, state);
+    planAfter(ctx, r, found, list, state);
+    const change = list[0];
     if (change) {
       a.step = STEP_OF[change.kind] ?? 'Configuring';
       ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', change.why);
@@ -497,73 +517,6 @@ function connection(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): { connec
       ...(r.spec.forProvider.cloudInit?.user ? { user: r.spec.forProvider.cloudInit.user } : {}),
     },
   };
-}
-
-/** How long a booting guest is asked about without its config read again (guestPoll). */
-const GUEST_POLL_FULL_MS = 30_000;
-
-/**
- * A poll of a booting guest (waiting for its agent or cloud-init): the VM's status and the agent
- * only, not its config, pending changes and cloud-init drive, which the full observe of this
- * generation read less than GUEST_POLL_FULL_MS ago, on a VM last seen running that the bulk list
- * shows on the same node and unlocked. guest-timing.ts asks often while a guest is expected to answer soon.
- */
-function guestPoll(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): boolean {
-  const last = ctx.memory.lastFull;
-  const step = r.status?.atProvider?.step;
-  if (!last || last.agent === undefined || (step !== 'WaitingForAgent' && step !== 'WaitingForCloudInit')) return false;
-  if (last.generation !== r.metadata.generation || last.node !== found.node) return false;
-  // (The VM's state as last read: the bulk list's lags a start by up to a status cycle of PVE, and
-  // the guest poll reads the status anyway.)
-  if (found.entry.lock || r.status?.atProvider?.state !== 'running') return false;
-  return ctx.site.now() - last.at < GUEST_POLL_FULL_MS;
-}
-
-function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): boolean {
-  const last = ctx.memory.lastFull;
-  if (!last) return true;
-  if (last.generation !== r.metadata.generation) return true;
-  if (!isReady(r)) return true;
-  if (r.status?.atProvider?.step !== 'Ready') return true;
-  const e = found.entry;
-  if (e.lock) return true;
-  if ((e.status ?? '') !== (r.status?.atProvider?.state ?? '')) return true;
-  // Migrated by someone else (HA, a person): followed, and compared with the spec's node.
-  if (found.node !== last.node) return true;
-  // Renamed or re-tagged (by hand), or another VM at our VMID: the bulk list shows it at once.
-  if ((e.name ?? '') !== (last.name ?? e.name ?? '')) return true;
-  if ((e.tags ?? '') !== (last.tags ?? e.tags ?? '')) return true;
-  // Memory, CPUs and the boot disk changed by hand: the bulk list carries them too.
-  if (bulkDrift(r, e)) return true;
-  return driftDue(r.metadata.uid, last.at, ctx.site.now(), ctx.options.driftIntervalMs ?? 300_000);
-}
-
-/** What /cluster/resources shows of a VM that differs from the spec (maxmem, maxcpu, maxdisk). */
-function bulkDrift(r: ProxmoxVM, e: ObservedVm['entry']): boolean {
-  // Observe-only: nothing is put back, so nothing is worth an early read.
-  if (!policyAllows(r.spec.managementPolicies, 'Update')) return false;
-  const fp = r.spec.forProvider;
-  const mem = memoryBytes(fp);
-  // A running VM shows its running memory and CPUs: a pending change shows up after the reboot.
-  if (e.status !== 'running') {
-    if (mem !== undefined && e.maxmem !== undefined && e.maxmem !== mem) return true;
-    if (fp.cpu !== undefined && e.maxcpu !== undefined && e.maxcpu !== vcpus(fp)) return true;
-  }
-  const disk = diskBytes(fp);
-  return disk !== undefined && e.maxdisk !== undefined && e.maxdisk > 0 && e.maxdisk < disk;
-}
-
-/**
- * The periodic full read (config, status, pending: what only the config holds) comes once per
- * drift interval, at a moment of its own in the interval (from the resource's uid): VMs that
- * became Ready together are read at moments spread over the interval, never in one burst.
- */
-export function driftDue(uid: string, lastAt: number, now: number, intervalMs: number): boolean {
-  if (intervalMs <= 0) return true;
-  let h = 0x811c9dc5;
-  for (let i = 0; i < uid.length; i++) h = Math.imul(h ^ uid.charCodeAt(i), 0x01000193) >>> 0;
-  const phase = h % intervalMs;
-  return Math.floor((now - phase) / intervalMs) > Math.floor((lastAt - phase) / intervalMs);
 }
 
 /** Whether the VM has a cloud-init drive (`ide2: local-lvm:vm-100-cloudinit,media=cdrom`). */

@@ -10,6 +10,8 @@ import type { SiteSsh } from '../api/provider-config.ts';
 import type { Credentials } from '../proxmox/auth.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
+import { parseUpid } from '../proxmox/upid.ts';
+import type { Change } from './drift.ts';
 import { type MarkedVm, readMarkedVm } from './inventory.ts';
 import type { SlotLimiter, SlotOutcome } from './limits.ts';
 import { TaskWatcher } from './task-watch.ts';
@@ -58,7 +60,42 @@ export interface ResourceMemory {
   /** The guest agent answered during this boot. */
   agentAnswered?: boolean;
   /** A `cloud-init status` started in the guest whose result is still to be read. */
-  cloudInitExec?: { pid: number; json: boolean };
+  cloudInitExec?: { pid: number; json: boolean; at: number };
+  /** When uptimeMs was read or known (this process's clock): a guest poll counts on from it. */
+  uptimeAt?: number;
+  /** The changes a full observe planned after the one being made (see known-outcome.ts). */
+  planned?: PlannedChanges;
+}
+
+/**
+ * What the last full observe found still to do after the change it sent: the changes in their
+ * order, for which generation, VM, node and task type, and the VM's power state it read then, with
+ * the full observation the plan came from (applyChange drops it: restored when the plan holds).
+ */
+/** A node's tasks as one read shows them (SiteContext.nodeTasks). */
+export interface NodeTasks {
+  running: Set<string>;
+  /** UPID -> exit status (`OK`, `WARNINGS: 2`, an error) of a followed task that ended. */
+  ended: Map<string, string>;
+}
+
+/** Tasks one node-task read lists at most (newest first; a followed task beyond is read on its own). */
+const TASK_LIST_LIMIT = 500;
+
+/** How long a followed task seen ended stays followed when nobody asks about it. */
+const FOLLOW_ENDED_MS = 10 * 60_000;
+
+export interface PlannedChanges {
+  generation: number;
+  vmid: number;
+  node: string;
+  /** The change being made, the UPID type of its task (`resize`, `qmstart`), the state before and after it. */
+  head: Change;
+  taskType: string;
+  before: string;
+  state: string;
+  rest: Change[];
+  lastFull: NonNullable<ResourceMemory['lastFull']>;
 }
 
 /**
@@ -122,7 +159,12 @@ export class SiteContext {
    * the same epoch has seen everything this process did (node-facts.ts keys its reads with it).
    */
   epoch = 0;
-  private active = new Map<string, { at: number; data: Promise<Set<string>> }>();
+  private active = new Map<string, { at: number; data: Promise<NodeTasks> }>();
+  /**
+   * Per node: the tasks followed there (UPID -> its start, PVE's UNIX time, and when this process
+   * first saw it ended), which the node's task read covers.
+   */
+  private followed = new Map<string, Map<string, { start: number; endedSeen?: number }>>();
   /** Marked VMs by VMID (their config read), shared by adoption and duplicate checks; see markedVms. */
   private marked = new Map<number, { at: number; data: Promise<MarkedVm | undefined> }>();
   /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
@@ -248,14 +290,68 @@ export class SiteContext {
   }
 
   /** Active task UPIDs on a node, shared by every VM polling a task there. */
-  activeTasks(node: string, signal?: AbortSignal, fresh = false): Promise<Set<string>> {
+  async activeTasks(node: string, signal?: AbortSignal, fresh = false): Promise<Set<string>> {
+    return (await this.nodeTasks(node, signal, fresh)).running;
+  }
+
+  /**
+   * A node's tasks, shared by every VM polling a task there: the running ones and, of the tasks
+   * followed (followTask), the exit status of those that ended. One read: on PVE >= 7 the node's
+   * task list since the oldest task followed there (`source=all`, `since`: pve-manager
+   * `PVE/API2/Tasks.pm` node_tasks lists the active file, then the archive index, each entry with
+   * its status), else its active tasks only (PVE 6 has no `since`).
+   */
+  nodeTasks(node: string, signal?: AbortSignal, fresh = false): Promise<NodeTasks> {
     const t = this.now();
     const c = this.active.get(node);
     if (!fresh && c && t - c.at < Math.min(this.ttlMs, 1000)) return abortable(c.data, signal);
-    const data = this.client.activeTasks(node).then((l) => new Set(l.map((x) => x.upid)));
+    const data = this.readNodeTasks(node);
     this.active.set(node, { at: t, data });
     data.catch(() => this.active.delete(node));
     return abortable(data, signal);
+  }
+
+  private async readNodeTasks(node: string): Promise<NodeTasks> {
+    const followed = this.followed.get(node);
+    const starts = [...(followed?.values() ?? [])].map((f) => f.start);
+    const since = starts.length ? Math.min(...starts) : undefined;
+    const all = since !== undefined && (await this.client.capabilities()).version.major >= 7;
+    const list = all
+      ? await this.client.listTasks(node, { source: 'all', since, limit: TASK_LIST_LIMIT })
+      : await this.client.activeTasks(node);
+    const out: NodeTasks = { running: new Set(), ended: new Map() };
+    for (const e of list) {
+      // (The active file lists a task that ended until it is archived, with its status.)
+      if (e.status === undefined || e.status === 'RUNNING') out.running.add(e.upid);
+      else out.ended.set(e.upid, e.status);
+    }
+    // A task seen ended that nobody asked about for a while (its resource went): no longer followed.
+    const now = this.now();
+    for (const [upid, f] of followed ?? []) {
+      if (!out.ended.has(upid)) continue;
+      f.endedSeen ??= now;
+      if (now - f.endedSeen > FOLLOW_ENDED_MS) this.forgetTask(upid);
+    }
+    return out;
+  }
+
+  /** Follow task `upid` (its node's task read lists its end) until forgetTask. */
+  followTask(upid: string): void {
+    const u = parseUpid(upid);
+    if (!u) return;
+    let m = this.followed.get(u.node);
+    if (!m) {
+      m = new Map();
+      this.followed.set(u.node, m);
+    }
+    if (!m.has(upid)) m.set(upid, { start: u.starttime });
+  }
+
+  forgetTask(upid: string): void {
+    const node = parseUpid(upid)?.node;
+    const m = node === undefined ? undefined : this.followed.get(node);
+    m?.delete(upid);
+    if (m?.size === 0) this.followed.delete(node!);
   }
 
   /**
@@ -263,6 +359,7 @@ export class SiteContext {
    * every task watched there (task-watch.ts), and its reads serve activeTasks() too.
    */
   watchTask(upid: string, wake: () => void, expectedMs: number, minMs: number): void {
+    this.followTask(upid);
     this.watcher ??= new TaskWatcher({
       minMs,
       now: this.now,

@@ -7,19 +7,32 @@
  * id is its VMID; a clone's id is the *source* VMID (qemu-server `src/PVE/API2/Qemu.pm` clone_vm
  * forks `qmclone` with `$vmid`).
  */
-import { parseUpid } from '../proxmox/upid.ts';
+import { exitOutcome, parseUpid } from '../proxmox/upid.ts';
 import type { StepContext } from './context.ts';
 
+/**
+ * Whether our task `upid` ended, and how. The node's shared task read (SiteContext.nodeTasks)
+ * answers for every task followed there: running, or ended OK. A failure is read from the task
+ * itself (its exit status and the tail of its log make the error), as is a task the shared read
+ * does not show (older than the read covers, or a read that failed).
+ */
 export async function taskDone(ctx: StepContext, upid: string): Promise<{ finished: boolean; error?: Error }> {
   const node = upid.split(':')[1] ?? '';
+  ctx.site.followTask(upid);
   try {
-    const active = await ctx.site.activeTasks(node, ctx.signal);
-    if (active.has(upid)) return { finished: false };
+    const tasks = await ctx.site.nodeTasks(node, ctx.signal);
+    if (tasks.running.has(upid)) return { finished: false };
+    const status = tasks.ended.get(upid);
+    if (status !== undefined && exitOutcome(status).ok) {
+      ctx.site.forgetTask(upid);
+      return { finished: true };
+    }
   } catch {
     // fall through to the per-task check
   }
   const check = await ctx.client.checkTask(upid);
   if (check.state === 'running') return { finished: false };
+  ctx.site.forgetTask(upid);
   if (check.state === 'failed') return { finished: true, error: check.error };
   return { finished: true };
 }

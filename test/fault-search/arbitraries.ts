@@ -76,6 +76,7 @@ const foreignAct: fc.Arbitrary<ForeignAct> = fc.constantFrom(
   'next-id',
   'look-alike',
   'backup',
+  'power-off',
 );
 
 const interruption: fc.Arbitrary<Interruption> = fc.oneof(

@@ -109,7 +109,7 @@ export class Delete extends Step {
 }
 
 /** Another Proxmox user, acting through the API with its own token. */
-export type ForeignAct = 'next-id' | 'look-alike' | 'take-persisted-vmid' | 'take-move-vmid' | 'backup';
+export type ForeignAct = 'next-id' | 'look-alike' | 'take-persisted-vmid' | 'take-move-vmid' | 'backup' | 'power-off';
 
 /** Acts on the cluster the resource's VM is on (its status's site), where another user would meet it. */
 export async function foreignAct(w: World, what: ForeignAct, name: Name): Promise<void> {
@@ -150,6 +150,17 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       }
       w.addFault(site, { kind: 'lock', vmid, lock: 'backup', flock: false });
       return w.log(`  foreign: backup of VM ${site}/${vmid} running`);
+    }
+    case 'power-off': {
+      // A person stops our running VM (the web UI's Stop): between our start and its guest's
+      // answer too, where the provider goes by its own task's outcome (known-outcome.ts).
+      const vmid = Number(r ? externalName(r) : undefined);
+      const vm = c.state.vms.get(vmid);
+      if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.status !== 'running') {
+        return w.log(`  foreign: ${name} has no running VM to stop`);
+      }
+      const res = await w.foreignRequest('POST', `/nodes/${vm.node}/qemu/${vmid}/status/stop`, {}, site);
+      return w.log(`  foreign: stop of VM ${site}/${vmid} (HTTP ${res.status})`);
     }
   }
 }

@@ -445,8 +445,12 @@ export function simVms(sim: Simulator): SimVm[] {
 }
 
 /**
- * How many `qmcreate` tasks were issued per `site/vmid` since that VMID's last `qmdestroy` (Proxmox
- * hands a freed VMID out again). The VMs here are imported, never cloned.
+ * How many `qmcreate` tasks made (or are making) a VM per `site/vmid` since that VMID's last
+ * `qmdestroy` (Proxmox hands a freed VMID out again). A create task that failed made nothing
+ * (qemu-server `src/PVE/API2/Qemu.pm` create_vm: vdisk_free of what it allocated, then the config
+ * file unlinked, ~1544-1606), so the create sent again at
+ * the same VMID is not a second VM: only running and successful ones count. The VMs here are
+ * imported, never cloned.
  */
 export function createTasks(sim: Simulator): Map<string, number> {
   const out = new Map<string, number>();
@@ -455,7 +459,8 @@ export function createTasks(sim: Simulator): Map<string, number> {
     for (const t of c.state.tasks.values()) {
       const k = `${c.name}/${t.id}`;
       if (t.type === 'qmdestroy') out.delete(k);
-      else if (t.type === 'qmcreate') out.set(k, (out.get(k) ?? 0) + 1);
+      else if (t.type === 'qmcreate' && (t.status === 'running' || /^(OK|WARNINGS: \d+)$/.test(t.exitstatus ?? '')))
+        out.set(k, (out.get(k) ?? 0) + 1);
     }
   }
   return out;

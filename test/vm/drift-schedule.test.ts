@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { driftDue } from '../../src/vm/observe.ts';
+import { driftDue } from '../../src/vm/read-schedule.ts';
 
 describe('drift schedule', () => {
   it('spreads the full reads of VMs made together over the interval, once each per interval', () => {

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { StepContext } from '../../src/vm/context.ts';
-import { guestBooted, guestMissed, guestPollMs, guestReached, guestStopped } from '../../src/vm/guest-timing.ts';
+import { guestBooted, guestPollMs, guestReached, guestStopped } from '../../src/vm/guest-timing.ts';
 import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
 import { pollDelay } from '../../src/vm/task-watch.ts';
 
@@ -47,7 +47,6 @@ describe('guest cadence', () => {
     const asks: number[] = [];
     // The agent answers 12 s into the boot.
     while (now - 10_000 < 12_000) {
-      guestMissed(first, 'agent');
       const wait = guestPollMs(first, r, 'agent');
       asks.push(wait);
       now += wait;
@@ -61,7 +60,7 @@ describe('guest cadence', () => {
       'the waits grow',
     );
 
-    // The second guest of the kind: its first ask waits for what the first one's last miss bounds.
+    // The second guest of the kind: its first ask waits for what the first one's first hit took.
     const second = ctxOf({ secrets: { sshKeys: [] } });
     guestStopped(second.memory);
     now = 100_000;
@@ -81,8 +80,6 @@ describe('guest cadence', () => {
     const r = vm('local:import/jammy.qcow2');
     now = 0;
     guestBooted(ctx); // first seen running: not seen stopped before
-    now = 30_000;
-    guestMissed(ctx, 'agent');
     now = 40_000;
     guestReached(ctx, r, 'agent');
     const next = ctxOf({ secrets: { sshKeys: [] } });
