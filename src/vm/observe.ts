@@ -279,7 +279,9 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;
 
   // Our task's outcome, when it tells the VM's state (and, in a plan, what comes next).
-  const known = observeOnly ? undefined : endedOk ? knownOutcome(ctx, r, endedOk, found) : plannedWait(ctx, r, found);
+  // (A plan's read-only observe neither uses nor changes what the resource's reconciles planned.)
+  const plans = !observeOnly && !ctx.readOnly;
+  const known = !plans ? undefined : endedOk ? knownOutcome(ctx, r, endedOk, found) : plannedWait(ctx, r, found);
   const guest = !known?.planned && guestPoll(ctx, r, found);
   const full = !known?.planned && !guest && needsFullObserve(ctx, r, found);
   if (full) found.config = await ctx.client.vmConfig(found.node, vmid);
@@ -363,7 +365,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (cfg) {
     await desiredSnippet(ctx, r, found.node);
     const list = changes(ctx, r, found, cfg, state);
-    planAfter(ctx, r, found, list, state);
+    if (plans) planAfter(ctx, r, found, list, state);
     const change = list[0];
     if (change) {
       a.step = STEP_OF[change.kind] ?? 'Configuring';
