@@ -3,7 +3,6 @@
  * ../shared/research/crossplane-mr-contract.md), generic over a ResourceStore and a Connector.
  * One call of `reconcile(key)` makes at most one external mutation and says when to come back.
  */
-
 import { deadline } from '../proxmox/deadline.ts';
 import { CANNOT, type ConditionView, conditionChanged, conditionEvent, type FailedStep } from './events.ts';
 import {
@@ -150,17 +149,11 @@ export class ManagedReconciler<R extends Managed = Managed> {
     r.metadata.resourceVersion = stored.metadata.resourceVersion;
   }
 
-  /** Like writeMeta, but on conflict re-fetch and re-apply the annotation (5 tries), as crossplane-runtime does for create results. */
-  /** Write annotations (`name` = value, undefined: removed), again onto a fresh copy after a conflict. */
-  private async writeAnnotationRetry(r: R, key: string, name: string, value: string): Promise<void>;
-  private async writeAnnotationRetry(r: R, key: string, values: Record<string, string | undefined>): Promise<void>;
-  private async writeAnnotationRetry(
-    r: R,
-    key: string,
-    names: string | Record<string, string | undefined>,
-    value?: string,
-  ): Promise<void> {
-    const values = typeof names === 'string' ? { [names]: value } : names;
+  /**
+   * Like writeMeta for `values` (annotation -> value, undefined: removed), but on conflict re-fetch
+   * and re-apply them (5 tries), as crossplane-runtime does for create results.
+   */
+  private async writeAnnotationRetry(r: R, key: string, values: Record<string, string | undefined>): Promise<void> {
     for (let i = 0; i < 5; i++) {
       try {
         for (const [k, v] of Object.entries(values)) setAnnotation(r, k, v);
@@ -420,12 +413,12 @@ export class ManagedReconciler<R extends Managed = Managed> {
           ready('False', Reason.Creating, 'The external resource is being created');
           return this.fail(r, before, e, 'create outcome unknown');
         }
-        await this.writeAnnotationRetry(r, key, ANNOTATION_CREATE_FAILED, rfc3339(this.o.now()));
+        await this.writeAnnotationRetry(r, key, { [ANNOTATION_CREATE_FAILED]: rfc3339(this.o.now()) });
         ready('False', Reason.Creating, 'The external resource is being created');
         return this.fail(r, before, e, 'create failed', this.createSchedule);
       }
       await this.hook('create-issued', key);
-      await this.writeAnnotationRetry(r, key, ANNOTATION_CREATE_SUCCEEDED, rfc3339(this.o.now()));
+      await this.writeAnnotationRetry(r, key, { [ANNOTATION_CREATE_SUCCEEDED]: rfc3339(this.o.now()) });
       await this.hook('create-succeeded', key);
       if (created.connectionDetails && this.o.publishConnection && r.spec.writeConnectionSecretToRef) {
         await this.o.publishConnection(r, created.connectionDetails);

@@ -40,7 +40,7 @@ interface BootWatch {
 
 const boots = new WeakMap<ResourceMemory, BootWatch>();
 const stopped = new WeakSet<ResourceMemory>();
-/** Per site, per kind of guest and milestone: the learned time (ms after the boot). */
+/** Per site, per kind of guest and milestone: the learned time (ms after the boot); and a guest command's run. */
 const learned = new WeakMap<SiteContext, Map<string, number>>();
 
 /** The kind of guest a VM runs, for what one boot teaches about the next. */
@@ -66,54 +66,56 @@ export function guestBooted(ctx: StepContext): void {
 export function guestReached(ctx: StepContext, r: ProxmoxVM, milestone: GuestMilestone): void {
   const b = boots.get(ctx.memory);
   if (!b || b.reachedAt[milestone] !== undefined) return;
-  b.reachedAt[milestone] = ctx.site.now() - b.since;
-  if (!b.fromStart) return;
-  let site = learned.get(ctx.site);
-  if (!site) {
-    site = new Map();
-    learned.set(ctx.site, site);
-  }
-  const key = learnedKey(r, milestone);
-  const took = b.reachedAt[milestone];
-  const before = site.get(key);
-  site.set(key, before === undefined ? took : (before + took) / 2);
+  const took = ctx.site.now() - b.since;
+  b.reachedAt[milestone] = took;
+  if (b.fromStart) learn(ctx, learnedKey(r, milestone), took);
 }
 
 /** How long to wait before asking the guest about `milestone` again. */
 export function guestPollMs(ctx: StepContext, r: ProxmoxVM, milestone: GuestMilestone): number {
-  const cap = ctx.options.agentPollMs ?? 5000;
   const b = boots.get(ctx.memory);
-  if (!b) return cap;
-  const expected = learned.get(ctx.site)?.get(learnedKey(r, milestone));
-  // The task watcher's cadence: the learned time as an estimate at scale 1, then a share of the age.
-  return pollDelay({ since: b.since, expectedMs: expected ?? 0 }, ctx.site.now(), {
-    floorMs: Math.min(cap, FLOOR_MS),
-    maxMs: cap,
-    scale: expected === undefined ? undefined : 1,
-  });
+  if (!b) return ctx.options.agentPollMs ?? 5000;
+  return askDelay(ctx, b.since, learnedKey(r, milestone));
+}
+
+/** How long to wait before asking about a command started in the guest at `startedAt`. */
+export function guestExecPollMs(ctx: StepContext, startedAt: number): number {
+  return askDelay(ctx, startedAt, EXEC_KEY);
+}
+
+/** A command started at `startedAt` was seen exited: learned for the site's next one. */
+export function guestExecExited(ctx: StepContext, startedAt: number): void {
+  learn(ctx, EXEC_KEY, ctx.site.now() - startedAt);
 }
 
 function learnedKey(r: ProxmoxVM, milestone: GuestMilestone): string {
   return `${kindOf(r)}\u0000${milestone}`;
 }
 
-/** Per site: how long a guest command took to exit, as first seen (ms after its exec). */
-const execLearned = new WeakMap<SiteContext, number>();
+/** The learned key of a guest command's run (no milestone is called `exec`). */
+const EXEC_KEY = '\u0000exec';
 
-/** How long to wait before asking about a command started in the guest at `startedAt`. */
-export function guestExecPollMs(ctx: StepContext, startedAt: number): number {
+/** Learn that `key` took `took` ms: the mean of what was learned and this. */
+function learn(ctx: StepContext, key: string, took: number): void {
+  let site = learned.get(ctx.site);
+  if (!site) {
+    site = new Map();
+    learned.set(ctx.site, site);
+  }
+  const before = site.get(key);
+  site.set(key, before === undefined ? took : (before + took) / 2);
+}
+
+/**
+ * The task watcher's cadence from `since`: the learned time of `key` as an estimate at scale 1,
+ * then a share of the age, within [floor, the agent poll].
+ */
+function askDelay(ctx: StepContext, since: number, key: string): number {
   const cap = ctx.options.agentPollMs ?? 5000;
-  const expected = execLearned.get(ctx.site);
-  return pollDelay({ since: startedAt, expectedMs: expected ?? 0 }, ctx.site.now(), {
+  const expected = learned.get(ctx.site)?.get(key);
+  return pollDelay({ since, expectedMs: expected ?? 0 }, ctx.site.now(), {
     floorMs: Math.min(cap, FLOOR_MS),
     maxMs: cap,
     scale: expected === undefined ? undefined : 1,
   });
-}
-
-/** A command started at `startedAt` was seen exited: learned for the site's next one. */
-export function guestExecExited(ctx: StepContext, startedAt: number): void {
-  const took = ctx.site.now() - startedAt;
-  const before = execLearned.get(ctx.site);
-  execLearned.set(ctx.site, before === undefined ? took : (before + took) / 2);
 }

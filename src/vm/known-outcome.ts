@@ -36,25 +36,27 @@ export interface KnownOutcome {
   started?: boolean;
 }
 
+/** The VM's power state once the plan's head change is made. */
+function stateAfter(plan: PlannedChanges): string {
+  return STATE_AFTER[plan.head.kind] ?? plan.before;
+}
+
 /**
  * After a full observe found `list` (the first being sent now): keep what follows for when its
  * task ends, if that task's success tells its outcome; else keep nothing.
  */
 export function planAfter(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, list: Change[], state: string): void {
   delete ctx.memory.planned;
-  const head = list[0];
+  const [head, ...rest] = list;
   const last = ctx.memory.lastFull;
-  const taskType = head && TASK_OF[head.kind];
-  if (!taskType || !last) return;
+  if (!head || !TASK_OF[head.kind] || !last) return;
   ctx.memory.planned = {
     generation: r.metadata.generation,
     vmid: found.vmid,
     node: found.node,
     head,
-    taskType,
     before: state,
-    state: STATE_AFTER[head.kind] ?? state,
-    rest: list.slice(1),
+    rest,
     lastFull: last,
   };
 }
@@ -75,24 +77,16 @@ export function knownOutcome(
   if (!task) return undefined;
   // A create or clone of ours: the VM is there, stopped (its config is still read: it confirms whose it is).
   if (task.type === 'qmcreate' || task.type === 'qmclone') return { state: 'stopped', planned: false };
-  if (!plan || plan.taskType !== task.type || task.id !== String(found.vmid) || !holds(plan, r, found))
+  if (!plan || TASK_OF[plan.head.kind] !== task.type || task.id !== String(found.vmid) || !holds(plan, r, found))
     return undefined;
-  const next = plan.rest[0];
+  const [next, ...rest] = plan.rest;
   // The chain goes on only through changes whose request needs no fresh config (no digest).
   if (next && !TASK_OF[next.kind]) return undefined;
+  const state = stateAfter(plan);
   ctx.memory.lastFull = plan.lastFull;
-  if (next) {
-    ctx.memory.planned = {
-      ...plan,
-      head: next,
-      taskType: TASK_OF[next.kind]!,
-      before: plan.state,
-      state: STATE_AFTER[next.kind] ?? plan.state,
-      rest: plan.rest.slice(1),
-    };
-  }
+  if (next) ctx.memory.planned = { ...plan, head: next, before: state, rest };
   return {
-    state: plan.state,
+    state,
     planned: true,
     ...(next ? { next } : {}),
     ...(task.type === 'qmstart' ? { started: true } : {}),

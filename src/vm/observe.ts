@@ -357,21 +357,17 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (retire) return retire;
 
   // The next change our plan holds (known-outcome.ts), else drift (only with a fresh config).
-  if (known?.next) {
-    a.step = STEP_OF[known.next.kind] ?? 'Configuring';
-    ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', known.next.why);
-    return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change: known.next };
-  }
-  if (cfg) {
+  let change = known?.next;
+  if (!change && cfg) {
     await desiredSnippet(ctx, r, found.node);
     const list = changes(ctx, r, found, cfg, state);
     if (plans) planAfter(ctx, r, found, list, state);
-    const change = list[0];
-    if (change) {
-      a.step = STEP_OF[change.kind] ?? 'Configuring';
-      ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', change.why);
-      return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change };
-    }
+    change = list[0];
+  }
+  if (change) {
+    a.step = STEP_OF[change.kind] ?? 'Configuring';
+    ready(r, 'False', isReady(r) ? 'Unavailable' : 'Creating', change.why);
+    return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change };
   }
   // Changes Proxmox keeps until the next boot (cores, memory... of a running VM): reboot when the
   // spec says so, else say so in PendingReboot (the VM itself is available).

@@ -67,11 +67,6 @@ export interface ResourceMemory {
   planned?: PlannedChanges;
 }
 
-/**
- * What the last full observe found still to do after the change it sent: the changes in their
- * order, for which generation, VM, node and task type, and the VM's power state it read then, with
- * the full observation the plan came from (applyChange drops it: restored when the plan holds).
- */
 /** A node's tasks as one read shows them (SiteContext.nodeTasks). */
 export interface NodeTasks {
   running: Set<string>;
@@ -85,15 +80,18 @@ const TASK_LIST_LIMIT = 500;
 /** How long a followed task seen ended stays followed when nobody asks about it. */
 const FOLLOW_ENDED_MS = 10 * 60_000;
 
+/**
+ * What the last full observe found still to do after the change it sent: that change (`head`),
+ * the ones after it in their order, for which generation, VM and node, and the VM's power state
+ * before `head`, with the full observation the plan came from (applyChange drops it: restored when
+ * the plan holds). known-outcome.ts derives the rest (head's task type, the state after it).
+ */
 export interface PlannedChanges {
   generation: number;
   vmid: number;
   node: string;
-  /** The change being made, the UPID type of its task (`resize`, `qmstart`), the state before and after it. */
   head: Change;
-  taskType: string;
   before: string;
-  state: string;
   rest: Change[];
   lastFull: NonNullable<ResourceMemory['lastFull']>;
 }

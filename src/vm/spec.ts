@@ -207,12 +207,12 @@ export function desiredDescription(r: ProxmoxVM, at: MarkerPlace, current?: stri
   return d ? `${d}\n\n${marker}` : marker;
 }
 
-/** The locks a create or clone holds until its worker has written the final config. */
 /** Whether a VM config's `agent` option turns the guest agent on (`1`, `enabled=1,...`). */
 export function agentEnabled(agent: string | undefined): boolean {
   return /^(1|enabled=1)/.test(agent ?? '');
 }
 
+/** The locks a create or clone holds until its worker has written the final config. */
 export function isPlaceholderLock(lock: string | undefined): lock is 'create' | 'clone' {
   return lock === 'create' || lock === 'clone';
 }
