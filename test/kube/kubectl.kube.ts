@@ -68,14 +68,9 @@ describe('kubectl against the provider: apply, wait, get, explain, describe, sca
     writeFileSync(pc, providerConfigYaml(sim, { name: 'default' }));
     await kubectl(kube, ['apply', '-f', pc]);
     const kubeconfig = await serviceAccountKubeconfig(kube, join(dir, 'sa.kubeconfig'));
-    controller = await spawnController(kubeconfig, join(dir, 'controller.log'), [
-      '--lease-duration',
-      '4s',
-      '--renew-deadline',
-      '3s',
-      '--retry-period',
-      '1s',
-    ]);
+    // One replica, the default lease (15 s, renew deadline 10 s): nothing here is about failover,
+    // and a 3 s renew deadline was missed on a loaded CI machine (the controller then exits by design).
+    controller = await spawnController(kubeconfig, join(dir, 'controller.log'));
   });
 
   after(async () => {
