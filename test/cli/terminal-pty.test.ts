@@ -107,7 +107,9 @@ describe('in a pseudo-terminal', () => {
   describe('apply at 60x15 with NO_COLOR', () => {
     let fx: CliFixture;
     before(async () => {
-      fx = await cliFixture('pp-pty-');
+      // A simulated world 20x slower than the tests' usual: the rollout lasts long enough for the
+      // live view to be drawn several times, however fast the provider gets through its steps.
+      fx = await cliFixture('pp-pty-', { speed: 50 });
     });
     after(() => fx.close());
 

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseStatusList, type StatusItem } from '../../src/local/status-list.ts';
-import type { Simulator } from '../../src/sim/index.ts';
+import type { Simulator, SimulatorOptions } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { startTestSim } from './sim.ts';
 
@@ -21,8 +21,8 @@ export interface CliFixture {
   close(): Promise<void>;
 }
 
-export async function cliFixture(prefix: string): Promise<CliFixture> {
-  const sim = await startTestSim();
+export async function cliFixture(prefix: string, simulator: SimulatorOptions = {}): Promise<CliFixture> {
+  const sim = await startTestSim(simulator);
   const dir = mkdtempSync(join(tmpdir(), prefix));
   const config = join(dir, 'providerconfig.yaml');
   writeFileSync(config, providerConfigYaml(sim));
