@@ -63,10 +63,10 @@ export async function issueCreate(
     }
     a.task = upid;
     delete a.createOutcome;
-    ctx.site.invalidate();
+    ctx.site.invalidate(ctx.memory);
     return { requeueAfterMs: followTask(ctx, r, upid) };
   } catch (e) {
-    ctx.site.invalidate();
+    ctx.site.invalidate(ctx.memory);
     // Stopping: this process writes nothing more. The next one finds `external-create-pending`
     // newest with no task recorded and treats the create as of unknown outcome (observe.ts).
     if (e instanceof ReconcileAborted) throw e;

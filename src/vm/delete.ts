@@ -66,7 +66,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
       destroyUnreferencedDisks: true,
       skiplock: true,
     });
-    ctx.site.invalidate();
+    ctx.site.invalidate(ctx.memory);
     await hook(ctx, 'delete-destroy-issued', r);
     return { requeueAfterMs: followTask(ctx, r, a.task) };
   }
@@ -81,13 +81,13 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
   if (status.status === 'running') {
     setStep(r, 'Stopping');
     a.task = await ctx.client.stopVm(found.node, vmid);
-    ctx.site.invalidate();
+    ctx.site.invalidate(ctx.memory);
     await hook(ctx, 'delete-stop-issued', r);
     return { requeueAfterMs: followTask(ctx, r, a.task) };
   }
   setStep(r, 'Destroying');
   a.task = await ctx.client.deleteVm(found.node, vmid, { purge: true, destroyUnreferencedDisks: true });
-  ctx.site.invalidate();
+  ctx.site.invalidate(ctx.memory);
   await hook(ctx, 'delete-destroy-issued', r);
   return { requeueAfterMs: followTask(ctx, r, a.task) };
 }

@@ -8,6 +8,7 @@ import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { type MarkedVm, mayBeMarked } from './inventory.ts';
+import { isVmEntry, listIndex } from './list-index.ts';
 import { isPlaceholderLock, markerNames, parseMarker, vmName } from './spec.ts';
 
 export interface ObservedVm {
@@ -18,10 +19,9 @@ export interface ObservedVm {
 }
 
 export async function locate(ctx: StepContext, vmid: number, fresh: boolean): Promise<ObservedVm | undefined> {
-  const list = await ctx.site.clusterResources(fresh, ctx.signal);
-  const entry = list.find((e) => (e.type === 'qemu' || e.id?.startsWith('qemu/')) && Number(e.vmid) === vmid);
-  if (entry?.node) return { vmid, node: entry.node, entry };
-  if (list.some((e) => e.type === 'lxc' && Number(e.vmid) === vmid)) {
+  const entry = listIndex(await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory)).byVmid.get(vmid);
+  if (entry && isVmEntry(entry) && entry.node) return { vmid, node: entry.node, entry };
+  if (entry?.type === 'lxc') {
     throw reason('VMIDConflict', `VMID ${vmid} is used by a container; it will never be modified or deleted`);
   }
   return undefined;
@@ -47,13 +47,20 @@ export function isOwnVm(vm: MarkedVm, r: ProxmoxVM, installation: string): boole
  * keeps (see duplicateKept). The pick is confirmed by a fresh read of its config.
  */
 export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
-  const list = await ctx.site.clusterResources(true, ctx.signal);
+  const index = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory));
   const held = ctx.options.vmidHolders?.(ctx.site.name);
-  const candidates = list.filter((e) => {
-    if (!mayBeMarked(e, vmName(r)) || e.template === 1) return false;
+  const name = vmName(r);
+  const named = index.byName.get(name) ?? [];
+  // Every entry of `tagged` and `named` is a VM that may carry the marker (mayBeMarked), if placed.
+  // A plain loop: at 10,000 VMs nearly all are tagged and held, and this runs once per create.
+  const candidates: ClusterResource[] = [];
+  const mayBeOwn = (e: ClusterResource) => {
+    if (!e.node || e.template === 1) return false;
     const holder = held?.get(Number(e.vmid));
     return holder === undefined || holder === r.metadata.uid;
-  });
+  };
+  for (const e of index.tagged) if (mayBeOwn(e)) candidates.push(e);
+  for (const e of named) if (!index.isTagged(e) && mayBeOwn(e)) candidates.push(e);
   const installation = ctx.site.installation;
   const own = (await ctx.site.markedVms(candidates, ctx.signal)).filter((v) => isOwnVm(v, r, installation));
   for (const v of own.sort((a, b) => a.vmid - b.vmid)) {
@@ -62,7 +69,7 @@ export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<Observe
     ctx.site.forgetMarked(v.vmid);
     const fresh = parseMarker(config.values.description);
     if (!isOwnVm({ ...v, ...(fresh ? { marker: fresh } : {}) }, r, installation) || !fresh) continue;
-    const entry = list.find((e) => Number(e.vmid) === v.vmid)!;
+    const entry = index.byVmid.get(v.vmid)!;
     return { vmid: v.vmid, node: v.node, entry, config };
   }
   return undefined;
@@ -88,9 +95,12 @@ export async function duplicatesOf(
   found: ObservedVm,
   fresh = false,
 ): Promise<{ kept?: MarkedVm; strays: MarkedVm[] }> {
-  const list = await ctx.site.clusterResources(fresh, ctx.signal);
+  const named = listIndex(await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory)).byName.get(
+    found.entry.name ?? '',
+  );
+  if (!named) return { strays: [] };
   const held = ctx.options.vmidHolders?.(ctx.site.name);
-  const twins = list.filter(
+  const twins = named.filter(
     (e) =>
       mayBeMarked(e, found.entry.name) &&
       e.template !== 1 &&

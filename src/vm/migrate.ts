@@ -149,7 +149,9 @@ export async function checkMigration(
   change: Change,
 ): Promise<{ withLocalDisks: boolean; targetStorage?: string }> {
   const target = change.target!;
-  const entry = (await ctx.site.clusterResources(true, ctx.signal)).find((e) => e.type === 'node' && e.node === target);
+  const entry = (await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).find(
+    (e) => e.type === 'node' && e.node === target,
+  );
   if (!entry)
     throw reason(
       'MigrationRefused',

@@ -194,7 +194,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       r.metadata.uid,
       !done.error ? 'ok' : isLockContention(done.error.message) ? 'contention' : 'failed',
     );
-    ctx.site.invalidate();
+    ctx.site.invalidate(ctx.memory);
     // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
     if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) {
       delete a.vmId;

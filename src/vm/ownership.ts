@@ -154,7 +154,7 @@ export async function cloneSource(ctx: StepContext, r: ProxmoxVM): Promise<{ vmi
   }
   const t = r.spec.forProvider.template;
   if (!t) return undefined;
-  const e = findTemplate(await ctx.site.clusterResources(false, ctx.signal), t);
+  const e = findTemplate(await ctx.site.clusterResources(false, ctx.signal, ctx.memory), t);
   return e?.node ? { vmid: Number(e.vmid), node: e.node } : undefined;
 }
 

@@ -10,6 +10,7 @@ import { PveError } from '../proxmox/index.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { atProvider, explain, reason, setStep } from './conditions.ts';
 import { hook, type StepContext, slotWait, slotWake } from './context.ts';
+import { listIndex } from './list-index.ts';
 import { findTemplate } from './lookup.ts';
 import { nodeFact } from './node-facts.ts';
 import { checkSnippetPossible, desiredSnippet, uploadSnippet } from './snippets.ts';
@@ -89,7 +90,7 @@ export async function preflight(
 /** Step 3 (+ placement when no node is given). */
 export async function resolveNode(ctx: StepContext, r: ProxmoxVM): Promise<string> {
   const fp = r.spec.forProvider;
-  const nodes = (await ctx.site.clusterResources(true, ctx.signal)).filter((e) => e.type === 'node');
+  const nodes = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).nodes;
   if (fp.node) {
     const n = nodes.find((x) => x.node === fp.node);
     if (!n)
@@ -194,7 +195,9 @@ export function checkStorage(storages: StorageEntry[], id: string, bytes: number
 
 export async function checkCapacity(ctx: StepContext, r: ProxmoxVM, node: string): Promise<void> {
   const fp = r.spec.forProvider;
-  const n = (await ctx.site.clusterResources(false, ctx.signal)).find((e) => e.type === 'node' && e.node === node);
+  const n = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes.find(
+    (e) => e.node === node,
+  );
   if (!n) return;
   const cores = vcpus(fp);
   if (n.maxcpu !== undefined && cores > n.maxcpu) {
@@ -242,7 +245,7 @@ export async function resolveSource(
     return { kind: 'template', vmid: t.vmid, node: t.host, full: !linked };
   }
   if (fp.template) {
-    const t = findTemplate(await ctx.site.clusterResources(false, ctx.signal), fp.template);
+    const t = findTemplate(await ctx.site.clusterResources(false, ctx.signal, ctx.memory), fp.template);
     const what = fp.template.vmid !== undefined ? `VMID ${fp.template.vmid}` : `'${fp.template.name}'`;
     if (!t)
       throw reason(

@@ -99,7 +99,7 @@ export async function retireStep(ctx: StepContext, r: ProxmoxVM, change: Change)
     ? await pctx.client.stopVm(change.node!, change.vmid!)
     : await pctx.client.deleteVm(change.node!, change.vmid!, { purge: true, destroyUnreferencedDisks: true });
   a.replacing = { ...a.replacing!, upid };
-  pctx.site.invalidate();
+  pctx.site.invalidate(pctx.memory);
 }
 
 /**

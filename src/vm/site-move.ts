@@ -361,7 +361,7 @@ async function planSiteMove(
       `spec.forProvider.site changed from '${ctx.site.name}' to '${tctx.site.name}', but VM ${here.vmid} cannot be migrated there: ${blocker}; nothing was moved or created. Or revert spec.forProvider.site`,
     );
   const node = await endpointNode(tctx);
-  const nodeEntry = (await tctx.site.clusterResources(false, tctx.signal)).find(
+  const nodeEntry = (await tctx.site.clusterResources(false, tctx.signal, tctx.memory)).find(
     (e) => e.type === 'node' && e.node === node,
   );
   if (nodeEntry?.status !== 'online')

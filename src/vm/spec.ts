@@ -219,7 +219,8 @@ export function isPlaceholderLock(lock: string | undefined): lock is 'create' | 
 
 /** Whether a `/cluster/resources` tags value (`a;b`, PVE also accepts `,` and spaces) holds OWNER_TAG. */
 export function hasOwnerTag(tags: string | undefined): boolean {
-  return (tags ?? '').split(/[;,\s]/).includes(OWNER_TAG);
+  // (The substring test first: it runs for every VM of every bulk list, list-index.ts.)
+  return tags?.includes(OWNER_TAG) === true && tags.split(/[;,\s]/).includes(OWNER_TAG);
 }
 
 export function desiredTags(r: ProxmoxVM): string {

@@ -164,7 +164,7 @@ export async function applyChange(
       return {};
   }
   delete ctx.memory.lastFull;
-  ctx.site.invalidate();
+  ctx.site.invalidate(ctx.memory);
   if (upid) a.task = upid;
   await hook(ctx, `update-${change.kind}`, r);
   return { requeueAfterMs: upid ? followTask(ctx, r, upid, change.expectedMs) : ctx.taskPollMs };

@@ -14,6 +14,7 @@ import { ANNOTATION_CREATE_PENDING, ANNOTATION_EXTERNAL_NAME, annotation, setAnn
 import type { ExternalObservation } from '../engine/types.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import type { StepContext } from './context.ts';
+import { listIndex } from './list-index.ts';
 
 /** The first free VMID >= nextid in the site's range, skipping VMIDs in use, reserved or held by other resources. */
 export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ externalName: string }> {
@@ -48,9 +49,7 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
  * nor one reserved in this process or held by another resource of the store.
  */
 export async function freeVmids(ctx: StepContext, r: ProxmoxVM): Promise<(id: number) => boolean> {
-  const taken = new Set(
-    (await ctx.site.clusterResources(true, ctx.signal)).filter((e) => e.vmid !== undefined).map((e) => Number(e.vmid)),
-  );
+  const taken = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).byVmid;
   const held = ctx.options.vmidHolders?.(ctx.site.name);
   return (id) => {
     const holder = ctx.site.reserved.get(id) ?? held?.get(id);

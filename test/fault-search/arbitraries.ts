@@ -167,6 +167,19 @@ const latency: fc.Arbitrary<DrawnFault> = fc
     spec: { kind: 'latency', ...CALLS[c], ms: s * 1000, count },
   }));
 
+/**
+ * The bulk list answers late (a big cluster's pmxcfs, a busy pveproxy): while it is on its way the
+ * resources mutate and ask again, so each must wait for a list begun after its own mutations
+ * (site-cache.ts clusterResources: one read at a time, the next shared) and never act on one that
+ * predates them.
+ */
+const listLatency: fc.Arbitrary<DrawnFault> = fc
+  .tuple(fc.integer({ min: 1, max: 20 }), fc.integer({ min: 1, max: 6 }))
+  .map(([s, count]) => ({
+    label: `GET /cluster/resources answers ${s} s late x${count}`,
+    spec: { kind: 'latency', method: 'GET', path: '/cluster/resources', ms: s * 1000, count },
+  }));
+
 /** Task failures: before the worker did anything, or (create and clone) after it wrote the VM. */
 const taskFail: fc.Arbitrary<DrawnFault> = fc
   .tuple(fc.constantFrom(...TASKS), fc.boolean(), fc.integer({ min: 1, max: 2 }))
@@ -286,6 +299,7 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
     { weight: 3, arbitrary: onEither(requestFault) },
     { weight: 2, arbitrary: onEither(outage) },
     { weight: 2, arbitrary: onEither(latency) },
+    { weight: 1, arbitrary: onEither(listLatency) },
     { weight: 3, arbitrary: onEither(taskFail) },
     { weight: 2, arbitrary: onEither(taskStall) },
     { weight: 1, arbitrary: sshDown },

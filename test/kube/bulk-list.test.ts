@@ -3,8 +3,10 @@
  * ProxmoxVMs polls 170 of them a second): SiteContext.clusterResources reads the next
  * `/cluster/resources` ahead of its TTL's end, so no poll waits for the list, while every list it
  * serves was asked for less than a TTL ago, and a mutation (invalidate) is never answered with a
- * read that may predate it. The client is a stand-in that counts reads and answers when told to;
- * the clock is a number.
+ * read that may predate it. During a rollout (issue 16) one read runs at a time, the next no
+ * sooner than the last one's duration after it, and a resource's reads wait only for lists begun
+ * after its own mutations. The client is a stand-in that counts
+ * reads and answers when told to; the clock is a number.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -153,5 +155,113 @@ describe('SiteContext bulk list: read ahead of the TTL', () => {
     s.reads[2]!.resolve(s.list(3));
     await flush();
     assert.equal(fresh.value, 3);
+  });
+});
+
+describe('SiteContext bulk list: one read at a time, each resource sees its own mutations', () => {
+  it('mutations of many resources during a read: the calls that need a newer list share the one next read', async () => {
+    const s = site(1000);
+    const a = s.ctx.remember('a');
+    const b = s.ctx.remember('b');
+    const c = s.ctx.remember('c');
+    const first = s.answer(s.ctx.clusterResources(true, undefined, a));
+    assert.equal(s.reads.length, 1);
+    // While it is on its way, each resource mutates (a create each) and reads again.
+    s.ctx.invalidate(a);
+    s.ctx.invalidate(b);
+    s.ctx.invalidate(c);
+    const after = [a, b, c].map((m) => s.answer(s.ctx.clusterResources(true, undefined, m)));
+    const plain = s.answer(s.ctx.clusterResources(false, undefined, b));
+    assert.equal(s.reads.length, 1, 'no second read while one is in flight');
+    s.reads[0]!.resolve(s.list(1));
+    await flush();
+    assert.equal(first.value, 1);
+    for (const got of after) assert.equal(got.value, undefined, 'not served a list begun before its mutation');
+    assert.equal(plain.value, undefined);
+    assert.equal(s.reads.length, 2, 'one next read for all of them, begun when the first ended');
+    s.reads[1]!.resolve(s.list(2));
+    await flush();
+    assert.deepEqual(
+      after.map((g) => g.value),
+      [2, 2, 2],
+    );
+    assert.equal(plain.value, 2);
+  });
+
+  it("another resource's mutation does not make a resource read again; its own does", async () => {
+    const s = site(1000);
+    const a = s.ctx.remember('a');
+    const b = s.ctx.remember('b');
+    void s.ctx.clusterResources(false, undefined, a);
+    s.reads[0]!.resolve(s.list(1));
+    await flush();
+    s.at(100);
+    s.ctx.invalidate(b); // b's create
+    s.at(150);
+    const aFresh = s.answer(s.ctx.clusterResources(true, undefined, a));
+    const aPlain = s.answer(s.ctx.clusterResources(false, undefined, a));
+    await flush();
+    assert.equal(aFresh.value, 1, "a's fresh read: b's mutation is b's");
+    assert.equal(aPlain.value, 1);
+    assert.equal(s.reads.length, 1);
+    const bRead = s.answer(s.ctx.clusterResources(false, undefined, b));
+    assert.equal(s.reads.length, 2, "b's own read waits for a list begun after its mutation");
+    s.reads[1]!.resolve(s.list(2));
+    await flush();
+    assert.equal(bRead.value, 2);
+    // A read for no resource sees every mutation of this process (a fresh one), and a mutation
+    // for no resource (invalidate()) is seen by every read.
+    s.ctx.invalidate(a);
+    const none = s.answer(s.ctx.clusterResources(true));
+    assert.equal(s.reads.length, 3);
+    s.reads[2]!.resolve(s.list(3));
+    await flush();
+    assert.equal(none.value, 3);
+    s.ctx.invalidate();
+    const bAfter = s.answer(s.ctx.clusterResources(false, undefined, b));
+    assert.equal(s.reads.length, 4);
+    s.reads[3]!.resolve(s.list(4));
+    await flush();
+    assert.equal(bAfter.value, 4);
+  });
+
+  it("the next read starts no sooner than the last one's duration after it ended", async (t) => {
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    const s = site(1000);
+    const a = s.ctx.remember('a');
+    void s.ctx.clusterResources(false, undefined, a);
+    s.at(50); // the list took 50 ms
+    s.reads[0]!.resolve(s.list(1));
+    await flush();
+    s.at(60);
+    s.ctx.invalidate(a);
+    const next = s.answer(s.ctx.clusterResources(true, undefined, a));
+    const other = s.answer(s.ctx.clusterResources(true, undefined, s.ctx.remember('b')));
+    await flush();
+    assert.equal(other.value, 1, "b's fresh read is served the list of 10 ms ago");
+    assert.equal(s.reads.length, 1, 'no read before 100 (50 ms after the last ended)');
+    s.at(100);
+    t.mock.timers.tick(40);
+    await flush();
+    assert.equal(s.reads.length, 2);
+    s.reads[1]!.resolve(s.list(2));
+    await flush();
+    assert.equal(next.value, 2);
+  });
+
+  it('a failed read: the calls queued behind it get the next read, begun at once', async () => {
+    const s = site(1000);
+    const a = s.ctx.remember('a');
+    const first = s.ctx.clusterResources(true, undefined, a);
+    s.ctx.invalidate(a);
+    const queued = s.answer(s.ctx.clusterResources(true, undefined, a));
+    assert.equal(s.reads.length, 1);
+    s.reads[0]!.reject(new Error('connection reset'));
+    await assert.rejects(first, /connection reset/);
+    await flush();
+    assert.equal(s.reads.length, 2);
+    s.reads[1]!.resolve(s.list(5));
+    await flush();
+    assert.equal(queued.value, 5);
   });
 });
