@@ -180,8 +180,12 @@ export class SlotLimiter {
     }
   }
 
+  private hasRoom(key: string): boolean {
+    return (this.held.get(key)?.size ?? 0) < this.limitOf(key);
+  }
+
   private fits(keys: string[]): boolean {
-    return keys.every((k) => (this.held.get(k)?.size ?? 0) < this.limitOf(k));
+    return keys.every((k) => this.hasRoom(k));
   }
 
   private take(holder: string, keys: string[]): void {
@@ -193,11 +197,19 @@ export class SlotLimiter {
     this.owner.set(holder, keys);
   }
 
-  /** Hand freed slots to the waiters, oldest first, and wake them. */
+  /**
+   * Hand freed slots to the waiters, oldest first, and wake them. Only keys with room can admit
+   * anyone, and a release frees one or two: the scan stops when none has room left, rather than
+   * visiting every waiter (a rollout of 10,000 VMs has nearly all of them waiting, and releases
+   * three slots per VM).
+   */
   private pump(): void {
-    for (const w of [...this.waiters.values()]) {
-      if (!this.fits(w.keys)) continue;
+    const room = new Set([...this.wanted.keys()].filter((k) => this.hasRoom(k)));
+    for (const w of this.waiters.values()) {
+      if (!room.size) return;
+      if (!w.keys.every((k) => room.has(k)) || !this.fits(w.keys)) continue;
       this.take(w.holder, w.keys);
+      for (const k of w.keys) if (!this.hasRoom(k)) room.delete(k);
       this.granted.set(w.holder, this.now());
       this.unwait(w);
       try {
