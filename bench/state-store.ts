@@ -15,7 +15,7 @@
  * again (the next apply) and to read it as status does, with that process's peak RSS. A run over
  * its time budget stops and says how far it got (finished: false).
  *
- * The VMID holders come from the index the runtime keeps (src/local/vmid-holders.ts); `--scan`
+ * The VMID holders come from the index the runtime keeps (src/vm/vmid-holders.ts); `--scan`
  * asks a scan of the whole store instead, as the runtime did before (O(N) per create).
  *
  * Usage: node bench/state-store.ts [--n 30,300,1000,10000] [--budget-s 600] [--lists-per-create 2] [--scan]
@@ -27,8 +27,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ProxmoxVM } from '../src/api/proxmoxvm.ts';
 import { FileStore } from '../src/local/store.ts';
-import { VmidHolderIndex } from '../src/local/vmid-holders.ts';
 import { vmidHoldersOf } from '../src/vm/connector.ts';
+import { VmidHolderIndex } from '../src/vm/vmid-holders.ts';
 import { readStateFile } from '../src/workspace/state-file.ts';
 import { dirBytes, wchar } from './proc-io.ts';
 
@@ -155,7 +155,7 @@ async function child(n: number, dir: string, budgetMs: number, listsPerCreate: n
     const site = r.spec.forProvider.site;
     for (let l = 0; l < listsPerCreate; l++) {
       // The runtime's vmidHolders: the VMIDs this state holds on the site (VMID choice, marker
-      // search), from the index the store keeps (src/local/vmid-holders.ts), or with --scan from a
+      // search), from the index the store keeps (src/vm/vmid-holders.ts), or with --scan from a
       // listing of every resource as before it (vmidHoldersOf in src/vm/connector.ts).
       const held = scan ? vmidHoldersOf(store.listSync(), site!, undefined) : holders.holdersOf(site!);
       if (held.get(vmid) !== undefined && held.get(vmid) !== r.metadata.uid) throw new Error(`VMID ${vmid} held twice`);

@@ -28,7 +28,8 @@ import { Metrics } from '../observability/metrics.ts';
 import { startHealthServer } from '../observability/server.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import { ScaleSetController } from '../scaleset/controller.ts';
-import { VmConnector, vmidHoldersOf } from '../vm/connector.ts';
+import { VmConnector } from '../vm/connector.ts';
+import { VmidHolderIndex } from '../vm/vmid-holders.ts';
 import { collectionPath, type KubeApi, KubeError } from './api.ts';
 import { foundUpToDate, GVK, mutationEvent, readsSeen } from './crossplane.ts';
 import { Informer, type KubeObject } from './informer.ts';
@@ -113,6 +114,8 @@ export class ProviderController {
   /** crossplane-runtime's lifecycle histograms, recorded while this replica leads. */
   private readonly lifecycle: ManagedLifecycle;
   readonly vms: Informer<ProxmoxVM>;
+  /** The VMIDs the cached ProxmoxVMs hold per site, kept with every change of the cache. */
+  private readonly vmidHolders = new VmidHolderIndex();
   readonly sets: Informer<ProxmoxVMScaleSet>;
   readonly pcs: Informer<Obj>;
   readonly cpcs: Informer<Obj>;
@@ -151,7 +154,11 @@ export class ProviderController {
     const path = (plural: string) => collectionPath(GROUP, VERSION, plural);
     // No informer resync for ProxmoxVMs: the controller resyncs them itself, behind any change
     // (startLeading), where the informer's would reach the work queue as changes.
-    this.vms = new Informer<ProxmoxVM>(this.api, path('proxmoxvms'), { log, resyncMs: 0 });
+    this.vms = new Informer<ProxmoxVM>(this.api, path('proxmoxvms'), {
+      log,
+      resyncMs: 0,
+      onCacheChange: (key, vm) => this.vmidHolders.set(key, vm),
+    });
     this.sets = new Informer<ProxmoxVMScaleSet>(this.api, path('proxmoxvmscalesets'), { log });
     this.pcs = new Informer<Obj>(this.api, path('providerconfigs'), { log });
     this.cpcs = new Informer<Obj>(this.api, path('clusterproviderconfigs'), { log });
@@ -197,7 +204,7 @@ export class ProviderController {
       siteTtlMs: Math.min(10_000, Math.max(100, (o.pollIntervalMs ?? 60_000) / 2)),
       // Cloud-init Secrets live in the resource's namespace (the CRD forbids other namespaces).
       // VMIDs held by resources whose VM is not created yet (reservations survive a restart).
-      vmidHolders: (site) => vmidHoldersOf(this.vms.cache.values(), site, undefined),
+      vmidHolders: (site) => this.vmidHolders.holdersOf(site),
       secret: async (ref, r) => {
         const ns = r.metadata.namespace ?? 'default';
         const sec = await this.api.request<{ data?: Record<string, string> }>(

@@ -56,9 +56,38 @@ export interface InformerOptions<T = KubeObject> {
    * SetTransform: only for objects nobody writes back from the cache.
    */
   transform?: (o: T) => T;
+  /**
+   * Told of every change of the cache (an object set, or deleted: undefined), before the handlers;
+   * what keeps an index of the cache (src/vm/vmid-holders.ts) true to it.
+   */
+  onCacheChange?: (key: string, obj: T | undefined) => void;
   /** How often to look again for a resource that is not served (404: CRD missing). Default 5 s. */
   absentRetryMs?: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
+}
+
+/** A Map that tells `changed` of every set and delete (Informer's cache with onCacheChange). */
+class TrackedMap<T> extends Map<string, T> {
+  private readonly changed: (key: string, obj: T | undefined) => void;
+  constructor(changed: (key: string, obj: T | undefined) => void) {
+    super();
+    this.changed = changed;
+  }
+  override set(key: string, obj: T): this {
+    super.set(key, obj);
+    this.changed(key, obj);
+    return this;
+  }
+  override delete(key: string): boolean {
+    const had = super.delete(key);
+    if (had) this.changed(key, undefined);
+    return had;
+  }
+  override clear(): void {
+    const keys = [...this.keys()];
+    super.clear();
+    for (const k of keys) this.changed(k, undefined);
+  }
 }
 
 export function objectKey(o: KubeObject): string {
@@ -66,11 +95,18 @@ export function objectKey(o: KubeObject): string {
 }
 
 export class Informer<T extends KubeObject> {
-  readonly cache = new Map<string, T>();
+  /**
+   * The objects by key. Every change of it (the informer's lists and watch events, and a store's
+   * write results) goes through set and delete, which tell `onCacheChange`.
+   */
+  readonly cache: Map<string, T>;
   private readonly api: KubeApi;
   private readonly path: string;
   private readonly o: Required<
-    Omit<InformerOptions<T>, 'labelSelector' | 'log' | 'watchTimeoutSeconds' | 'keepManagedFields' | 'transform'>
+    Omit<
+      InformerOptions<T>,
+      'labelSelector' | 'log' | 'watchTimeoutSeconds' | 'keepManagedFields' | 'transform' | 'onCacheChange'
+    >
   > &
     InformerOptions<T>;
   private readonly handlers = new Set<InformerHandler<T>>();
@@ -105,6 +141,7 @@ export class Informer<T extends KubeObject> {
   private resyncTimer: NodeJS.Timeout | undefined;
 
   constructor(api: KubeApi, path: string, opts: InformerOptions<T> = {}) {
+    this.cache = opts.onCacheChange ? new TrackedMap(opts.onCacheChange) : new Map();
     this.api = api;
     this.path = path;
     this.o = {

@@ -19,9 +19,9 @@ import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { type ProviderConfigSource, VmConnector } from '../vm/connector.ts';
 import { GUEST_FAILURE_REASONS } from '../vm/guest.ts';
 import { planResources, type ResourcePlan } from '../vm/plan.ts';
+import { VmidHolderIndex } from '../vm/vmid-holders.ts';
 import { comparePhases, DEFAULT_PHASE, PHASE_ANNOTATION } from '../workspace/phases.ts';
 import { FileStore, MemoryStore } from './store.ts';
-import { VmidHolderIndex } from './vmid-holders.ts';
 
 /**
  * Reasons apply stops waiting for: those the engine backs off to the cap (vm/conditions.ts), and

@@ -201,15 +201,22 @@ export function vmidHoldersOf(
   label: (r: ProxmoxVM) => string = (r) => r.metadata.uid,
 ): Map<number, string> {
   const out = new Map<number, string>();
-  for (const r of resources) {
-    // Held where the VM is (or was being made), not where the spec now says it goes (F25); a
-    // recorded move holds its VMID on the target too.
-    const s = placedSite(r) ?? r.spec.forProvider.site ?? onlySite;
-    const ext = Number(externalName(r));
-    if (s === site && Number.isInteger(ext) && ext >= 100) out.set(ext, label(r));
-    const move = r.status?.atProvider?.siteMove;
-    if (move?.to === site) out.set(move.vmid, label(r));
-  }
+  for (const r of resources) for (const h of heldVmids(r, onlySite)) if (h.site === site) out.set(h.vmid, label(r));
+  return out;
+}
+
+/**
+ * The VMIDs one resource holds, and on which site: its external name where its VM is (or was being
+ * made), not where the spec now says it goes (F25); a recorded move holds its VMID on the target
+ * too. `onlySite`: the site of a resource that names none (a ProviderConfig with one site).
+ */
+export function heldVmids(r: ProxmoxVM, onlySite: string | undefined): Array<{ site: string; vmid: number }> {
+  const out: Array<{ site: string; vmid: number }> = [];
+  const s = placedSite(r) ?? r.spec.forProvider.site ?? onlySite;
+  const ext = Number(externalName(r));
+  if (s !== undefined && Number.isInteger(ext) && ext >= 100) out.push({ site: s, vmid: ext });
+  const move = r.status?.atProvider?.siteMove;
+  if (move?.to !== undefined) out.push({ site: move.to, vmid: move.vmid });
   return out;
 }
 

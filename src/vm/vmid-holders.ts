@@ -1,23 +1,24 @@
 /**
- * The VMIDs the local runtime's resources hold, per site, kept up to date with every write of its
- * store: what the engine's `vmidHolders` option asks for on every VMID choice and marker search.
- * Computing that from a scan of the whole store made every create cost O(N), an apply of N
- * resources O(N^2); this index costs O(sites) per write and nothing per question.
+ * The VMIDs a runtime's resources hold, per site, kept up to date with every write of its store
+ * (the local runtime's FileStore, the Kubernetes controller's informer cache): what the engine's
+ * `vmidHolders` option asks for on every VMID choice and marker search. Computing that from a scan
+ * of every resource made every create cost O(N), a rollout of N resources O(N^2); this index
+ * costs O(1) per write and nothing per question.
  *
- * What counts as held is src/vm/connector.ts vmidHoldersOf's rule, applied to one resource at a
- * time for each site of the ProviderConfig (the only sites the connector asks about), so that the
- * index cannot drift from the rule gc and the Kubernetes controller use. Two resources holding
- * one VMID on one site (a user-set external name) resolve as that scan resolves them: the one
- * later in the store's order wins.
+ * What counts as held is src/vm/connector.ts heldVmids, vmidHoldersOf's rule for one resource, so
+ * that the index cannot drift from the rule gc uses. Two resources holding one VMID on one site (a
+ * user-set external name) resolve as that scan resolves them: the one later in the store's order
+ * wins.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { vmidHoldersOf } from '../vm/connector.ts';
+import { heldVmids } from './connector.ts';
 
 /** One resource's holdings: `site` -> the VMIDs it holds there. */
 type Holdings = Map<string, number[]>;
 
 export class VmidHolderIndex {
-  private readonly sites: readonly string[];
+  /** The sites asked about, or any (undefined). */
+  private readonly sites: ReadonlySet<string> | undefined;
   private readonly onlySite: string | undefined;
   /** Per site: VMID -> the uid of its holder (the view the connector reads). */
   private readonly bySite = new Map<string, Map<number, string>>();
@@ -27,14 +28,13 @@ export class VmidHolderIndex {
   private readonly byKey = new Map<string, { order: number; uid: string; holdings: Holdings }>();
   private nextOrder = 0;
 
-  /** `sites`: the ProviderConfig's; with one, a resource naming none is on it (as vmidHoldersOf's onlySite). */
-  constructor(sites: readonly string[]) {
-    this.sites = sites;
-    this.onlySite = sites.length === 1 ? sites[0] : undefined;
-    for (const s of sites) {
-      this.bySite.set(s, new Map());
-      this.claims.set(s, new Map());
-    }
+  /**
+   * `sites`: the ProviderConfig's (with one, a resource naming none is on it, as vmidHoldersOf's
+   * onlySite); none: any site (the controller, whose ProviderConfigs come and go).
+   */
+  constructor(sites?: readonly string[]) {
+    this.sites = sites ? new Set(sites) : undefined;
+    this.onlySite = sites?.length === 1 ? sites[0] : undefined;
   }
 
   /**
@@ -42,18 +42,24 @@ export class VmidHolderIndex {
    * writes), never to be written by the caller. A site outside the ProviderConfig holds nothing.
    */
   holdersOf(site: string): Map<number, string> {
-    return this.bySite.get(site) ?? new Map();
+    let held = this.bySite.get(site);
+    if (!held) {
+      held = new Map();
+      if (!this.sites || this.sites.has(site)) this.bySite.set(site, held);
+    }
+    return held;
   }
 
   /** The resource at `key` was stored as `r`, or left the store (undefined). */
   set(key: string, r: ProxmoxVM | undefined): void {
     const prev = this.byKey.get(key);
     const holdings: Holdings = new Map();
-    if (r)
-      for (const s of this.sites) {
-        const held = [...vmidHoldersOf([r], s, this.onlySite).keys()];
-        if (held.length) holdings.set(s, held);
-      }
+    for (const h of r ? heldVmids(r, this.onlySite) : []) {
+      if (this.sites && !this.sites.has(h.site)) continue;
+      const held = holdings.get(h.site);
+      if (!held) holdings.set(h.site, [h.vmid]);
+      else if (!held.includes(h.vmid)) held.push(h.vmid);
+    }
     if (prev) for (const [s, vmids] of prev.holdings) for (const v of vmids) this.unclaim(s, v, key);
     if (!r) {
       this.byKey.delete(key);
@@ -65,7 +71,11 @@ export class VmidHolderIndex {
   }
 
   private claim(site: string, vmid: number, key: string): void {
-    const claims = this.claims.get(site)!;
+    let claims = this.claims.get(site);
+    if (!claims) {
+      claims = new Map();
+      this.claims.set(site, claims);
+    }
     const keys = claims.get(vmid) ?? new Set<string>();
     claims.set(vmid, keys);
     keys.add(key);
@@ -79,7 +89,7 @@ export class VmidHolderIndex {
     keys.delete(key);
     if (!keys.size) {
       claims.delete(vmid);
-      this.bySite.get(site)!.delete(vmid);
+      this.bySite.get(site)?.delete(vmid);
     } else this.resolve(site, vmid, keys);
   }
 
@@ -90,6 +100,6 @@ export class VmidHolderIndex {
       const e = this.byKey.get(k);
       if (e && (!best || e.order > best.order)) best = e;
     }
-    if (best) this.bySite.get(site)!.set(vmid, best.uid);
+    if (best) this.holdersOf(site).set(vmid, best.uid);
   }
 }

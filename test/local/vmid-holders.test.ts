@@ -1,6 +1,6 @@
 /**
- * The local runtime's index of held VMIDs (src/local/vmid-holders.ts) against the rule it stands
- * for: after any sequence of store writes (manifests applied, external names set and dropped,
+ * The index of held VMIDs (src/vm/vmid-holders.ts; the local runtime's, and the controller's for
+ * any site) against the rule it stands for: after any sequence of store writes (manifests applied, external names set and dropped,
  * status site and site moves written, deletions, FileStore reopened), the index answers what a
  * scan of the whole store with vmidHoldersOf (src/vm/connector.ts) answers, conflicts included.
  */
@@ -13,8 +13,8 @@ import fc from 'fast-check';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { ANNOTATION_EXTERNAL_NAME, FINALIZER } from '../../src/engine/resource.ts';
 import { FileStore, MemoryStore } from '../../src/local/store.ts';
-import { VmidHolderIndex } from '../../src/local/vmid-holders.ts';
 import { vmidHoldersOf } from '../../src/vm/connector.ts';
+import { VmidHolderIndex } from '../../src/vm/vmid-holders.ts';
 
 function vm(name: string, site: string | undefined): ProxmoxVM {
   return {
@@ -61,10 +61,16 @@ async function run(sites: string[], steps: Op[], file: string | undefined): Prom
   const onlySite = sites.length === 1 ? sites[0] : undefined;
   let store: MemoryStore<ProxmoxVM> = file ? new FileStore<ProxmoxVM>(file) : new MemoryStore<ProxmoxVM>();
   let index = new VmidHolderIndex(sites);
+  // The controller's: any site, and no only site (its ProviderConfigs come and go).
+  let anySite = new VmidHolderIndex();
   const open = () => {
     if (store instanceof FileStore) store.open('test');
     index = new VmidHolderIndex(sites);
-    store.addIndex((k, r) => index.set(k, r));
+    anySite = new VmidHolderIndex();
+    store.addIndex((k, r) => {
+      index.set(k, r);
+      anySite.set(k, r);
+    });
   };
   open();
   try {
@@ -117,6 +123,12 @@ async function run(sites: string[], steps: Op[], file: string | undefined): Prom
             ),
           ),
           `${site} after ${JSON.stringify(step)}`,
+        );
+      for (const site of [...sites, 'elsewhere'])
+        assert.deepEqual(
+          new Map([...anySite.holdersOf(site)].sort((a, b) => a[0] - b[0])),
+          new Map([...vmidHoldersOf(store.listSync(), site, undefined)].sort((a, b) => a[0] - b[0])),
+          `any site: ${site} after ${JSON.stringify(step)}`,
         );
     }
   } finally {
