@@ -104,6 +104,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       }
     }
     if (here) {
+      if (source) a.node = here.node;
       const lock = hereLock;
       if (lock || (await migrationRunning(ctx, move)))
         return waiting(r, `VM ${vmid} is being migrated to site ${move.to} (${lock ?? 'qmigrate'})`, ctx);
@@ -146,6 +147,10 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       'PlacementChangeRefused',
       `spec.forProvider.site is now '${tctx.site.name}', but VM ${vmid} on site '${ctx.site.name}' is not this resource's (${own.kind === 'other' ? own.why : 'no ownership marker'}); nothing is moved or created. Fix: revert spec.forProvider.site`,
     );
+  // Where the VM is, as Proxmox shows it: a create whose process died before its first status
+  // write left none, and every change is made on the recorded node (found by the fault search,
+  // F33: the move was planned for ever and never recorded).
+  a.node = here.node;
   if (cfg.lock) return waiting(r, `VM ${vmid} is locked (${cfg.lock}); the move to site ${tctx.site.name} waits`, ctx);
   if (r.spec.forProvider.replacePolicy === 'CreateThenDelete') {
     const blocker = await remoteMigrationBlocker(ctx, tctx);
