@@ -18,6 +18,8 @@ import { flush } from '../helpers/fake-clock.ts';
 
 function site(ttlMs = 1000) {
   let now = 0;
+  // List reads are paced by real time; here by the same number as the site's clock.
+  const paceClock = () => now;
   const reads: Array<{ resolve: (l: ClusterResource[]) => void; reject: (e: Error) => void }> = [];
   const client = {
     clusterResources: () =>
@@ -33,6 +35,7 @@ function site(ttlMs = 1000) {
     installation: 'test',
     ttlMs,
     now: () => now,
+    paceClock,
   });
   const list = (n: number): ClusterResource[] => [{ id: `qemu/${n}`, type: 'qemu', vmid: n, node: 'pve1' }];
   /** The call's answer, once it has one (undefined while it waits for a read). */
