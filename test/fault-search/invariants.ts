@@ -12,6 +12,7 @@ import { externalName, getCondition } from '../../src/engine/resource.ts';
 import { settled } from '../../src/local/runtime.ts';
 import type { SimCluster } from '../../src/sim/index.ts';
 import type { VmState } from '../../src/sim/state.ts';
+import { heldVmids } from '../../src/vm/connector.ts';
 import { markerUid, ownerKey, parseMarker } from '../../src/vm/spec.ts';
 import { SITE_TTL_MS } from './process.ts';
 import { FOREIGN_USER, type Name, type SiteName, type World } from './world.ts';
@@ -372,7 +373,9 @@ export function checkFinal(w: World, s: SettleResult): void {
           : (by?.user ?? 'unknown');
     // A dead create's placeholder names nobody; once the state that held its VMID is lost, no
     // runtime can tell it is ours (F9). gc lists it for the operator; nothing may delete it.
-    if (w.lostVmids.has(vm.vmid) && ![...live.values()].some((r) => externalName(r) === String(vm.vmid))) {
+    // (VMIDs by site: a resource that holds the VMID on the other site does not hold this one.)
+    const heldHere = (r: ProxmoxVM) => heldVmids(r, undefined).some((h) => h.site === p.site && h.vmid === vm.vmid);
+    if (w.lostVmids.has(`${p.site}/${vm.vmid}`) && ![...live.values()].some(heldHere)) {
       w.log(`  ${describeVm(p)}: a dead placeholder at a VMID only a lost state held; left to the operator`);
       continue;
     }

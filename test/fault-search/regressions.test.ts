@@ -17,6 +17,7 @@ import {
   Move,
   OtherState,
   Reconcile,
+  Restart,
   TwoWriters,
 } from './commands.ts';
 import { runSchedule } from './runner.ts';
@@ -226,6 +227,24 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it('F9b: the same, and the resource is moved to the other site before its next reconcile -> the placeholder is left to the operator, the VM made once on the new site', async () => {
+    await runSchedule(
+      'password',
+      [vmA, vmC],
+      [
+        new Fault("the qmcreate worker dies at its start (PVE's placeholder stays)", {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'die',
+          at: 'start',
+        }),
+        new Reconcile('vm-a'),
+        new LoseState(),
+        new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+      ],
+    );
+  });
+
   it("F10: another state file adopted our VM; this state's delete destroys it and the VMID is reused by another resource -> the other state gives the VMID up and makes the VM again", async () => {
     await runSchedule(
       'token',
@@ -395,6 +414,18 @@ describe('fault-search regressions', () => {
         new Reconcile('vm-c'),
         new Move('vm-c'),
         new TwoWriters('vm-a', 'vm-a'),
+      ],
+    );
+  });
+
+  it('F33: the process dies right after sending a clone, the resource is moved to site-2, and the provider restarts -> the move is recorded and made, not planned for ever', async () => {
+    await runSchedule(
+      'password',
+      [vmB, vmC],
+      [
+        new Reconcile('vm-b', { where: { step: 'create-issued' }, what: { kind: 'crash' } }),
+        new Move('vm-b'),
+        new Restart(),
       ],
     );
   });

@@ -18,6 +18,7 @@ import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts'
 import { MemoryStore } from '../../src/local/store.ts';
 import type { FaultSpec } from '../../src/sim/faults.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
+import { heldVmids } from '../../src/vm/connector.ts';
 import { startTestSim } from '../helpers/sim.ts';
 import {
   type Edit,
@@ -88,9 +89,9 @@ export class World {
   readonly config: LoadedProviderConfig;
   /** The state (a state file, etcd); replaced by an empty one when it is lost (loseState). */
   store = new MemoryStore<ProxmoxVM>();
-  /** The uids of the resources of every state lost so far, and the VMIDs they held. */
+  /** The uids of the resources of every state lost so far, and the VMIDs they held (`site/vmid`). */
   readonly lostUids = new Set<string>();
-  readonly lostVmids = new Set<number>();
+  readonly lostVmids = new Set<string>();
   /** The last manifest each resource was applied with (what the user re-applies after losing the state). */
   readonly lastEdit = new Map<Name, Edit>();
   readonly clock = new EngineClock();
@@ -348,8 +349,7 @@ export class World {
       .map((r) => r.metadata.name as Name);
     for (const r of this.store.listSync()) {
       this.lostUids.add(r.metadata.uid);
-      const ext = Number(externalName(r));
-      if (Number.isInteger(ext)) this.lostVmids.add(ext);
+      for (const h of heldVmids(r, undefined)) this.lostVmids.add(`${h.site}/${h.vmid}`);
     }
     this.store = new MemoryStore<ProxmoxVM>();
     for (const n of keep) this.apply(n, this.lastEdit.get(n)!);
