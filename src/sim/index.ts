@@ -220,8 +220,9 @@ export class SimCluster {
    * microseconds per VM, and at speed 1000 the period is 10 ms: with thousands of VMs the ticker
    * alone would take the whole core and starve the API (10,000 VMs: 880 s of CPU in a 900 s run).
    * So a period ends with no tick when less than four times the last tick's own duration has
-   * passed since it: the simulator spends at most about a fifth of its time on statistics, and a big fleet at a high speed sees its statistics lag as
-   * a loaded pvestatd's do (10,000 VMs at speed 1000: every 100 simulated seconds or so).
+   * passed since it: the simulator spends at most about a fifth of its time on statistics, and a
+   * big fleet at a high speed sees its statistics lag as a loaded pvestatd's do (10,000 VMs at
+   * speed 1000: every 100 simulated seconds or so).
    */
   startStatTicker(): void {
     const tick = () => {

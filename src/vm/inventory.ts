@@ -10,6 +10,7 @@
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
+import { isVmEntry } from './list-index.ts';
 import { hasOwnerTag, isPlaceholderLock, type Marker, parseMarker } from './spec.ts';
 
 export interface MarkedVm {
@@ -64,7 +65,7 @@ export function metaCtime(meta: string | undefined): number | undefined {
  */
 export function mayBeMarked(e: ClusterResource, name?: string): boolean {
   return (
-    (e.type === 'qemu' || Boolean(e.id?.startsWith('qemu/'))) &&
+    isVmEntry(e) &&
     e.vmid !== undefined &&
     Boolean(e.node) &&
     (hasOwnerTag(e.tags) || isPlaceholderLock(e.lock) || (name !== undefined && e.name === name))

@@ -207,6 +207,7 @@ export class SlotLimiter {
     const room = new Set([...this.wanted.keys()].filter((k) => this.hasRoom(k)));
     for (const w of this.waiters.values()) {
       if (!room.size) return;
+      // (fits: a wake may have taken a slot of a key still in `room`.)
       if (!w.keys.every((k) => room.has(k)) || !this.fits(w.keys)) continue;
       this.take(w.holder, w.keys);
       for (const k of w.keys) if (!this.hasRoom(k)) room.delete(k);

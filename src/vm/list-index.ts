@@ -16,7 +16,6 @@ export interface ListIndex {
   byName: Map<string, ClusterResource[]>;
   /** VMs tagged as ours or under a create/clone placeholder lock (see mayBeMarked). */
   tagged: ClusterResource[];
-  isTagged: (e: ClusterResource) => boolean;
   nodes: ClusterResource[];
 }
 
@@ -29,8 +28,7 @@ export function isVmEntry(e: ClusterResource): boolean {
 export function listIndex(list: readonly ClusterResource[]): ListIndex {
   let index = indexes.get(list);
   if (index) return index;
-  const tagged = new Set<ClusterResource>();
-  index = { byVmid: new Map(), byName: new Map(), tagged: [], nodes: [], isTagged: (e) => tagged.has(e) };
+  index = { byVmid: new Map(), byName: new Map(), tagged: [], nodes: [] };
   for (const e of list) {
     if (e.type === 'node') index.nodes.push(e);
     if (e.vmid === undefined) continue;
@@ -41,10 +39,7 @@ export function listIndex(list: readonly ClusterResource[]): ListIndex {
       if (same) same.push(e);
       else index.byName.set(e.name, [e]);
     }
-    if (hasOwnerTag(e.tags) || isPlaceholderLock(e.lock)) {
-      index.tagged.push(e);
-      tagged.add(e);
-    }
+    if (hasOwnerTag(e.tags) || isPlaceholderLock(e.lock)) index.tagged.push(e);
   }
   indexes.set(list, index);
   return index;

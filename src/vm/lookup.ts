@@ -59,8 +59,9 @@ export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<Observe
     const holder = held?.get(Number(e.vmid));
     return holder === undefined || holder === r.metadata.uid;
   };
-  for (const e of index.tagged) if (mayBeOwn(e)) candidates.push(e);
-  for (const e of named) if (!index.isTagged(e) && mayBeOwn(e)) candidates.push(e);
+  const byName = new Set(named);
+  for (const e of index.tagged) if (!byName.has(e) && mayBeOwn(e)) candidates.push(e);
+  for (const e of named) if (mayBeOwn(e)) candidates.push(e);
   const installation = ctx.site.installation;
   const own = (await ctx.site.markedVms(candidates, ctx.signal)).filter((v) => isOwnVm(v, r, installation));
   for (const v of own.sort((a, b) => a.vmid - b.vmid)) {
@@ -106,7 +107,6 @@ export async function duplicatesOf(
       e.template !== 1 &&
       !isPlaceholderLock(e.lock) &&
       Number(e.vmid) !== found.vmid &&
-      e.name === found.entry.name &&
       (held?.get(Number(e.vmid)) ?? r.metadata.uid) === r.metadata.uid,
   );
   if (!twins.length) return { strays: [] };

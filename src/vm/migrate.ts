@@ -18,6 +18,7 @@ import { setCondition } from '../engine/resource.ts';
 import { atProvider, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
+import { listIndex } from './list-index.ts';
 import type { ObservedVm } from './lookup.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { driveSize, memoryBytes } from './spec.ts';
@@ -149,8 +150,8 @@ export async function checkMigration(
   change: Change,
 ): Promise<{ withLocalDisks: boolean; targetStorage?: string }> {
   const target = change.target!;
-  const entry = (await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).find(
-    (e) => e.type === 'node' && e.node === target,
+  const entry = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).nodes.find(
+    (e) => e.node === target,
   );
   if (!entry)
     throw reason(

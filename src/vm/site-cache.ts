@@ -236,10 +236,10 @@ export class SiteContext {
    *
    * One read at a time: a call that needs a newer list than the one in flight (fresh, or after a
    * mutation of ours) waits for the next read, begun when that one ends (and the pause after it,
-   * see beginList) and shared by every call that came meanwhile. The list is O(VMs), and a rollout mutates several times a second: with a
-   * read per mutation, 3,000 creates cost 13,000 lists (4.4 a create; at 10,000 VMs, 44,000 lists
-   * of 10,000 entries), where one at a time they cost what the site's list rate allows (about one
-   * per list's own duration), whatever the rollout's size.
+   * see beginList) and shared by every call that came meanwhile. The list is O(VMs), and a rollout
+   * mutates several times a second: with a read per mutation, 3,000 creates cost 13,000 lists (4.4
+   * a create; at 10,000 VMs, 44,000 lists of 10,000 entries), where one at a time they cost what
+   * the site's list rate allows (about one per list's own duration), whatever the rollout's size.
    */
   clusterResources(fresh = false, signal?: AbortSignal, of?: ResourceMemory): Promise<ClusterResource[]> {
     const t = this.now();

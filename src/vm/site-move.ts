@@ -30,6 +30,7 @@ import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
+import { listIndex } from './list-index.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import { estimate, vmDisks, wantedStorage } from './migrate.ts';
 import { clearPlaceholder, cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
@@ -366,8 +367,8 @@ async function planSiteMove(
       `spec.forProvider.site changed from '${ctx.site.name}' to '${tctx.site.name}', but VM ${here.vmid} cannot be migrated there: ${blocker}; nothing was moved or created. Or revert spec.forProvider.site`,
     );
   const node = await endpointNode(tctx);
-  const nodeEntry = (await tctx.site.clusterResources(false, tctx.signal, tctx.memory)).find(
-    (e) => e.type === 'node' && e.node === node,
+  const nodeEntry = listIndex(await tctx.site.clusterResources(false, tctx.signal, tctx.memory)).nodes.find(
+    (e) => e.node === node,
   );
   if (nodeEntry?.status !== 'online')
     throw reason(
