@@ -35,7 +35,10 @@ export class Controller<R extends Managed = Managed> {
   readonly queue: WorkQueue;
   private readonly store: ResourceStore<R>;
   private readonly reconciler: ManagedReconciler<R>;
-  private readonly workers: number;
+  /** Concurrent reconciles at most (controller-runtime's MaxConcurrentReconciles). */
+  readonly workers: number;
+  /** Workers reconciling now. */
+  active = 0;
   private readonly onResult: ControllerOptions['onResult'];
   private readonly pollJitter: number;
   private readonly listPriority: number;
@@ -87,11 +90,14 @@ export class Controller<R extends Managed = Managed> {
       }
       try {
         let result: ReconcileResult;
+        this.active++;
         try {
           result = await this.reconciler.reconcile(key, this.lifetime.signal);
         } catch (e) {
           // A throw must not kill the worker (that would silently shrink concurrency): back off instead.
           result = { kind: 'rateLimited', error: e instanceof Error ? e : new Error(String(e)) };
+        } finally {
+          this.active--;
         }
         try {
           this.handle(key, result);

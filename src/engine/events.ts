@@ -1,7 +1,8 @@
 /**
  * Which changes of a managed resource are worth a Kubernetes Event, and with which reason: the
  * managed reconciler's events, kept to crossplane-runtime's conventions (its `reasonCannot*` for a
- * failed step; nothing for an observe that found everything as it should be).
+ * failed step, its Normal event per external mutation; nothing for an observe that found everything
+ * as it should be).
  */
 import { Reason } from './resource.ts';
 
@@ -24,6 +25,27 @@ export const CANNOT = {
   'cannot publish connection details': 'CannotPublishConnectionDetails',
 } as const;
 export type FailedStep = keyof typeof CANNOT;
+
+/**
+ * crossplane-runtime's Normal event for each external mutation and for a create not yet visible
+ * (pkg/reconciler/managed/reconciler.go: reasonCreated, reasonUpdated, reasonDeleted, reasonPending),
+ * with its messages.
+ */
+export const MUTATED = {
+  created: { reason: 'CreatedExternalResource', message: 'Successfully requested creation of external resource' },
+  updated: { reason: 'UpdatedExternalResource', message: 'Successfully requested update of external resource' },
+  deleted: { reason: 'DeletedExternalResource', message: 'Successfully requested deletion of external resource' },
+  pending: { reason: 'PendingExternalResource', message: 'Waiting for external resource existence to be confirmed' },
+} as const;
+
+/**
+ * The message of mutation event `what` for a resource whose external name is `name`: Crossplane's
+ * text, then the name, which `kubectl describe` would not show otherwise (Kubernetes events carry
+ * it as their `external-name` annotation too).
+ */
+export function mutationMessage(what: keyof typeof MUTATED, name: string | undefined): string {
+  return name ? `${MUTATED[what].message} (external name ${name})` : MUTATED[what].message;
+}
 
 export type ConditionView = { type: string; status: string; reason: string; message?: string };
 export type EventView = { type: 'Normal' | 'Warning'; reason: string; message: string };

@@ -4,7 +4,15 @@
  * One call of `reconcile(key)` makes at most one external mutation and says when to come back.
  */
 import { deadline } from '../proxmox/deadline.ts';
-import { CANNOT, type ConditionView, conditionChanged, conditionEvent, type FailedStep } from './events.ts';
+import {
+  CANNOT,
+  type ConditionView,
+  conditionChanged,
+  conditionEvent,
+  type FailedStep,
+  MUTATED,
+  mutationMessage,
+} from './events.ts';
 import {
   ANNOTATION_CREATE_FAILED,
   ANNOTATION_CREATE_PENDING,
@@ -83,6 +91,12 @@ export class ManagedReconciler<R extends Managed = Managed> {
    * never get past its first step.
    */
   private readonly createFailures = new Map<string, { count: number; at: number }>();
+  /**
+   * Per key, the create (its succeeded mark) whose grace wait was recorded: crossplane-runtime
+   * records PendingExternalResource at every requeue of the wait, here it is once per create, as a
+   * 10,000-resource rollout would otherwise write an event per resource and poll.
+   */
+  private readonly pendingRecorded = new Map<string, string>();
   private readonly o: Required<
     Omit<
       ReconcilerOptions,
@@ -144,6 +158,11 @@ export class ManagedReconciler<R extends Managed = Managed> {
     return r;
   }
 
+  /** crossplane-runtime's Normal event for an external mutation of `r` (and for a create not yet seen). */
+  private mutated(r: R, what: keyof typeof MUTATED): void {
+    this.store.event(r, 'Normal', MUTATED[what].reason, mutationMessage(what, externalName(r)));
+  }
+
   private async writeMeta(r: R): Promise<void> {
     const stored = await this.store.update(r);
     r.metadata.resourceVersion = stored.metadata.resourceVersion;
@@ -196,6 +215,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     const found = await this.store.get(key);
     if (!found) {
       this.createFailures.delete(key);
+      this.pendingRecorded.delete(key);
       return { kind: 'done' };
     }
     const r = structuredClone(found);
@@ -234,6 +254,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     if (deleting && !deleteAllowed) {
       await this.hook('orphan', key);
       this.createFailures.delete(key);
+      this.pendingRecorded.delete(key);
       this.connector.forget?.(r.metadata.uid);
       if (hasFinalizer(r)) {
         removeFinalizer(r);
@@ -274,6 +295,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // marker): the result is known now. Record it, so the create guard below cannot wedge this resource
     // later (e.g. once we deleted it). Clients with prepareCreate keep the annotations as they are: the
     // Proxmox client reads createIncomplete() to recognise its own half-created VM.
+    if (obs.exists) this.pendingRecorded.delete(key);
     if (obs.exists && !ext.prepareCreate && createIncomplete(r)) {
       setAnnotation(r, ANNOTATION_CREATE_SUCCEEDED, rfc3339(now));
       await this.writeMeta(r);
@@ -296,6 +318,10 @@ export class ManagedReconciler<R extends Managed = Managed> {
         !deleteIssued &&
         !failedSince
       ) {
+        if (this.pendingRecorded.get(key) !== succeeded) {
+          this.pendingRecorded.set(key, succeeded);
+          this.mutated(r, 'pending');
+        }
         return { kind: 'requeueAfter', ms: this.o.shortWaitMs, progress: true };
       }
       // 6. Create guard (crossplane's ExternalCreateIncomplete). A create may have happened without its
@@ -329,6 +355,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
         }
         // (outside the try: a crash here must not be recorded as a failed delete)
         await this.hook('delete-issued', key);
+        this.mutated(r, 'deleted');
         ready('False', Reason.Deleting, 'Deleting the external resource');
         synced('True', Reason.ReconcileSuccess);
         await this.writeStatus(r, before);
@@ -336,6 +363,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       }
       await this.hook('external-gone', key);
       this.createFailures.delete(key);
+      this.pendingRecorded.delete(key);
       await ext.disconnect?.();
       this.connector.forget?.(r.metadata.uid);
       if (hasFinalizer(r)) {
@@ -420,6 +448,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       await this.hook('create-issued', key);
       await this.writeAnnotationRetry(r, key, { [ANNOTATION_CREATE_SUCCEEDED]: rfc3339(this.o.now()) });
       await this.hook('create-succeeded', key);
+      this.mutated(r, 'created');
       if (created.connectionDetails && this.o.publishConnection && r.spec.writeConnectionSecretToRef) {
         await this.o.publishConnection(r, created.connectionDetails);
       }
@@ -450,6 +479,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       return this.fail(r, before, e, 'update failed');
     }
     await this.hook('update-issued', key);
+    this.mutated(r, 'updated');
     synced('True', Reason.ReconcileSuccess);
     await this.writeStatus(r, before);
     return {

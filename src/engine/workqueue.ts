@@ -26,6 +26,19 @@ export interface QueueClock {
   setTimeout(fn: () => void, ms: number): { cancel(): void };
 }
 
+/**
+ * What a queue tells its metrics, as client-go's workqueue MetricsProvider: a key that became
+ * dirty (an add that was not already pending), the time a key waited for a worker, the time a
+ * worker spent on it, and a key queued again after a delay (controller-runtime's retries: backoff
+ * and RequeueAfter alike).
+ */
+export interface QueueMetrics {
+  added(): void;
+  taken(waitedMs: number): void;
+  finished(workedMs: number): void;
+  retried(): void;
+}
+
 export const realClock: QueueClock = {
   now: () => Date.now(),
   setTimeout: (fn, ms) => {
@@ -126,9 +139,10 @@ export class WorkQueue {
   private shuttingDown = false;
   readonly backoff: ItemBackoff;
   private readonly clock: QueueClock;
-  /** Time each key entered the queue, for latency metrics. */
+  /** Time each key entered the queue, and each key in process was handed out, for the metrics. */
   private readonly addedAt = new Map<string, number>();
-  onLatency?: (ms: number) => void;
+  private readonly takenAt = new Map<string, number>();
+  metrics?: QueueMetrics;
 
   constructor(opts: { backoff?: Partial<BackoffOptions>; clock?: QueueClock; random?: () => number } = {}) {
     this.clock = opts.clock ?? realClock;
@@ -144,6 +158,12 @@ export class WorkQueue {
     let n = 0;
     for (const e of this.queued.values()) if (e.priority >= priority) n++;
     return n;
+  }
+  /** Keys waiting for a worker, by priority: every priority this queue has used, 0 when none waits. */
+  lengthsByPriority(): Map<number, number> {
+    const out = new Map<number, number>(this.priorities.map((p) => [p, 0]));
+    for (const e of this.queued.values()) out.set(e.priority, (out.get(e.priority) ?? 0) + 1);
+    return out;
   }
   get pendingDelayed(): number {
     return this.waiting.size;
@@ -179,6 +199,7 @@ export class WorkQueue {
     this.dirty.add(key);
     this.dirtyPriority.set(key, priority);
     this.addedAt.set(key, this.clock.now());
+    this.metrics?.added();
     if (this.processing.has(key)) return;
     this.enqueue(key, priority);
   }
@@ -190,6 +211,7 @@ export class WorkQueue {
   addAfter(key: string, delay: number, priority = PRIORITY_EVENT): void {
     if (this.shuttingDown) return;
     if (!(delay > 0)) return this.add(key, priority);
+    this.metrics?.retried();
     // A timer cannot hold more: setTimeout would fire at once (a hot loop) instead of much later.
     const ms = Math.min(delay, MAX_DELAY_MS);
     const at = this.clock.now() + ms;
@@ -243,17 +265,39 @@ export class WorkQueue {
     this.processing.add(key);
     this.dirty.delete(key);
     this.dirtyPriority.delete(key);
+    const now = this.clock.now();
     const added = this.addedAt.get(key);
     if (added !== undefined) {
-      this.onLatency?.(this.clock.now() - added);
+      this.metrics?.taken(now - added);
       this.addedAt.delete(key);
     }
+    this.takenAt.set(key, now);
     return key;
   }
 
   done(key: string): void {
     this.processing.delete(key);
+    const taken = this.takenAt.get(key);
+    if (taken !== undefined) {
+      this.metrics?.finished(this.clock.now() - taken);
+      this.takenAt.delete(key);
+    }
     if (this.dirty.has(key)) this.enqueue(key, this.dirtyPriority.get(key) ?? PRIORITY_EVENT);
+  }
+
+  /**
+   * Work handed out and not done yet: its total age and the oldest one's (client-go's
+   * unfinished_work_seconds and longest_running_processor_seconds), in ms.
+   */
+  unfinished(): { totalMs: number; longestMs: number } {
+    const now = this.clock.now();
+    let totalMs = 0;
+    let longestMs = 0;
+    for (const t of this.takenAt.values()) {
+      totalMs += now - t;
+      longestMs = Math.max(longestMs, now - t);
+    }
+    return { totalMs, longestMs };
   }
 
   isProcessing(key: string): boolean {

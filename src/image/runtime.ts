@@ -37,6 +37,8 @@ export interface ImageRuntimeOptions {
   /** Queue the ProxmoxVMs that clone this template (it became Ready). */
   wakeVms?: (template: ProxmoxTemplate) => void;
   onResult?: (kind: 'ProxmoxImage' | 'ProxmoxTemplate', key: string, result: ReconcileResult, failures: number) => void;
+  /** Each reconcile's result and duration (the controller metrics). */
+  onReconcile?: (kind: 'ProxmoxImage' | 'ProxmoxTemplate', key: string, result: ReconcileResult, ms: number) => void;
   log?: (level: 'info' | 'warn' | 'error' | 'debug', msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -75,14 +77,20 @@ export class ImageRuntime {
         onReady(key);
       },
     });
+    const timed = (kind: 'ProxmoxImage' | 'ProxmoxTemplate') => ({
+      ...engine,
+      ...(o.onReconcile
+        ? { onResult: (key: string, result: ReconcileResult, ms: number) => o.onReconcile?.(kind, key, result, ms) }
+        : {}),
+    });
     this.images = new Controller(
       o.images,
-      new ManagedReconciler(o.images, this.imageConnector, engine),
+      new ManagedReconciler(o.images, this.imageConnector, timed('ProxmoxImage')),
       controller('ProxmoxImage', (key) => void this.imageReconciled(key)),
     );
     this.templates = new Controller(
       o.templates,
-      new ManagedReconciler(o.templates, this.templateConnector, engine),
+      new ManagedReconciler(o.templates, this.templateConnector, timed('ProxmoxTemplate')),
       controller('ProxmoxTemplate', (key) => void this.templateReconciled(key)),
     );
   }

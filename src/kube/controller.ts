@@ -31,7 +31,7 @@ import { ScaleSetController } from '../scaleset/controller.ts';
 import { VmConnector } from '../vm/connector.ts';
 import { VmidHolderIndex } from '../vm/vmid-holders.ts';
 import { collectionPath, type KubeApi, KubeError } from './api.ts';
-import { foundUpToDate, GVK, mutationEvent, readsSeen } from './crossplane.ts';
+import { CONTROLLER, foundUpToDate, GVK, readsSeen } from './crossplane.ts';
 import { Informer, type KubeObject } from './informer.ts';
 import { LeaderElector } from './leader.ts';
 import {
@@ -353,7 +353,6 @@ export class ProviderController {
             if (vm) lifecycle.updated(GVK.ProxmoxVM, vm);
           }
           this.countCreate(step, key);
-          this.crossplaneEvent(step, key);
         },
       },
       onResult: (key, result, ms) => {
@@ -362,11 +361,7 @@ export class ProviderController {
         // (the engine has no delete-failed step: a failed reconcile of a resource being deleted is one)
         if (result.kind === 'rateLimited' && this.vms.cache.get(key)?.metadata.deletionTimestamp)
           this.metrics.deletes.inc({ outcome: 'failed' });
-        this.metrics.reconciles.inc({
-          kind: 'ProxmoxVM',
-          result: result.kind === 'rateLimited' ? 'error' : result.kind === 'done' ? 'done' : 'requeue',
-        });
-        this.metrics.reconcileSeconds.observe({ kind: 'ProxmoxVM' }, ms / 1000);
+        this.metrics.controllers.reconciled(CONTROLLER.ProxmoxVM, result, ms);
         this.reconciled(GVK.ProxmoxVM, this.vms.cache.get(key), result);
       },
       ...(o.log ? { log: o.log } : {}),
@@ -378,7 +373,7 @@ export class ProviderController {
       listPriority: PRIORITY_LOW,
       pollJitter: POLL_JITTER,
     });
-    this.controller.queue.onLatency = (ms) => this.metrics.queueLatency.observe({ kind: 'ProxmoxVM' }, ms / 1000);
+    this.metrics.controllers.instrument(CONTROLLER.ProxmoxVM, this.controller);
     void this.controller.start();
     const gvr = (plural: string, kind: string) => ({ group: GROUP, version: VERSION, plural, kind });
     const imageKube = new KubeStore<ProxmoxImage>(
@@ -414,15 +409,14 @@ export class ProviderController {
           )
             this.controller?.queue.add(`${vm.metadata.namespace}/${vm.metadata.name}`);
       },
+      onReconcile: (kind, _key, result, ms) => this.metrics.controllers.reconciled(CONTROLLER[kind], result, ms),
       onResult: (kind, key, result) => {
-        this.metrics.reconciles.inc({
-          kind,
-          result: result.kind === 'rateLimited' ? 'error' : result.kind === 'done' ? 'done' : 'requeue',
-        });
         this.reconciled(GVK[kind], (kind === 'ProxmoxImage' ? this.images : this.templates).cache.get(key), result);
       },
       ...(o.log ? { log: o.log } : {}),
     });
+    this.metrics.controllers.instrument(CONTROLLER.ProxmoxImage, this.imageRuntime.images);
+    this.metrics.controllers.instrument(CONTROLLER.ProxmoxTemplate, this.imageRuntime.templates);
     void this.imageRuntime.start();
     // Deleted resources: release their usage and per-resource caches.
     this.unsubs.push(
@@ -490,19 +484,9 @@ export class ProviderController {
     this.createAttempts.set(key, n);
   }
 
-  /**
-   * crossplane-runtime's managed reconciler records an event per external mutation, with its
-   * reasons; the engine's own events (a changed condition: Creating, Available, a failure's
-   * Cannot... reason) stay beside them. Best effort, as every event.
-   */
-  private crossplaneEvent(step: string, key: string): void {
-    const vm = this.vms.cache.get(key);
-    const e = vm && mutationEvent(step, vm);
-    if (e) this.recorder.record(e.object, 'Normal', e.reason, e.message);
-  }
-
   private async stopLeading(): Promise<void> {
     this.leading = false;
+    for (const name of Object.values(CONTROLLER)) this.metrics.controllers.forget(name);
     for (const u of this.unsubs.splice(0)) u();
     for (const t of this.timers.splice(0)) clearTimeout(t);
     clearTimeout(this.pcTimer);
@@ -583,7 +567,6 @@ export class ProviderController {
     }
     this.metrics.createAttemptsMax.set({ outcome: 'ok' }, ok);
     this.metrics.createAttemptsMax.set({ outcome: 'failed' }, failed);
-    this.metrics.queueDepth.set({ kind: 'ProxmoxVM' }, this.controller?.queue.length ?? 0);
     countStates(this.metrics, GVK.ProxmoxVM, this.vms.cache.values());
     countStates(this.metrics, GVK.ProxmoxImage, this.images.cache.values());
     countStates(this.metrics, GVK.ProxmoxTemplate, this.templates.cache.values());

@@ -1,13 +1,14 @@
 /**
- * The Kubernetes side of crossplane-runtime's conventions that the engine cannot know: the event
- * it records for each external mutation (with the VMID, as its events carry the external name),
- * the `gvk` label of its managed-resource metrics, and the two facts of a reconcile those metrics
- * need (the object it started from; whether it found the resource up to date).
+ * The Kubernetes side of crossplane-runtime's conventions that the engine cannot know: the `gvk`
+ * label of its managed-resource metrics, the `controller` label of controller-runtime's, and the two facts of a reconcile those metrics need (the
+ * object it started from; whether it found the resource up to date). Its events are the engine's
+ * (src/engine/events.ts); KubeStore gives them the external-name annotation.
  */
-import { API_VERSION, GROUP, VERSION } from '../api/proxmoxvm.ts';
+import { GROUP, VERSION } from '../api/proxmoxvm.ts';
 import type { ReconcileResult } from '../engine/reconciler.ts';
-import { ANNOTATION_EXTERNAL_NAME, type Managed } from '../engine/resource.ts';
+import type { Managed } from '../engine/resource.ts';
 import type { ResourceStore } from '../engine/types.ts';
+import { managedControllerName } from '../observability/controller-runtime.ts';
 import { gvkLabel } from '../observability/managed-lifecycle.ts';
 
 /** crossplane-runtime's `gvk` label of the provider's managed kinds. */
@@ -17,52 +18,12 @@ export const GVK = {
   ProxmoxTemplate: gvkLabel(GROUP, VERSION, 'ProxmoxTemplate'),
 } as const;
 
-/**
- * Engine steps (EngineHooks) and the event crossplane-runtime records for each external mutation.
- * Failures are the engine's events (src/engine/events.ts), with crossplane-runtime's `Cannot...`
- * reasons and the cause.
- */
-const MUTATION_EVENTS: Record<string, { reason: string; message: string }> = {
-  'create-succeeded': {
-    reason: 'CreatedExternalResource',
-    message: 'Successfully requested creation of external resource',
-  },
-  'update-issued': { reason: 'UpdatedExternalResource', message: 'Successfully requested update of external resource' },
-  'delete-issued': {
-    reason: 'DeletedExternalResource',
-    message: 'Successfully requested deletion of external resource',
-  },
-};
-
-/** The object an event is about, as EventRecorder.record takes it. */
-export interface EventObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string; uid: string };
-}
-
-/** The Normal event crossplane-runtime records after engine step `step` of ProxmoxVM `vm`, if any. */
-export function mutationEvent(
-  step: string,
-  vm: Managed,
-): { object: EventObject; reason: string; message: string } | undefined {
-  const e = MUTATION_EVENTS[step];
-  if (!e) return undefined;
-  const name = vm.metadata.annotations?.[ANNOTATION_EXTERNAL_NAME];
-  return {
-    object: {
-      apiVersion: API_VERSION,
-      kind: 'ProxmoxVM',
-      metadata: {
-        name: vm.metadata.name,
-        ...(vm.metadata.namespace ? { namespace: vm.metadata.namespace } : {}),
-        uid: vm.metadata.uid,
-      },
-    },
-    reason: e.reason,
-    message: name ? `${e.message} (VMID ${name})` : e.message,
-  };
-}
+/** crossplane-runtime's controller name of each managed kind: the `controller` label of the controller metrics. */
+export const CONTROLLER = {
+  ProxmoxVM: managedControllerName('ProxmoxVM', GROUP),
+  ProxmoxImage: managedControllerName('ProxmoxImage', GROUP),
+  ProxmoxTemplate: managedControllerName('ProxmoxTemplate', GROUP),
+} as const;
 
 /**
  * `store` as a reconciler reads it: the object a reconcile starts from is shown to `seen` first

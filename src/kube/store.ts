@@ -15,7 +15,7 @@
  * re-sent an identical status.
  */
 import { isDeepStrictEqual } from 'node:util';
-import { keyOf, type Managed } from '../engine/resource.ts';
+import { ANNOTATION_EXTERNAL_NAME, keyOf, type Managed } from '../engine/resource.ts';
 import type { ResourceStore, WatchEvent } from '../engine/types.ts';
 import { collectionPath, type KubeApi } from './api.ts';
 import type { Informer } from './informer.ts';
@@ -67,6 +67,8 @@ export class EventRecorder {
     type: 'Normal' | 'Warning',
     reason: string,
     message: string,
+    /** The event's own annotations (crossplane-runtime's `external-name`: AnnotatedEventf). */
+    annotations?: Record<string, string>,
   ): void {
     const namespace = obj.metadata.namespace ?? 'default';
     const k = `${obj.metadata.uid}|${type}|${reason}|${message}`;
@@ -90,7 +92,7 @@ export class EventRecorder {
           body: {
             apiVersion: 'v1',
             kind: 'Event',
-            metadata: { generateName: `${obj.metadata.name}.`, namespace },
+            metadata: { generateName: `${obj.metadata.name}.`, namespace, ...(annotations ? { annotations } : {}) },
             involvedObject: {
               apiVersion: obj.apiVersion,
               kind: obj.kind,
@@ -251,7 +253,9 @@ export class KubeStore<R extends Managed> implements ResourceStore<R> {
       this.informer.cache.set(key, this.informer.trim(stored));
   }
 
+  /** As crossplane-runtime's recorder, every event of a resource with an external name is annotated with it. */
   event(r: R, type: 'Normal' | 'Warning', reason: string, message: string): void {
+    const name = r.metadata.annotations?.[ANNOTATION_EXTERNAL_NAME];
     this.recorder.record(
       {
         apiVersion: r.apiVersion,
@@ -265,6 +269,7 @@ export class KubeStore<R extends Managed> implements ResourceStore<R> {
       type,
       reason,
       message,
+      name ? { 'external-name': name } : undefined,
     );
   }
 }

@@ -6,9 +6,11 @@
  * Beside the provider's own (`provider_proxmox_*`), the managed-resource metrics every
  * crossplane-runtime v2 provider exports, with their names, `gvk` label, types and buckets
  * (pkg/statemetrics/mr_state_metrics.go, pkg/reconciler/managed/metrics.go), so that a Crossplane
- * dashboard or alert works unchanged; managed-lifecycle.ts records the histograms.
+ * dashboard or alert works unchanged; managed-lifecycle.ts records the histograms. The reconcile
+ * and work queue metrics are controller-runtime's (controller-runtime.ts).
  */
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { ControllerRuntimeMetrics } from './controller-runtime.ts';
 
 /** client_golang's ExponentialBuckets(start, factor, count). */
 function exponentialBuckets(start: number, factor: number, count: number): number[] {
@@ -22,19 +24,8 @@ const CROSSPLANE_EXPONENTIAL_BUCKETS = exponentialBuckets(10e-9, 10, 10);
 
 export class Metrics {
   readonly registry = new Registry();
-  readonly reconciles = new Counter({
-    name: 'provider_proxmox_reconciles_total',
-    help: 'Reconciles by kind and result (done, requeue, error).',
-    labelNames: ['kind', 'result'],
-    registers: [this.registry],
-  });
-  readonly reconcileSeconds = new Histogram({
-    name: 'provider_proxmox_reconcile_duration_seconds',
-    help: 'Reconcile duration.',
-    labelNames: ['kind'],
-    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-    registers: [this.registry],
-  });
+  /** controller-runtime's and client-go's controller and workqueue metrics (controller-runtime.ts). */
+  readonly controllers = new ControllerRuntimeMetrics(this.registry);
   readonly pveRequests = new Counter({
     name: 'provider_proxmox_pve_requests_total',
     help: 'Proxmox VE API requests by site, method, path template and outcome class.',
@@ -82,19 +73,6 @@ export class Metrics {
     name: 'provider_proxmox_resources',
     help: 'Managed resources by kind and Ready/Synced condition status.',
     labelNames: ['kind', 'condition', 'status'],
-    registers: [this.registry],
-  });
-  readonly queueDepth = new Gauge({
-    name: 'provider_proxmox_workqueue_depth',
-    help: 'Keys waiting in the work queue.',
-    labelNames: ['kind'],
-    registers: [this.registry],
-  });
-  readonly queueLatency = new Histogram({
-    name: 'provider_proxmox_workqueue_latency_seconds',
-    help: 'Time a key waits in the queue before it is processed.',
-    labelNames: ['kind'],
-    buckets: [0.001, 0.01, 0.1, 0.5, 1, 5, 10, 60],
     registers: [this.registry],
   });
   readonly leader = new Gauge({

@@ -393,16 +393,50 @@ describe('ManagedReconciler: events', () => {
     const env = setup();
     env.store.apply(testVM('vm1'));
     await env.rec.reconcile(KEY);
-    assert.deepEqual(seen(env), ['Normal Creating'], 'Synced turning True on a success is no event');
+    assert.deepEqual(
+      seen(env),
+      ['Normal CreatedExternalResource', 'Normal Creating'],
+      "crossplane-runtime's event for the create; Synced turning True on a success is no event",
+    );
     env.advance(5000);
     await env.rec.reconcile(KEY);
-    assert.deepEqual(seen(env, 1), ['Normal Available'], 'the first Ready=True is one');
+    assert.deepEqual(seen(env, 2), ['Normal Available'], 'the first Ready=True is one');
     const n = env.store.events.length;
     for (let i = 0; i < 3; i++) {
       env.advance(60_000);
       await env.rec.reconcile(KEY);
     }
     assert.equal(env.store.events.length, n, 'polls of a steady resource: no events');
+  });
+
+  it("crossplane-runtime's mutation events: created, pending once per create while the listing lags, deleted", async () => {
+    const env = setup();
+    env.store.apply(testVM('vm1'));
+    await env.rec.reconcile(KEY);
+    const created = env.store.events.find((e) => e.reason === 'CreatedExternalResource')!;
+    const name = env.get()!.metadata.annotations![ANNOTATION_EXTERNAL_NAME]!;
+    assert.equal(created.message, `Successfully requested creation of external resource (external name ${name})`);
+    env.sys.invisible = true; // the listing lags: the grace wait
+    for (let i = 0; i < 3; i++) {
+      env.advance(2000);
+      assert.deepEqual(await env.rec.reconcile(KEY), { kind: 'requeueAfter', ms: 2000, progress: true });
+    }
+    const pending = env.store.events.filter((e) => e.reason === 'PendingExternalResource');
+    assert.deepEqual(
+      pending.map((e) => [e.type, e.count]),
+      [['Normal', 1]],
+      'one event for the wait, not one per poll',
+    );
+    env.sys.invisible = false;
+    env.advance(2000);
+    await env.rec.reconcile(KEY);
+    env.store.markDeleted(KEY);
+    await env.rec.reconcile(KEY);
+    assert.equal(env.store.events.filter((e) => e.reason === 'DeletedExternalResource').length, 1);
+    assert.ok(
+      !env.store.events.some((e) => e.reason === 'UpdatedExternalResource'),
+      'no update was made: no update event',
+    );
   });
 
   it('observing an existing, up-to-date resource for the first time: one event (Available), not two', async () => {
@@ -445,7 +479,11 @@ describe('ManagedReconciler: events', () => {
     assert.equal(env.store.events.at(-1)!.count, 1);
     env.advance(1000);
     await env.rec.reconcile(KEY);
-    assert.deepEqual(seen(env, n + 1), ['Normal ReconcileSuccess'], 'the update went through: Synced is True again');
+    assert.deepEqual(
+      seen(env, n + 1),
+      ['Normal UpdatedExternalResource', 'Normal ReconcileSuccess'],
+      'the update went through: Synced is True again',
+    );
     assert.equal(env.store.events.at(-1)!.message, 'Synced is True again (was Locked)');
   });
 

@@ -176,14 +176,29 @@ describe('WorkQueue: client-go semantics', () => {
     assert.equal(await q2.get(), undefined);
   });
 
-  it('reports queue latency from add to get', async () => {
+  it("tells its metrics as client-go's workqueue does: adds, wait, work, retries, unfinished work", async () => {
     const { clock, q } = queue();
-    const seen: number[] = [];
-    q.onLatency = (ms) => seen.push(ms);
+    const seen: string[] = [];
+    q.metrics = {
+      added: () => seen.push('added'),
+      taken: (ms) => seen.push(`taken ${ms}`),
+      finished: (ms) => seen.push(`finished ${ms}`),
+      retried: () => seen.push('retried'),
+    };
     q.add('a');
+    q.add('a'); // already pending: not an add
     clock.advance(250);
-    await q.get();
-    assert.deepEqual(seen, [250]);
+    assert.equal(await q.get(), 'a');
+    q.add('b');
+    clock.advance(100);
+    assert.equal(await q.get(), 'b');
+    clock.advance(50);
+    assert.deepEqual(q.unfinished(), { totalMs: 150 + 50, longestMs: 150 });
+    q.done('a');
+    q.addAfter('a', 1000);
+    clock.advance(1000);
+    assert.deepEqual(q.unfinished(), { totalMs: 1050, longestMs: 1050 }, 'b only');
+    assert.deepEqual(seen, ['added', 'taken 250', 'added', 'taken 100', 'finished 150', 'retried', 'added']);
   });
 });
 

@@ -217,7 +217,7 @@ describe('controller processes: SIGKILL mid-rollout, two replicas with leader el
       'the standby made no Proxmox request',
     );
     assert.ok(
-      Number.isNaN(metric(standbyBefore, 'provider_proxmox_reconciles_total')),
+      Number.isNaN(metric(standbyBefore, 'controller_runtime_reconcile_total')),
       'the standby reconciled nothing',
     );
     await leader.kill('SIGKILL');

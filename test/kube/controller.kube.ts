@@ -305,6 +305,11 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       !events.some((e) => e.reason === 'ReconcileSuccess'),
       JSON.stringify(events.map((e) => [e.type, e.reason, e.message])),
     );
+    // crossplane-runtime annotates every event of a reconcile with the external name (AnnotatedEventf).
+    const vmid = vm.metadata.annotations?.['crossplane.io/external-name'];
+    const created = events.find((e) => e.reason === 'CreatedExternalResource')!;
+    assert.equal(created.metadata.annotations?.['external-name'], vmid);
+    assert.equal(created.message, `Successfully requested creation of external resource (external name ${vmid})`);
     for (const e of events) {
       assert.equal(e.involvedObject.kind, 'ProxmoxVM');
       assert.equal(e.involvedObject.name, 'basic-vm');
@@ -340,7 +345,13 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       30_000,
     );
     assert.equal(m.status, 200);
-    assert.ok(metric(m.text, 'provider_proxmox_reconciles_total', { kind: 'ProxmoxVM', result: 'requeue' }) >= 30);
+    // controller-runtime's controller and workqueue metrics, named as crossplane-runtime names a controller.
+    const controller = { controller: 'managed/proxmoxvm.proxmox.sankofa.io' };
+    assert.ok(metric(m.text, 'controller_runtime_reconcile_total', { ...controller, result: 'requeue_after' }) >= 30);
+    assert.ok(metric(m.text, 'controller_runtime_reconcile_time_seconds_count', controller) >= 30);
+    assert.equal(metric(m.text, 'controller_runtime_max_concurrent_reconciles', controller), 8);
+    assert.ok(!Number.isNaN(metric(m.text, 'controller_runtime_active_workers', controller)));
+    assert.ok(metric(m.text, 'workqueue_adds_total', { name: controller.controller }) >= 30);
     assert.ok(metric(m.text, 'provider_proxmox_pve_requests_total', { class: 'ok' }) > 0, 'PVE calls by class');
     assert.ok(metric(m.text, 'provider_proxmox_vm_creates_total', { outcome: 'ok' }) >= 30, 'creates counted');
     assert.ok(
@@ -349,8 +360,11 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     );
     assert.equal(metric(m.text, 'provider_proxmox_leader'), 1);
     assert.ok(metric(m.text, 'provider_proxmox_kube_requests_total') > 0);
-    assert.ok(!Number.isNaN(metric(m.text, 'provider_proxmox_workqueue_depth')));
-    assert.ok(metric(m.text, 'provider_proxmox_workqueue_latency_seconds_count') > 0);
+    assert.ok(!Number.isNaN(metric(m.text, 'workqueue_depth', { name: controller.controller })));
+    assert.ok(metric(m.text, 'workqueue_queue_duration_seconds_count', { name: controller.controller }) > 0);
+    assert.ok(metric(m.text, 'workqueue_work_duration_seconds_count', { name: controller.controller }) > 0);
+    assert.ok(metric(m.text, 'workqueue_retries_total', { name: controller.controller }) > 0);
+    assert.ok(!Number.isNaN(metric(m.text, 'workqueue_longest_running_processor_seconds', controller)));
     // crossplane-runtime's managed-resource metrics, with its gvk label.
     const gvk = { gvk: 'proxmox.sankofa.io/v1alpha1, Kind=ProxmoxVM' };
     assert.ok(metric(m.text, 'crossplane_managed_resource_exists', gvk) >= 30);

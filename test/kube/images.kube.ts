@@ -24,6 +24,7 @@ import {
   isReady,
   kok,
   kreq,
+  list,
   type Obj,
   waitFor,
 } from './support.ts';
@@ -137,6 +138,18 @@ describe('images and templates in the controller', () => {
     );
     const tvmid = t.status.atProvider.nodes[0].vmid as number;
     assert.equal(sim.cluster('site-1').state.vms.get(tvmid)?.config.template, '1');
+    // A template's create is recorded as crossplane-runtime records any managed resource's.
+    const created = await waitFor('the template creation event', async () => {
+      const items = await list(kube, `/api/v1/namespaces/${NS}/events`, {
+        fieldSelector: `involvedObject.uid=${t.metadata.uid}`,
+      });
+      return items.find((e) => e.reason === 'CreatedExternalResource');
+    });
+    assert.equal(created.involvedObject.kind, 'ProxmoxTemplate');
+    assert.equal(
+      created.metadata.annotations?.['external-name'],
+      t.metadata.annotations?.['crossplane.io/external-name'],
+    );
     const vm = await waitFor(
       'the VM Ready',
       async () => {

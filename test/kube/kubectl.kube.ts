@@ -301,7 +301,7 @@ describe('kubectl against the provider: apply, wait, get, explain, describe, sca
       /provider_proxmox_vm_create_attempts_max\{outcome="ok"\} 1\b/,
       /provider_proxmox_resources\{kind="ProxmoxVM",condition="Ready",status="True"\} \d/,
       /provider_proxmox_pve_requests_total\{site="site-1",method="[A-Z]+",path="[^"]+",class="ok"\} \d/,
-      /provider_proxmox_reconciles_total\{kind="ProxmoxVM",result="done"\} \d/,
+      /controller_runtime_reconcile_total\{controller="managed\/proxmoxvm\.proxmox\.sankofa\.io",result="requeue_after"\} \d/,
       /provider_proxmox_leader 1/,
       // crossplane-runtime's names and gvk label: the VMs applied here were first reconciled and
       // first Ready on this leader, and vm-100 was deleted.
