@@ -313,11 +313,11 @@ try {
     const d = (name: string) => sum(b, name) - sum(a, name);
     const mean = (name: string) => Math.round((1000 * d(`${name}_sum`)) / Math.max(1, d(`${name}_count`)));
     return {
-      reconcilesPerSecond: Math.round((1000 * d('provider_proxmox_reconciles_total')) / ms),
-      meanQueueWaitMs: mean('provider_proxmox_workqueue_latency_seconds'),
-      meanReconcileMs: mean('provider_proxmox_reconcile_duration_seconds'),
+      reconcilesPerSecond: Math.round((1000 * d('controller_runtime_reconcile_total')) / ms),
+      meanQueueWaitMs: mean('workqueue_queue_duration_seconds'),
+      meanReconcileMs: mean('controller_runtime_reconcile_time_seconds'),
       meanPveRequestMs: mean('provider_proxmox_pve_request_duration_seconds'),
-      queueDepthAtEnd: sum(b, 'provider_proxmox_workqueue_depth'),
+      queueDepthAtEnd: sum(b, 'workqueue_depth'),
     };
   };
 
