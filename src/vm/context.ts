@@ -8,6 +8,7 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
 import type { PveClient } from '../proxmox/index.ts';
+import type { VmConfig } from '../proxmox/types.ts';
 import type { ResourceMemory, SiteContext } from './site-cache.ts';
 
 /**
@@ -73,6 +74,8 @@ export interface StepContext {
   readonly taskPollMs: number;
   /** A plan: observe reads only (no program is run in the guest either). */
   readonly readOnly?: boolean;
+  /** A plan: told the config a full observe read, so that the plan need not read it again. */
+  readonly configRead?: (node: string, vmid: number, config: VmConfig) => void;
 }
 
 export function stepContext(

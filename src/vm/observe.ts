@@ -284,7 +284,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   const known = !plans ? undefined : endedOk ? knownOutcome(ctx, r, endedOk, found) : plannedWait(ctx, r, found);
   const guest = !known?.planned && guestPoll(ctx, r, found);
   const full = !known?.planned && !guest && needsFullObserve(ctx, r, found);
-  if (full) found.config = await ctx.client.vmConfig(found.node, vmid);
+  if (full) {
+    found.config = await ctx.client.vmConfig(found.node, vmid);
+    ctx.configRead?.(found.node, vmid, found.config);
+  }
   const cfg = found.config?.values;
   const lock = cfg ? cfg.lock : found.entry.lock;
   if (lock) a.lock = lock;

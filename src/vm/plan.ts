@@ -14,7 +14,7 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { ReasonedError } from '../engine/types.ts';
-import type { ClusterResource } from '../proxmox/types.ts';
+import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
 import { type Change, changes } from './drift.ts';
 import { observe } from './observe.ts';
@@ -198,15 +198,26 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
 /**
  * The plan for one resource. Reads only: observe runs on a copy (whatever it would record stays
  * there), then the VM's config is read once more for the complete list of changes.
+ *
+ * What observe remembers of the resource (its last full read) must not make the next real
+ * reconcile skip a full read it would have made, so the plan leaves the memory as it found it,
+ * except when its full read found nothing to do and exactly the status the resource has: then
+ * the reconcile's own full read, moments later, could only find the same, and the plan's serves
+ * it (the drift interval counts from it). A second `apply` of a fleet that has not changed reads
+ * each VM once, not twice.
  */
 export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string): Promise<ResourcePlan> {
   const copy = structuredClone(r);
-  // What observe remembers of the resource (its last full read) must not make the next real
-  // reconcile skip the full read it would have made: the plan leaves the memory as it found it.
   const lastFull = ctx.memory.lastFull;
   let observed: Awaited<ReturnType<typeof observe>>;
+  let planRead: typeof lastFull;
+  let read: { node: string; vmid: number; config: VmConfig } | undefined;
   try {
-    observed = await observe({ ...ctx, readOnly: true }, copy);
+    observed = await observe(
+      { ...ctx, readOnly: true, configRead: (node, vmid, config) => (read = { node, vmid, config }) },
+      copy,
+    );
+    if (ctx.memory.lastFull !== lastFull) planRead = ctx.memory.lastFull;
   } catch (e) {
     if (!(e instanceof ReasonedError)) throw e;
     return { key, action: 'refused', changes: [], pending: [], reason: e.reason, message: e.message };
@@ -214,6 +225,34 @@ export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string):
     if (lastFull) ctx.memory.lastFull = lastFull;
     else delete ctx.memory.lastFull;
   }
+  const plan = await planObserved(ctx, r, key, copy, observed, read);
+  if (planRead && plan.action === 'no-op' && observed.obs.upToDate && sameStatus(copy, r))
+    ctx.memory.lastFull = planRead;
+  return plan;
+}
+
+/**
+ * Whether observe left `copy` with the status `r` has: the same atProvider, and the same
+ * conditions (their times aside, which only a change of status moves).
+ */
+function sameStatus(copy: ProxmoxVM, r: ProxmoxVM): boolean {
+  const view = (x: ProxmoxVM) =>
+    JSON.stringify({
+      atProvider: x.status?.atProvider,
+      conditions: x.status?.conditions?.map((c) => [c.type, c.status, c.reason, c.message, c.observedGeneration]),
+    });
+  return view(copy) === view(r);
+}
+
+/** The plan from what observe found (`observed`) and left in `copy`, a copy of `r`. */
+async function planObserved(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  key: string,
+  copy: ProxmoxVM,
+  observed: Awaited<ReturnType<typeof observe>>,
+  read: { node: string; vmid: number; config: VmConfig } | undefined,
+): Promise<ResourcePlan> {
   const a = copy.status?.atProvider ?? {};
   const vmidText = externalName(copy);
   if (!observed.obs.exists) return { key, action: 'create', changes: [], pending: [] };
@@ -239,7 +278,8 @@ export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string):
       pending: [],
       ...(a.step ? { message: a.step } : {}),
     };
-  const cfg = (await ctx.client.vmConfig(node, vmid)).values;
+  // The config observe read, if it read this VM's: a plan reads it once.
+  const cfg = (read?.node === node && read.vmid === vmid ? read.config : await ctx.client.vmConfig(node, vmid)).values;
   const state = a.state ?? 'unknown';
   const running = state === 'running';
   const found = { vmid, node, entry: { id: `qemu/${vmid}`, type: 'qemu', vmid, node } as ClusterResource };
