@@ -134,7 +134,7 @@ async function withSimulator(
   for (const c of sim.clusters)
     for (const [route, k] of c.faults.counters) byRoute.set(route, (byRoute.get(route) ?? 0) + k);
   const requests = [...byRoute.values()].reduce((a, b) => a + b, 0);
-  const top = Object.fromEntries([...byRoute].sort((a, b) => b[1] - a[1]).slice(0, 8));
+  const top = Object.fromEntries([...byRoute].sort((a, b) => b[1] - a[1]).slice(0, 12));
   return { ...r, simCpuMs: Math.round((cpu.user + cpu.system) / 1000), simRequests: requests, simTopRoutes: top };
 }
 

@@ -173,7 +173,8 @@ export class SiteContext {
   epoch = 0;
   /** The epoch of the last mutation made for no one resource: every list read is newer (epochNeeded). */
   private floor = 0;
-  private active = new Map<string, { at: number; data: Promise<NodeTasks> }>();
+  /** Per node, its last task read: when, in which epoch it was begun (see nodeTasks), and its answer. */
+  private active = new Map<string, { at: number; epoch: number; data: Promise<NodeTasks> }>();
   /**
    * Per node: the tasks followed there (UPID -> its start, PVE's UNIX time, and when this process
    * first saw it ended), which the node's task read covers.
@@ -332,12 +333,11 @@ export class SiteContext {
 
   /**
    * This process mutated the site: for the resource whose memory is `of` (its later list reads
-   * wait for a list begun after now, see epochNeeded), or for none (every read does). Node facts
-   * and the active task lists are read again either way.
+   * wait for a list begun after now, see epochNeeded), or for none (every read does). The same
+   * holds for the node task reads; node facts are read again either way.
    */
   invalidate(of?: ResourceMemory): void {
     this.epoch++;
-    this.active.clear();
     if (of) {
       of.mutatedEpoch = this.epoch;
       return;
@@ -375,9 +375,9 @@ export class SiteContext {
     this.marked.delete(vmid);
   }
 
-  /** Active task UPIDs on a node, shared by every VM polling a task there. */
-  async activeTasks(node: string, signal?: AbortSignal, fresh = false): Promise<Set<string>> {
-    return (await this.nodeTasks(node, signal, fresh)).running;
+  /** Active task UPIDs on a node, shared by every VM polling a task there (`of`: as nodeTasks). */
+  async activeTasks(node: string, signal?: AbortSignal, fresh = false, of?: ResourceMemory): Promise<Set<string>> {
+    return (await this.nodeTasks(node, signal, fresh, of)).running;
   }
 
   /**
@@ -386,13 +386,21 @@ export class SiteContext {
    * task list since the oldest task followed there (`source=all`, `since`: pve-manager
    * `PVE/API2/Tasks.pm` node_tasks lists the active file, then the archive index, each entry with
    * its status), else its active tasks only (PVE 6 has no `since`).
+   *
+   * A read serves for a second, and, as the bulk list (epochNeeded), only a read begun after the
+   * last mutation of the resource whose memory is `of`: a task it started since is in it, either
+   * running or ended. Other resources' tasks begun since are not, and their pollers read again.
+   * (Every mutation of the process dropped the node's read: at 10,000 creates, 2.5 task reads a
+   * create.) A task a read does not show is read on its own (tasks.ts taskDone), so a read older
+   * than a task is never taken for its end.
    */
-  nodeTasks(node: string, signal?: AbortSignal, fresh = false): Promise<NodeTasks> {
+  nodeTasks(node: string, signal?: AbortSignal, fresh = false, of?: ResourceMemory): Promise<NodeTasks> {
     const t = this.now();
     const c = this.active.get(node);
-    if (!fresh && c && t - c.at < Math.min(this.ttlMs, 1000)) return abortable(c.data, signal);
+    if (!fresh && c && t - c.at < Math.min(this.ttlMs, 1000) && c.epoch >= this.epochNeeded(false, of))
+      return abortable(c.data, signal);
     const data = this.readNodeTasks(node);
-    this.active.set(node, { at: t, data });
+    this.active.set(node, { at: t, epoch: this.epoch, data });
     data.catch(() => this.active.delete(node));
     return abortable(data, signal);
   }

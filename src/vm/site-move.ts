@@ -64,7 +64,7 @@ function movedHere(r: ProxmoxVM, description: string | undefined, installation: 
 
 /** A `qmigrate` of the VM still runs on the source (a lost answer leaves no UPID to follow). */
 async function migrationRunning(ctx: StepContext, move: SiteMove): Promise<boolean> {
-  const active = await ctx.site.activeTasks(move.fromNode, ctx.signal);
+  const active = await ctx.site.activeTasks(move.fromNode, ctx.signal, false, ctx.memory);
   return [...active].some((u) => {
     const t = parseUpid(u);
     return t?.type === 'qmigrate' && t.id === String(move.fromVmid);

@@ -20,7 +20,7 @@ export async function taskDone(ctx: StepContext, upid: string): Promise<{ finish
   const node = upid.split(':')[1] ?? '';
   ctx.site.followTask(upid);
   try {
-    const tasks = await ctx.site.nodeTasks(node, ctx.signal);
+    const tasks = await ctx.site.nodeTasks(node, ctx.signal, false, ctx.memory);
     if (tasks.running.has(upid)) return { finished: false };
     const status = tasks.ended.get(upid);
     if (status !== undefined && exitOutcome(status).ok) {

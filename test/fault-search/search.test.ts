@@ -63,6 +63,8 @@ function property(extras: Extras, known: Map<string, number>) {
       const res = await runSchedule(auth, initial, cmds);
       for (const k of Object.keys(moves) as Array<keyof MoveStats>) moves[k] += res.moves[k];
     } catch (e) {
+      // Traced: the failure as it happened (a shrink that fails later would leave only its own error).
+      if (env.FAULT_SEARCH_TRACE === '1') process.stderr.write(`[fault-search] failed: ${String(e).slice(0, 4000)}\n`);
       const sig = signature(e);
       if (!KEEP_GOING || !known.has(sig)) throw e;
       known.set(sig, known.get(sig)! + 1);

@@ -268,3 +268,59 @@ describe('SiteContext bulk list: one read at a time, each resource sees its own 
     assert.equal(queued.value, 5);
   });
 });
+
+describe('SiteContext node task reads: each resource sees its own tasks', () => {
+  function tasksSite() {
+    let now = 0;
+    let reads = 0;
+    const client = {
+      capabilities: async () => ({ version: { major: 8 } }),
+      activeTasks: async () => {
+        reads++;
+        return [];
+      },
+      listTasks: async () => {
+        reads++;
+        return [];
+      },
+    } as unknown as PveClient;
+    const ctx = new SiteContext({
+      name: 'site-1',
+      client,
+      limiter: {} as SlotLimiter,
+      vmidRange: { min: 100, max: 999 },
+      installation: 'test',
+      ttlMs: 10_000,
+      now: () => now,
+    });
+    return {
+      ctx,
+      reads: () => reads,
+      at: (t: number) => {
+        now = t;
+      },
+    };
+  }
+
+  it("another resource's mutation keeps a node's task read; the resource's own, and one for no resource, do not", async () => {
+    const s = tasksSite();
+    const a = s.ctx.remember('a');
+    const b = s.ctx.remember('b');
+    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    assert.equal(s.reads(), 1);
+    s.ctx.invalidate(b); // b started a task
+    s.at(100);
+    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    assert.equal(s.reads(), 1, "b's task is b's: a's poll is served the read it had");
+    await s.ctx.nodeTasks('pve1', undefined, false, b);
+    assert.equal(s.reads(), 2, 'b reads again: a read begun before its task cannot show it');
+    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    assert.equal(s.reads(), 2, "b's read, begun after every mutation so far, serves a too");
+    s.ctx.invalidate(); // a mutation for no resource: every read is too old
+    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    assert.equal(s.reads(), 3);
+    s.at(1200);
+    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    assert.equal(s.reads(), 4, 'a read serves for a second at most');
+  });
+});
