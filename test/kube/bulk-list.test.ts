@@ -16,6 +16,20 @@ import type { SlotLimiter } from '../../src/vm/limits.ts';
 import { SiteContext } from '../../src/vm/site-cache.ts';
 import { flush } from '../helpers/fake-clock.ts';
 
+/** A site of `client` on the clock `now` (list reads paced by `paceClock`, by default real time). */
+function testSite(client: PveClient, ttlMs: number, now: () => number, paceClock?: () => number): SiteContext {
+  return new SiteContext({
+    name: 'site-1',
+    client,
+    limiter: {} as SlotLimiter,
+    vmidRange: { min: 100, max: 999 },
+    installation: 'test',
+    ttlMs,
+    now,
+    ...(paceClock ? { paceClock } : {}),
+  });
+}
+
 function site(ttlMs = 1000) {
   let now = 0;
   // List reads are paced by real time; here by the same number as the site's clock.
@@ -27,16 +41,7 @@ function site(ttlMs = 1000) {
         reads.push({ resolve, reject });
       }),
   } as unknown as PveClient;
-  const ctx = new SiteContext({
-    name: 'site-1',
-    client,
-    limiter: {} as SlotLimiter,
-    vmidRange: { min: 100, max: 999 },
-    installation: 'test',
-    ttlMs,
-    now: () => now,
-    paceClock,
-  });
+  const ctx = testSite(client, ttlMs, () => now, paceClock);
   const list = (n: number): ClusterResource[] => [{ id: `qemu/${n}`, type: 'qemu', vmid: n, node: 'pve1' }];
   /** The call's answer, once it has one (undefined while it waits for a read). */
   const answer = (p: Promise<ClusterResource[]>) => {
@@ -284,15 +289,7 @@ describe('SiteContext node task reads: each resource sees its own tasks', () => 
         return [];
       },
     } as unknown as PveClient;
-    const ctx = new SiteContext({
-      name: 'site-1',
-      client,
-      limiter: {} as SlotLimiter,
-      vmidRange: { min: 100, max: 999 },
-      installation: 'test',
-      ttlMs: 10_000,
-      now: () => now,
-    });
+    const ctx = testSite(client, 10_000, () => now);
     return {
       ctx,
       reads: () => reads,
