@@ -181,6 +181,8 @@ export type ImageKind = 'ProxmoxImage' | 'ProxmoxTemplate';
 
 /** The longest wait between two checks, however much one costs (a gate opens at most this late). */
 const CHECK_WAIT_CAP_MS = 5000;
+/** The least time between two checks brought forward by a resource that settled. */
+const MIN_CHECK_GAP_MS = 10;
 
 export class LocalRuntime {
   readonly store: MemoryStore<ProxmoxVM>;
@@ -274,6 +276,7 @@ export class LocalRuntime {
       onResult: (key, result, failures) => {
         this.failures.set(key, failures);
         this.lastResult.set(key, result);
+        this.settledNow(key);
         opts.onResult?.(key, result, failures);
       },
     });
@@ -401,11 +404,30 @@ export class LocalRuntime {
     return 'progressing';
   }
 
+  /** Resources whose last reconcile left them ready or failed (what ends a wait or opens a gate). */
+  private readonly settledKeys = new Set<string>();
+  /** Run the next check of runUntil soon: a resource became ready or failed. */
+  private wakeCheck: (() => void) | undefined;
+
+  private settledNow(key: string): void {
+    const state = this.stateOf(key);
+    if (state !== 'ready' && state !== 'failed') {
+      this.settledKeys.delete(key);
+      return;
+    }
+    if (this.settledKeys.has(key)) return;
+    this.settledKeys.add(key);
+    this.wakeCheck?.();
+  }
+
   /**
    * Reconcile until `check` says ok or fail (it also admits new resources: rollout gates), or the
    * timeout / the signal. `check` runs every `tickMs`, or less often when it costs more than a
    * twentieth of that: a check looks at every resource, and at a fixed rate its cost over an apply
-   * would grow as N x the apply's duration (N^2); this keeps it at about 5% of the time.
+   * would grow as N x the apply's duration (N^2); this keeps it at about 5% of the time. A
+   * resource that becomes ready or failed brings the next check forward, to no sooner than that
+   * same share of time after the last: the VM that completes a phase opens the next at once, not
+   * a tick later (at speed 100, a 200 ms tick is 20 simulated seconds per phase).
    */
   async runUntil(opts: {
     check: () => 'continue' | 'ok' | 'fail';
@@ -423,10 +445,21 @@ export class LocalRuntime {
         const cost = performance.now() - t0;
         if (c !== 'continue') return { ok: c === 'ok', timedOut: false };
         if (Date.now() > deadline || opts.signal?.aborted) return { ok: false, timedOut: !opts.signal?.aborted };
-        const wait = Math.max(opts.tickMs ?? 200, Math.min(CHECK_WAIT_CAP_MS, Math.round(cost * 19)));
-        await new Promise((resolve) => setTimeout(resolve, wait));
+        const gap = Math.min(CHECK_WAIT_CAP_MS, Math.round(cost * 19));
+        const wait = Math.max(opts.tickMs ?? 200, gap);
+        const checked = performance.now();
+        await new Promise<void>((resolve) => {
+          let timer = setTimeout(resolve, wait);
+          this.wakeCheck = () => {
+            this.wakeCheck = undefined;
+            clearTimeout(timer);
+            timer = setTimeout(resolve, Math.max(0, checked + Math.max(MIN_CHECK_GAP_MS, gap) - performance.now()));
+          };
+        });
+        this.wakeCheck = undefined;
       }
     } finally {
+      this.wakeCheck = undefined;
       await Promise.all([this.controller.stop(), this.imageRuntime.stop()]);
     }
   }
