@@ -124,11 +124,16 @@ export interface SnippetStore {
 
 /**
  * A shared read, as one reconcile waits for it: that reconcile stops waiting when its signal
- * aborts, while the read itself goes on for every other resource waiting on it.
+ * aborts, while the read itself goes on for every other resource waiting on it. Its failure is
+ * each waiter's to handle; one that nobody waits for any more (every waiter aborted, the client
+ * closed under it) is no unhandled rejection.
  */
 export function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (!signal) return p;
-  if (signal.aborted) return Promise.reject(signal.reason);
+  if (signal.aborted) {
+    p.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
