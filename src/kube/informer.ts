@@ -13,7 +13,11 @@
  *   TransformStripManagedFields): nothing here reads it, and it is the larger part of a small
  *   object. A PUT of a cached copy is safe without it: the apiserver keeps the live object's
  *   managedFields when an update carries none. A `transform` (client-go's SetTransform) can
- *   keep less still of objects that are only read, never written back.
+ *   keep less still of objects that are only read, never written back;
+ * - the string values of every cached object are interned (`internStrings`): JSON.parse makes a
+ *   copy of each value, so ten thousand objects held ten thousand copies of the same kind, site,
+ *   condition type, reason and timestamp of the second they were written in. The values stay
+ *   equal, only the copies go.
  *
  * Safe start: a list answered 404 means the resource is not served (its CRD is not installed).
  * The informer then counts as settled but `absent`, so that the controller starts with the kinds
@@ -88,6 +92,41 @@ class TrackedMap<T> extends Map<string, T> {
     super.clear();
     for (const k of keys) this.changed(k, undefined);
   }
+}
+
+/** Longer strings (messages, certificates) are rarely shared, and not worth hashing. */
+const INTERN_MAX_LENGTH = 256;
+/** What V8 keeps as an array index, not as an interned name: such keys would come back as new strings. */
+const ARRAY_INDEX = /^(?:0|[1-9][0-9]*)$/;
+
+/**
+ * The one copy of `s` V8 keeps in its string table: a property name is interned, and the table
+ * holds its strings weakly, so a value nobody holds any more (an old resourceVersion, a name of a
+ * deleted object) goes with its last holder, which a Map of our own would keep for ever.
+ */
+function internString(s: string): string {
+  if (s.length > INTERN_MAX_LENGTH || ARRAY_INDEX.test(s)) return s;
+  for (const k in { [s]: 0 }) return k;
+  return s;
+}
+
+/**
+ * `v` with every string value in it (at any depth, in place) replaced by its interned copy: the
+ * same values, one copy of each among all the cached objects.
+ */
+export function internStrings<V>(v: V): V {
+  if (typeof v === 'string') return internString(v) as V;
+  if (typeof v !== 'object' || v === null) return v;
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) v[i] = internStrings(v[i]);
+    return v;
+  }
+  const o = v as Record<string, unknown>;
+  for (const k in o) {
+    const x = o[k];
+    if (typeof x === 'string' || (typeof x === 'object' && x !== null)) o[k] = internStrings(x);
+  }
+  return v;
 }
 
 export function objectKey(o: KubeObject): string {
@@ -217,10 +256,13 @@ export class Informer<T extends KubeObject> {
     for (const obj of [...this.cache.values()]) this.emit('MODIFIED', obj, true);
   }
 
-  /** `o` as the cache keeps it (without managedFields); writers that cache their answers use it too. */
+  /**
+   * `o` as the cache keeps it (without managedFields, its strings interned); writers that cache
+   * their answers use it too.
+   */
   trim(o: T): T {
     if (!this.o.keepManagedFields && o.metadata) delete (o.metadata as { managedFields?: unknown }).managedFields;
-    return this.o.transform && o.metadata ? this.o.transform(o) : o;
+    return internStrings(this.o.transform && o.metadata ? this.o.transform(o) : o);
   }
 
   /** Every page of the collection at one resourceVersion (a continue token keeps the first page's snapshot). */
