@@ -33,7 +33,7 @@
  * CONTROLLER_NODE_FLAGS) unless `--no-default-node-flags`, plus any `--node-flag`.
  */
 import { spawn } from 'node:child_process';
-import { createWriteStream, readdirSync, readFileSync } from 'node:fs';
+import { createWriteStream, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -100,11 +100,11 @@ const quantile = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? s[Math.min(s.length - 1, Math.floor(q * s.length))]! : Number.NaN;
 };
-async function until(what: string, fn: () => boolean, timeoutMs: number): Promise<void> {
+async function until(what: string, fn: () => boolean, timeoutMs: number, everyMs = 50): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!fn()) {
     if (Date.now() > deadline) throw new Error(`${what}: not after ${timeoutMs} ms`);
-    await sleep(50);
+    await sleep(everyMs);
   }
 }
 /** Run `fn` over `items`, `width` at a time. */
@@ -331,7 +331,27 @@ try {
       return Number.NaN;
     }
   };
+  // A coarse timeline too (every 10 s: RSS, and the heap from the controller's /metrics), with the
+  // phase it fell in, to tell which phase the peak belongs to.
+  let phase = 'startup';
+  const timeline: Array<{ s: number; phase: string; rss: number; hwm: number; heapUsed?: number; external?: number }> =
+    [];
   const rssTimer = setInterval(() => rssSamples.push(procStatus('VmRSS')), 1000);
+  const timelineTimer = setInterval(async () => {
+    const point = {
+      s: Math.round((performance.now() - spawnAt) / 1000),
+      phase,
+      rss: Math.round(procStatus('VmRSS')),
+      hwm: Math.round(procStatus('VmHWM')),
+    };
+    timeline.push(point);
+    const text = await scrapeController().catch(() => '');
+    const mbOf = (name: string) => Math.round((samples(text, name)[0]?.value ?? Number.NaN) / 2 ** 20);
+    Object.assign(point, {
+      heapUsed: mbOf('provider_proxmox_nodejs_heap_size_used_bytes'),
+      external: mbOf('provider_proxmox_nodejs_external_memory_bytes'),
+    });
+  }, 10_000);
   // At the default --kube-qps 50 a first start costs 3 writes a resource (finalizer, usage, status).
   const progress = setInterval(() => console.error(`observed ${observed.size}/${N}`), 60_000);
   await until('every resource observed', () => observed.size >= N, Math.max(300_000, N * 250)).finally(() =>
@@ -346,6 +366,7 @@ try {
   );
 
   // Changes: one every 100 ms, each on another resource, each timed until its status echoes it.
+  phase = 'changes';
   const changes0 = { text: await scrapeController(), at: performance.now() };
   const latencies: number[] = [];
   const pending: Array<Promise<void>> = [];
@@ -368,7 +389,9 @@ try {
   const changesEngine = engine(changes0.text, await scrapeController(), performance.now() - changes0.at);
 
   // Steady state.
+  phase = 'settle';
   await sleep(SETTLE_MS);
+  phase = 'steady';
   const statusPuts = (l: Record<string, string>) =>
     l.verb === 'PUT' && l.subresource === 'status' && l.resource === 'proxmoxvms' && l.code === '200' ? 'n' : undefined;
   const [a0, c0] = [await scrapeApiserver(), await scrapeController()];
@@ -379,6 +402,7 @@ try {
   const windowMs = performance.now() - t0;
   const events1 = statusOnlyEvents;
   clearInterval(rssTimer);
+  clearInterval(timelineTimer);
 
   const apiserver = perMinute(
     sumBy(a0, 'apiserver_request_total', byVerb),
@@ -405,10 +429,23 @@ try {
   if (values['heap-snapshot']) {
     const before = new Set(await readdir(dir));
     controller.signal('SIGUSR2');
+    // The file appears when the writing starts: done when its size holds still for a second (the
+    // controller is killed right after).
+    const snapshotSize = () =>
+      readdirSync(dir)
+        .filter((f) => f.endsWith('.heapsnapshot') && !before.has(f))
+        .reduce((n, f) => n + statSync(join(dir, f)).size, 0);
+    let last = -1;
     await until(
       'heap snapshot written',
-      () => readdirSync(dir).some((f) => f.endsWith('.heapsnapshot') && !before.has(f)),
+      () => {
+        const size = snapshotSize();
+        const still = size > 0 && size === last;
+        last = size;
+        return still;
+      },
       300_000,
+      1000,
     );
   }
   const ready = [...informer.cache.values()].filter((o) =>
@@ -437,6 +474,10 @@ try {
         readyAtEnd: ready,
         peakRssMb: Math.round(peakRss),
         rssMb: { p50: Math.round(quantile(rssSamples, 0.5)), max: Math.round(Math.max(...rssSamples)) },
+        // Every 10 s from /readyz (times from the spawn): phase, RSS, VmHWM so far, heap used, external (MB).
+        rssTimeline: timeline.map(
+          (p) => `${p.s}s ${p.phase} rss=${p.rss} hwm=${p.hwm} heap=${p.heapUsed} ext=${p.external}`,
+        ),
         // At the end of the steady window, from the controller's own /metrics.
         memoryMbAtEnd: {
           rss: mb('provider_proxmox_process_resident_memory_bytes'),
