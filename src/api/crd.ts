@@ -540,6 +540,8 @@ export function crdSpecs(): CrdSpec[] {
         READY,
         SYNCED,
         { name: 'EXTERNAL-NAME', type: 'string', jsonPath: '.metadata.annotations.crossplane\\.io/external-name' },
+        // A VMID is unique within a site only: the site it is on names the VM with it.
+        { name: 'SITE', type: 'string', jsonPath: '.status.atProvider.site' },
         { name: 'NODE', type: 'string', jsonPath: '.status.atProvider.node' },
         { name: 'STATE', type: 'string', jsonPath: '.status.atProvider.state' },
         { name: 'IP', type: 'string', jsonPath: '.status.atProvider.ipAddresses[0]' },

@@ -4,7 +4,9 @@
  * files and expiring exec credentials are picked up); requests and watches go through one shared
  * keep-alive agent. Requests (not watches, as in client-go) pass a client-side rate limit, a token
  * bucket of `qps`/`burst` (ratelimit.ts), before their credentials are applied. Errors become
- * KubeError with the API's status, reason and message (409 -> the engine's ConflictError).
+ * KubeError with the API's status, reason and message (409 -> the engine's ConflictError). Every
+ * write names its field manager (FIELD_MANAGER), as a controller-runtime client's does, so that
+ * `managedFields` say which fields the provider wrote instead of `unknown`.
  */
 import http from 'node:http';
 import https from 'node:https';
@@ -12,6 +14,11 @@ import { ConflictError } from '../engine/types.ts';
 import { KubeConfig } from './client-node.ts';
 import { type AppliedCredentials, defaultKubeconfigFiles, KubeCredentials, withTokenFiles } from './credentials.ts';
 import { DEFAULT_KUBE_BURST, DEFAULT_KUBE_QPS, TokenBucket } from './ratelimit.ts';
+
+/** The field manager of every create, update and patch this client sends. */
+export const FIELD_MANAGER = 'provider-proxmox';
+/** The methods whose requests take `fieldManager` (the apiserver's create, update and patch). */
+const WRITES = new Set(['POST', 'PUT', 'PATCH']);
 
 export class KubeError extends Error {
   readonly status: number;
@@ -130,7 +137,10 @@ export class KubeApi {
       limiter?: TokenBucket;
     } = {},
   ): Promise<T> {
-    const url = this.url(path, opts.query ?? {});
+    const url = this.url(
+      path,
+      WRITES.has(method) ? { fieldManager: FIELD_MANAGER, ...opts.query } : (opts.query ?? {}),
+    );
     const body = opts.body === undefined ? undefined : Buffer.from(JSON.stringify(opts.body));
     const mod = url.protocol === 'https:' ? https : http;
     return this.withCredentials(

@@ -152,6 +152,7 @@ describe('CRD shape', () => {
         ['READY', 'string', ".status.conditions[?(@.type=='Ready')].status"],
         ['SYNCED', 'string', ".status.conditions[?(@.type=='Synced')].status"],
         ['EXTERNAL-NAME', 'string', '.metadata.annotations.crossplane\\.io/external-name'],
+        ['SITE', 'string', '.status.atProvider.site'],
         ['NODE', 'string', '.status.atProvider.node'],
         ['STATE', 'string', '.status.atProvider.state'],
         ['IP', 'string', '.status.atProvider.ipAddresses[0]'],

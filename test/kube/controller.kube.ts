@@ -250,6 +250,7 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       'READY',
       'SYNCED',
       'EXTERNAL-NAME',
+      'SITE',
       'NODE',
       'STATE',
       'IP',
@@ -261,13 +262,14 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     const text = printed.map((row) => row.map((c, i) => c.padEnd(widths[i]!)).join('   ')).join('\n');
     t.diagnostic(`kubectl get proxmoxvms (first rows):\n${text.split('\n').slice(0, 6).join('\n')}`);
     for (const row of table.rows) {
-      const [name, readyCell, synced, ext, node, state, ip, pendingReboot, age] = row.cells as string[];
+      const [name, readyCell, synced, ext, site, node, state, ip, pendingReboot, age] = row.cells as string[];
       const o = ready.find((x) => x.metadata.name === name)!;
       assert.ok(o, `row ${name}`);
       assert.equal(readyCell, 'True');
       assert.equal(synced, 'True');
       assert.equal(ext, o.metadata.annotations!['crossplane.io/external-name']);
       assert.match(ext!, /^\d+$/);
+      assert.equal(site, o.status.atProvider.site, 'the site the VMID is unique in');
       assert.equal(node, o.spec.forProvider.node);
       assert.equal(state, 'running');
       assert.match(ip!, /^\d+\.\d+\.\d+\.\d+$/, `${name} IP in\n${text}`);
@@ -305,6 +307,13 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
       !events.some((e) => e.reason === 'ReconcileSuccess'),
       JSON.stringify(events.map((e) => [e.type, e.reason, e.message])),
     );
+    // Its writes name their field manager: managedFields say what the provider wrote.
+    const managers = (
+      (vm.metadata as { managedFields?: Array<{ manager: string; subresource?: string }> }).managedFields ?? []
+    ).map((m) => `${m.manager}${m.subresource ? `/${m.subresource}` : ''}`);
+    // (`unknown` is this test's own create, sent without a user agent.)
+    assert.ok(managers.includes('provider-proxmox'), managers.join(', '));
+    assert.ok(managers.includes('provider-proxmox/status'), managers.join(', '));
     // crossplane-runtime annotates every event of a reconcile with the external name (AnnotatedEventf).
     const vmid = vm.metadata.annotations?.['crossplane.io/external-name'];
     const created = events.find((e) => e.reason === 'CreatedExternalResource')!;

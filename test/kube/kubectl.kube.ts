@@ -111,6 +111,7 @@ describe('kubectl against the provider: apply, wait, get, explain, describe, sca
       'READY',
       'SYNCED',
       'EXTERNAL-NAME',
+      'SITE',
       'NODE',
       'STATE',
       'IP',
@@ -121,6 +122,7 @@ describe('kubectl against the provider: apply, wait, get, explain, describe, sca
       assert.equal(r.READY, 'True', JSON.stringify(r));
       assert.equal(r.SYNCED, 'True');
       assert.match(r['EXTERNAL-NAME']!, /^\d+$/, 'the VMID');
+      assert.match(r.SITE!, /^site-\d$/, 'the site the VMID is unique in');
       assert.ok(r.NODE, 'a node');
       assert.equal(r.STATE, 'running');
     }
