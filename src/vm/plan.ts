@@ -197,7 +197,8 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
 
 /**
  * The plan for one resource. Reads only: observe runs on a copy (whatever it would record stays
- * there), then the VM's config is read once more for the complete list of changes.
+ * there), then the complete list of changes comes from the config observe read (or, when observe
+ * read none, from one read of it).
  *
  * What observe remembers of the resource (its last full read) must not make the next real
  * reconcile skip a full read it would have made, so the plan leaves the memory as it found it,
