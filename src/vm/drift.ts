@@ -27,7 +27,7 @@ import {
 } from './spec.ts';
 
 export interface Change {
-  /** `retire-duplicate`: this VM duplicates the one kept (see lookup.ts duplicateKept): stop it, then destroy it. */
+  /** `retire-duplicate`: this VM duplicates the one kept (see duplicates.ts): stop it, then destroy it. */
   /** `reboot`: pending changes are applied by a reboot (rebootPolicy: IfNeeded). */
   /** `migrate` (to `target`, see migrate.ts) and `move-disk` (`disk` to `storage`, from `from`). */
   /** `reserve-site-move`, then `remote-migrate`: a move to another site (see site-move.ts). */

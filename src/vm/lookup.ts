@@ -7,9 +7,9 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
-import { type MarkedVm, mayBeMarked } from './inventory.ts';
+import type { MarkedVm } from './inventory.ts';
 import { isVmEntry, listIndex } from './list-index.ts';
-import { isPlaceholderLock, markerNames, parseMarker, vmName } from './spec.ts';
+import { markerNames, parseMarker, vmName } from './spec.ts';
 
 export interface ObservedVm {
   vmid: number;
@@ -44,7 +44,7 @@ export function isOwnVm(vm: MarkedVm, r: ProxmoxVM, installation: string): boole
  * new, lost or other state file), or whose VM is not at its recorded VMID, looks here before it
  * creates anything. Candidates are the marked VMs that no other resource of this runtime holds;
  * with several (duplicates from two runtimes racing), the lowest VMID, the one every runtime
- * keeps (see duplicateKept). The pick is confirmed by a fresh read of its config.
+ * keeps (see duplicates.ts). The pick is confirmed by a fresh read of its config.
  */
 export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
   const index = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory));
@@ -74,49 +74,6 @@ export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<Observe
     return { vmid: v.vmid, node: v.node, entry, config };
   }
   return undefined;
-}
-
-/**
- * The VMs that two runtimes of one installation both made for this resource (two state files
- * applied at once, or a state lost while a create was in flight): every runtime keeps the lowest
- * VMID and retires the others. Which one is kept must follow from what Proxmox shows alone, with
- * no coordination: only a create racing another one makes a duplicate (a resource looks for its
- * VM by marker before it creates one), so all of them are new and the choice loses nothing.
- *
- * `kept`: a twin at a lower VMID (this resource's VM `found` is the duplicate: retire it, then
- * adopt `kept`). `strays`: unlocked twins at higher VMIDs that no resource of this runtime holds
- * (another runtime, or none, made them; retire them). Costs nothing unless the bulk list shows
- * another tagged VM with the same name. `fresh`: a fresh bulk list and fresh marker reads (before
- * a VM is first called Ready: of two runtimes racing, the later one to get there then sees the
- * other's VM complete, since that one was complete before its own runtime got there).
- */
-export async function duplicatesOf(
-  ctx: StepContext,
-  r: ProxmoxVM,
-  found: ObservedVm,
-  fresh = false,
-): Promise<{ kept?: MarkedVm; strays: MarkedVm[] }> {
-  const named = listIndex(await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory)).byName.get(
-    found.entry.name ?? '',
-  );
-  if (!named) return { strays: [] };
-  const held = ctx.options.vmidHolders?.(ctx.site.name);
-  const twins = named.filter(
-    (e) =>
-      mayBeMarked(e, found.entry.name) &&
-      e.template !== 1 &&
-      !isPlaceholderLock(e.lock) &&
-      Number(e.vmid) !== found.vmid &&
-      (held?.get(Number(e.vmid)) ?? r.metadata.uid) === r.metadata.uid,
-  );
-  if (!twins.length) return { strays: [] };
-  if (fresh) for (const e of twins) ctx.site.forgetMarked(Number(e.vmid));
-  const installation = ctx.site.installation;
-  const own = (await ctx.site.markedVms(twins, ctx.signal))
-    .filter((v) => v.marker?.installation !== undefined && isOwnVm(v, r, installation) && !v.lock)
-    .sort((a, b) => a.vmid - b.vmid);
-  const kept = own.find((v) => v.vmid < found.vmid);
-  return kept ? { kept, strays: [] } : { strays: own.filter((v) => v.vmid > found.vmid) };
 }
 
 /** The template VM a `spec.forProvider.template` names (by VMID, else by name) in a bulk list. */

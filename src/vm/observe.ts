@@ -20,10 +20,11 @@ import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import { followTask, type StepContext, stepContext } from './context.ts';
 import { type Change, changes } from './drift.ts';
+import { retireDuplicates } from './duplicates.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { knownOutcome, planAfter, plannedWait } from './known-outcome.ts';
 import { isLockContention } from './limits.ts';
-import { duplicatesOf, findOwnVm, locate, type ObservedVm } from './lookup.ts';
+import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
   cloneSource,
@@ -31,6 +32,7 @@ import {
   type Ownership,
   ownershipOf,
   placeholderFate,
+  smbiosUuid,
 } from './ownership.ts';
 import { guestPoll, needsFullObserve } from './read-schedule.ts';
 import { retireReplaced } from './replace.ts';
@@ -417,32 +419,6 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   };
 }
 
-/** The change that retires a duplicate of this resource's VM (ours, or a stray twin), if there is one. */
-async function retireDuplicates(
-  ctx: StepContext,
-  r: ProxmoxVM,
-  found: ObservedVm,
-  state: string,
-  fresh: boolean,
-): Promise<Observed | undefined> {
-  const dup = await duplicatesOf(ctx, r, found, fresh);
-  const stray = dup.strays[0];
-  if (!dup.kept && !stray) return undefined;
-  const vmid = found.vmid;
-  const gone = dup.kept
-    ? { vmid, node: found.node, running: state === 'running' }
-    : { vmid: stray!.vmid, node: stray!.node, running: stray!.status === 'running' };
-  const keep = dup.kept?.vmid ?? vmid;
-  const a = atProvider(r);
-  a.step = 'RetiringDuplicate';
-  const why = `VM ${gone.vmid} duplicates VM ${keep} of ${r.metadata.namespace ?? ''}/${r.metadata.name} (made by another runtime of installation ${ctx.site.installation} at the same time): VM ${keep} is kept, VM ${gone.vmid} is ${gone.running ? 'stopped, then ' : ''}destroyed`;
-  ready(r, 'False', dup.kept ? 'Creating' : isReady(r) ? 'Available' : 'Creating', why);
-  return {
-    obs: { exists: true, upToDate: false },
-    change: { kind: 'retire-duplicate', why, node: gone.node, vmid: gone.vmid, running: gone.running },
-  };
-}
-
 /**
  * A power task that failed because the VM already was where it was sent (another runtime of this
  * installation managing the same VM, or a person, got there first): qemu-server's vm_start dies
@@ -453,11 +429,6 @@ function alreadyDone(task: string, message: string): boolean {
   if (type === 'qmstart') return /already running/.test(message);
   if (type === 'qmshutdown' || type === 'qmstop') return /not running/.test(message);
   return false;
-}
-
-/** The `uuid=` of an `smbios1` config value. */
-function smbiosUuid(smbios1: string | undefined): string | undefined {
-  return /(?:^|,)uuid=([^,]+)/.exec(smbios1 ?? '')?.[1];
 }
 
 /** This resource's VM found by its marker (see findOwnVm), adopted; undefined when there is none. */

@@ -97,8 +97,13 @@ export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values'], at: MarkerPla
 /** The resource recorded the SMBIOS UUID of its VM, and this VM has another: it is another VM. */
 function anotherVm(r: ProxmoxVM, cfg: VmConfig['values']): boolean {
   const known = r.status?.atProvider?.smbiosUuid;
-  const uuid = /(?:^|,)uuid=([^,]+)/.exec(cfg.smbios1 ?? '')?.[1];
+  const uuid = smbiosUuid(cfg.smbios1);
   return known !== undefined && uuid !== undefined && known !== uuid;
+}
+
+/** The `uuid=` of an `smbios1` config value. */
+export function smbiosUuid(smbios1: string | undefined): string | undefined {
+  return /(?:^|,)uuid=([^,]+)/.exec(smbios1 ?? '')?.[1];
 }
 
 export type PlaceholderFate =

@@ -23,17 +23,18 @@
  * VM.Allocate on the target VMID, Datastore.AllocateSpace on the mapped storages, SDN.Use on the
  * bridges, and Sys.Audit on / for /cluster/status (the mtunnel endpoint's checks).
  */
-import type { ProxmoxVM, SiteMove } from '../api/proxmoxvm.ts';
+import { ANNOTATION_SITE, type ProxmoxVM, type SiteMove } from '../api/proxmoxvm.ts';
 import { ANNOTATION_EXTERNAL_NAME, rfc3339, setAnnotation, setCondition } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
+import { retireDuplicates } from './duplicates.ts';
 import { listIndex } from './list-index.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import { estimate, vmDisks, wantedStorage } from './migrate.ts';
-import { clearPlaceholder, cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
+import { clearPlaceholder, cloneSource, manualCleanup, ownershipOf, placeholderFate, smbiosUuid } from './ownership.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
@@ -153,6 +154,11 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   // F33: the move was planned for ever and never recorded).
   a.node = here.node;
   if (cfg.lock) return waiting(r, `VM ${vmid} is locked (${cfg.lock}); the move to site ${tctx.site.name} waits`, ctx);
+  // Two runtimes' VMs for this resource here are settled before either moves, by the rule every
+  // runtime keeps (the lowest VMID stays): moved away from its twin, a duplicate is one that no
+  // site's check sees any more (fault search F35). Ours retired, the twin is followed (lostOnSource).
+  const twin = await retireDuplicates(ctx, r, here, here.entry.status ?? '', true);
+  if (twin) return twin;
   if (r.spec.forProvider.replacePolicy === 'CreateThenDelete') {
     const blocker = await remoteMigrationBlocker(ctx, tctx);
     if (blocker) {
@@ -216,23 +222,34 @@ async function unfinishedHere(
 }
 
 /**
- * The VM is not on the site it was on: it was moved (a lost record, or a person), or destroyed.
- * Its marker on the target says which; the resource follows it there, or makes it again there.
+ * The VM is not at its VMID on the site it was on: it was moved (a lost record, or a person),
+ * retired as a twin's duplicate (retireDuplicates above), or destroyed. Markers say which: the
+ * resource follows its VM to the target, or to the twin kept here (which then moves), or the VM is
+ * made again on the target.
  */
 async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<SiteMoveObservation> {
   const a = atProvider(r);
   const tctx = targetContext(ctx, r);
-  const found = await findOwnVm(tctx, r);
+  const moved = await findOwnVm(tctx, r);
+  const kept = moved ? undefined : await findOwnVm(ctx, r);
+  const found = moved ?? kept;
+  const site = kept ? ctx.site.name : tctx.site.name;
   if (found) {
     setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(found.vmid));
+    // With the VMID, in the same write, the site it is on (F28).
+    setAnnotation(r, ANNOTATION_SITE, site);
     a.node = found.node;
     a.vmId = found.vmid;
+    // A twin is another VM: a delete checks the SMBIOS UUID it recorded (ownership.ts anotherVm).
+    const uuid = smbiosUuid(found.config?.values.smbios1);
+    if (uuid) a.smbiosUuid = uuid;
+    else delete a.smbiosUuid;
   } else {
     // Gone from both: the next reconcile runs on the spec's site, where the usual protocol makes it.
     delete a.vmId;
     delete a.smbiosUuid;
   }
-  a.site = tctx.site.name;
+  a.site = site;
   delete a.placedNode;
   ctx.site.forget(r.metadata.uid);
   ready(
@@ -240,7 +257,7 @@ async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number): Promi
     'False',
     'Creating',
     found
-      ? `VM ${vmid} is no longer on site ${ctx.site.name}; VM ${found.vmid} on ${found.node} of site ${tctx.site.name} carries this resource's marker and is followed there`
+      ? `VM ${vmid} is no longer on site ${ctx.site.name}; VM ${found.vmid} on ${found.node} of site ${site} carries this resource's marker and is followed there`
       : `VM ${vmid} is no longer on site ${ctx.site.name}, nor anywhere on site ${tctx.site.name}; it is made there`,
   );
   return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };

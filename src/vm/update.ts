@@ -82,7 +82,7 @@ export async function applyChange(
       });
       break;
     case 'retire-duplicate':
-      // Stopped hard, then destroyed with its disks: it is a few minutes old (duplicateKept).
+      // Stopped hard, then destroyed with its disks: it is a few minutes old (duplicates.ts).
       setStep(r, 'RetiringDuplicate');
       upid = change.running
         ? await ctx.client.stopVm(change.node ?? node, change.vmid ?? vmid)

@@ -5,6 +5,7 @@
  * test passes once the engine keeps every invariant on its schedule. A finding still open (its fix
  * is outside test/) is a `todo` test: it runs, and reports its failure, without failing the suite.
  */
+import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
   Apply,
@@ -506,5 +507,39 @@ describe('fault-search regressions', () => {
       ],
       { strict: true },
     );
+  });
+
+  // Two state files' clones of vm-b run at once on site-1 (a stalled qmclone: neither is marked
+  // complete when the other looks), then vm-b's manifest moves it to site-2.
+  const twinClones = [
+    new Fault('qmclone stalls', { kind: 'task', type: 'qmclone', action: 'stall' }),
+    new OtherState('vm-b'),
+    new Reconcile('vm-b'),
+  ];
+  const retired = (journal: string[]) =>
+    assert.ok(
+      journal.some((l) => /vm-b ext=101 step=RetiringDuplicate/.test(l)),
+      `VM 101 was never retired as VM 100's duplicate:\n${journal.join('\n')}`,
+    );
+
+  it("F35: two state files' clones of vm-b on site-1, then a move to site-2 where VMID 100 is taken -> this state's VM 101 is retired before it moves, both follow VM 100 and the move is refused: one VM", async () => {
+    const res = await runSchedule(
+      'password',
+      [vmC, new Apply('vm-b', { cpu: 1, memory: '2Gi' }), new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2' })],
+      [...twinClones, new Apply('vm-b', { cpu: 1, memory: '2Gi', site: 'site-2' }), new Heal(0)],
+      { strict: true },
+    );
+    retired(res.journal);
+  });
+
+  it('F35b: the same twins and move, VMID 100 free on site-2 -> one VM, moved to site-2 (passed before the fix too)', async () => {
+    const res = await runSchedule(
+      'token',
+      [vmC, new Apply('vm-b', { cpu: 1, memory: '2Gi' })],
+      [...twinClones, new Apply('vm-b', { cpu: 1, memory: '2Gi', site: 'site-2' }), new Heal(0)],
+      { strict: true },
+    );
+    retired(res.journal);
+    assert.ok(res.moves.migrated >= 1, `expected a migration, got ${JSON.stringify(res.moves)}`);
   });
 });
