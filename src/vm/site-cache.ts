@@ -406,7 +406,10 @@ export class SiteContext {
       return abortable(c.data, signal);
     const data = this.readNodeTasks(node);
     this.active.set(node, { at: t, epoch: this.epoch, data });
-    data.catch(() => this.active.delete(node));
+    // A failed read is dropped, not a newer one begun meanwhile (a fresh read, or a later epoch's).
+    data.catch(() => {
+      if (this.active.get(node)?.data === data) this.active.delete(node);
+    });
     return abortable(data, signal);
   }
 

@@ -320,4 +320,27 @@ describe('SiteContext node task reads: each resource sees its own tasks', () => 
     await s.ctx.nodeTasks('pve1', undefined, false, a);
     assert.equal(s.reads(), 4, 'a read serves for a second at most');
   });
+  it("a node's task read that fails after a newer one began leaves the newer one to serve", async () => {
+    let now = 0;
+    const pending: Array<{ resolve: (l: []) => void; reject: (e: Error) => void }> = [];
+    const client = {
+      capabilities: async () => ({ version: { major: 8 } }),
+      activeTasks: () => new Promise((resolve, reject) => pending.push({ resolve, reject })),
+    } as unknown as PveClient;
+    const ctx = testSite(client, 10_000, () => now);
+    const first = ctx.nodeTasks('pve1');
+    await flush();
+    const second = ctx.nodeTasks('pve1', undefined, true);
+    await flush();
+    assert.equal(pending.length, 2);
+    pending[0]!.reject(new Error('connection reset'));
+    await assert.rejects(first);
+    pending[1]!.resolve([]);
+    await second;
+    now = 100;
+    const third = ctx.nodeTasks('pve1');
+    await flush();
+    assert.equal(pending.length, 2, 'the newer read serves; the failure of the older one did not drop it');
+    await third;
+  });
 });
