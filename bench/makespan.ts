@@ -14,7 +14,8 @@
  * the apply, divided by the VMs): mutating (POST/PUT/DELETE), task (a task's status or log),
  * perVm (reads of one VM, /nodes/N/qemu/VMID/..., and /cluster/nextid, one per create), and
  * shared apart (the bulk list, a node's active tasks, status, bridges, storages: one read serves
- * every VM of the node or site). Target: mutating + task + perVm <= 10.
+ * every VM of the node or site). Target: mutating + task + perVm <= 10. `perVmRoutes`: the first three
+ * classes by route (VMIDs, nodes and UPIDs folded), per VM, the most first.
  * Prints one JSON object. Target (issue 16): project <= 1.10 x ideal, phased and unphased.
  *
  * Usage: node bench/makespan.ts [--speeds 20,100] [--task-poll-ms N]
@@ -56,7 +57,13 @@ const sink = new Writable({
 async function measure(
   speed: number,
   phased: boolean,
-): Promise<{ projectS: number; code: number; fleet: IdealVm[]; requests: Record<RequestClass, number> }> {
+): Promise<{
+  projectS: number;
+  code: number;
+  fleet: IdealVm[];
+  requests: Record<RequestClass, number>;
+  routes: Map<string, number>;
+}> {
   const sim = await startSimulator({
     speed,
     http: true,
@@ -65,9 +72,18 @@ async function measure(
     tokens: ['root@pam!bench=b0b0b0b0-0000-4000-8000-000000000000'],
   });
   const requests: Record<RequestClass, number> = { mutating: 0, task: 0, perVm: 0, shared: 0 };
+  const routes = new Map<string, number>();
   for (const c of sim.clusters)
     c.server.prependListener('request', (req: { method?: string; url?: string }) => {
-      requests[classOf(req.method ?? 'GET', req.url ?? '')]++;
+      const cls = classOf(req.method ?? 'GET', req.url ?? '');
+      requests[cls]++;
+      if (cls === 'shared') return;
+      const route = `${req.method} ${(req.url ?? '')
+        .replace(/\?.*/, '')
+        .replace(/\/\d+(?=\/|$)/g, '/{vmid}')
+        .replace(/\/UPID:[^/]+/, '/{upid}')
+        .replace(/\/nodes\/[^/]+/, '/nodes/{node}')}`;
+      routes.set(route, (routes.get(route) ?? 0) + 1);
     });
   const dir = mkdtempSync(join(tmpdir(), 'makespan-bench-'));
   try {
@@ -92,7 +108,7 @@ async function measure(
       const key = manifestKey(vm);
       return idealVmOf(sc.state, found, String(fp.image), key, phaseOf.get(key) ?? 0);
     });
-    return { projectS, code, fleet, requests };
+    return { projectS, code, fleet, requests, routes };
   } finally {
     await sim.close();
     rmSync(dir, { recursive: true, force: true });
@@ -119,6 +135,13 @@ for (const speed of speeds) {
       applyExit: m.code,
       met: m.projectS <= TARGET * ideal,
       requestsPerVm: { ...perVm, total: ownPerVm, met: ownPerVm <= 10 },
+      // Where the VM's own requests go (mutating, task and per-VM routes), per VM, the most first.
+      perVmRoutes: Object.fromEntries(
+        [...m.routes]
+          .sort((x, y) => y[1] - x[1])
+          .slice(0, 12)
+          .map(([k, n]) => [k, round(n / m.fleet.length, 2)]),
+      ),
     };
   }
   runs.push(row);
