@@ -23,21 +23,23 @@
  *   rest, so every run after the first gets it.
  * Modules are counted by a preload (`--import`) that registers module.registerHooks and counts
  * every distinct URL resolved, ESM and CommonJS alike: the project's own files, node_modules, and
- * Node built-ins apart. Every xNode divides by `nodeStartup.ms`, the median of all of Node's runs
- * (it does not depend on the mode); `targetMet` says per command whether the first run (`ms`) and
- * later runs (`msDefault`) are within 3x of it. Timings on a shared machine are noisy: compare
- * runs taken together.
+ * Node built-ins apart, and `kib`, the size of those files: what was read and compiled (the
+ * bundle's chunks hold many modules each, so its counts say less). Every xNode divides by
+ * `nodeStartup.ms`, the median of all of Node's runs (it does not depend on the mode);
+ * `targetMet` says per command whether the first run (`ms`) and later runs (`msDefault`) are
+ * within 3x of it. Timings on a shared machine are noisy: compare runs taken together.
  *
  * Prints one JSON object. Usage: node bench/startup.ts [--runs 5] [--modules-list] [--main FILE]
  *   [--sources-only]
  */
 import { spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { buildBundle } from '../scripts/build.ts';
+import { writeResolveHook } from '../scripts/resolve-hook.ts';
 
 const { values } = parseArgs({
   options: {
@@ -54,17 +56,8 @@ const TARGET = 3;
 
 const dir = mkdtempSync(join(tmpdir(), 'pp-bench-startup-'));
 const countsFile = join(dir, 'modules.json');
-// The preload: every resolved URL, written at exit (synchronously: nothing async runs then).
-const hook = join(dir, 'count-modules.mjs');
-writeFileSync(
-  hook,
-  `import { registerHooks } from 'node:module';
-import { writeFileSync } from 'node:fs';
-const seen = new Set();
-registerHooks({ resolve(specifier, context, next) { const r = next(specifier, context); seen.add(r.url); return r; } });
-process.on('exit', () => writeFileSync(${JSON.stringify(countsFile)}, JSON.stringify([...seen])));
-`,
-);
+// The preload: every resolved URL, written at exit.
+const hook = writeResolveHook(dir, countsFile);
 
 /** A program to measure: the file node runs, and the directory its own files are under. */
 interface Program {
@@ -160,8 +153,10 @@ function modules(args: string[], root: string) {
   const deps = urls.filter((u) => u.includes('/node_modules/'));
   const builtins = urls.filter((u) => u.startsWith('node:'));
   const packages = [...new Set(deps.map((u) => /\/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(u)?.[1] ?? u))].sort();
+  const bytes = [...own, ...deps].reduce((n, u) => n + statSync(fileURLToPath(u)).size, 0);
   return {
     modules: own.length + deps.length + builtins.length,
+    kib: Math.round(bytes / 1024),
     projectModules: own.length,
     dependencyModules: deps.length,
     builtinModules: builtins.length,

@@ -25,6 +25,12 @@
  * src/workspace/spec-check.ts (specCheckModules), so that `validate` does not walk every valid
  * spec with TypeBox's interpreter (nor compile at each start-up what never changes between builds).
  *
+ * What a command does not use at start is kept out of its way: the packages of LAZY (TypeBox's
+ * Value, yaml) are loaded on the first use of one of their exports, from files of their own; a
+ * dependency's require of a Node built-in that it uses only in what this CLI never runs is made on
+ * use (DEFERRED_REQUIRES); node:fs is required rather than imported (fsByRequire). Each says what
+ * it saves; bench/startup.ts measures the start-up against its target, 3x Node's own.
+ *
  * Usage: node scripts/build.ts [--outdir DIR]   (default: the outDir of tsconfig.build.json, dist/)
  */
 import { cpSync, existsSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -55,6 +61,169 @@ const ENTRY = join(SRC, 'cli/main.ts');
  *   it is 980 files and 18 MB, which would be most of the build's time and of dist/.
  */
 export const EXTERNAL = ['pino', 'ssh2', '@kubernetes/client-node'];
+
+/**
+ * Dependencies that the project's modules import statically, as in the sources, but that the
+ * bundle loads only when one of their exports is first used: the commands that must start fast
+ * do not use them. Each importer in src/ gets a stand-in, CommonJS so that esbuild reads every
+ * import from it through a property at its use, whose exports are getters that load the package on
+ * first read from chunks/lazy-NAME.js with require(), which loads an ES module without top-level
+ * await synchronously (Node >= 22.12), as the sources' static import had it loaded before.
+ * chunks/lazy-NAME.js is a build of its own: in the main build its code would join the chunk that
+ * every command loads, since esbuild puts the parts of a package that any entry point uses into
+ * the chunk of every entry point that reaches the package's files. So the bundle holds a second
+ * TypeBox, the one of lazy-typebox-value.js, which Value's functions use: TypeBox's schemas are
+ * plain objects (their kind is a property, `~kind`), read by one copy as the other wrote them, and
+ * the project sets none of TypeBox's process-wide state (System, Settings, Locale, Format), which
+ * each copy would hold apart; the build fails if a module of src/ imports one of those. Nor may
+ * the main build bundle a LAZY package's entry itself (a dynamic `import()` of it would): the
+ * build fails then, and so there is one yaml.
+ */
+export const LAZY: Record<string, string> = {
+  'typebox/value':
+    "Value.Errors says what is wrong with a spec or a ProviderConfig, Value.Check is the sources' spec check: validate of a valid fleet calls neither (src/workspace/spec-check.ts); about 300 KB of TypeBox, its type and schema engines",
+  yaml: 'reads what src/workspace/fast-yaml.ts leaves to it, the lines of a reported problem, --config and --fleet files, and writes -o yaml: validate of a valid fleet does none of these; about 270 KB',
+};
+
+/** TypeBox's process-wide state, which the second TypeBox of LAZY would not share. */
+export const TYPEBOX_STATE =
+  /import[^;]*\b(System|Settings|Locale|Format)\b[^;]*from 'typebox(\/[a-z]+)?'|from 'typebox\/format'/;
+
+/** lazy-typebox-value for typebox/value: the output file, under chunks/, a stand-in loads. */
+export const lazyFile = (pkg: string) => `lazy-${pkg.replace(/[^a-z0-9]+/gi, '-')}`;
+
+/**
+ * The names a package exports, read as Node reads it: a CommonJS package as an ES module sees it,
+ * without `default` and Node's `module.exports` (the project's modules import names only).
+ */
+export async function exportNames(pkg: string): Promise<string[]> {
+  const ns = (await import(pkg)) as Record<string, unknown>;
+  return Object.keys(ns)
+    .filter((n) => /^[A-Za-z_$][\w$]*$/.test(n) && n !== 'default' && n !== '__esModule')
+    .sort();
+}
+
+/** The stand-in of `pkg`: a getter per export, which loads chunks/`file`.js on first use. */
+export function lazyStandIn(pkg: string, names: string[], file: string): string {
+  return [
+    `// The bundle's stand-in for ${pkg}, loaded on first use (scripts/build.ts, LAZY).`,
+    'let real;',
+    `const load = () => (real ??= require(${JSON.stringify(`../chunks/${file}.js`)}));`,
+    `for (const name of ${JSON.stringify(names)})`,
+    '  Object.defineProperty(exports, name, { enumerable: true, get: () => load()[name] });',
+    '',
+  ].join('\n');
+}
+
+/** The main build: the project's static imports of a LAZY package get its stand-in. */
+function lazyStandIns(names: Map<string, Promise<string[]>>): esbuild.Plugin {
+  return {
+    name: 'lazy-stand-ins',
+    setup(build) {
+      build.onResolve({ filter: /.*/ }, (args) =>
+        names.has(args.path) && args.kind === 'import-statement' && args.importer.startsWith(SRC + sep)
+          ? { path: args.path, namespace: 'lazy-stand-in' }
+          : undefined,
+      );
+      // Its require() is of a file of the output, found at run time next to the requiring file.
+      build.onResolve({ filter: /.*/, namespace: 'lazy-stand-in' }, (args) => ({ path: args.path, external: true }));
+      build.onLoad({ filter: /.*/, namespace: 'lazy-stand-in' }, async (args) => ({
+        contents: lazyStandIn(args.path, await names.get(args.path)!, lazyFile(args.path)),
+        loader: 'js',
+      }));
+    },
+  };
+}
+
+/** The build of chunks/lazy-NAME.js: each the package's exports, as the stand-in reads them. */
+function lazyEntries(names: Map<string, Promise<string[]>>): esbuild.Plugin {
+  return {
+    name: 'lazy-entries',
+    setup(build) {
+      build.onResolve({ filter: /^lazy-entry:/ }, (args) => ({
+        path: args.path.slice('lazy-entry:'.length),
+        namespace: 'lazy-entry',
+      }));
+      build.onLoad({ filter: /.*/, namespace: 'lazy-entry' }, async (args) => ({
+        contents: `export { ${(await names.get(args.path)!).join(', ')} } from ${JSON.stringify(args.path)};\n`,
+        loader: 'js',
+        resolveDir: ROOT,
+      }));
+    },
+  };
+}
+
+/**
+ * Node built-ins that a bundled dependency requires when it is loaded but uses only in what this
+ * CLI never runs; in the bundle it requires them on first use instead. The build fails unless the
+ * file still has that very line and uses nothing of the built-in but `members` (a new version of
+ * the dependency is then to be reviewed again).
+ * - commander: node:child_process, for stand-alone executable subcommands, which this CLI has none
+ *   of; loading it is about 3 ms of every command's start, a tenth of Node's own start-up.
+ */
+export const DEFERRED_REQUIRES: Record<string, { line: string; binding: string; builtin: string; members: string[] }> =
+  {
+    'commander/lib/command.js': {
+      line: "const childProcess = require('node:child_process');",
+      binding: 'childProcess',
+      builtin: 'node:child_process',
+      members: ['spawn'],
+    },
+  };
+
+/** `text` of the dependency file `key` with its DEFERRED_REQUIRES line made a require on use. */
+export function deferRequire(key: string, text: string): string {
+  const d = DEFERRED_REQUIRES[key]!;
+  const at = text.indexOf(d.line);
+  if (at < 0 || text.indexOf(d.line, at + 1) >= 0)
+    throw new Error(`scripts/build.ts: ${key} no longer has the line \`${d.line}\` once: review DEFERRED_REQUIRES`);
+  const rest = text.slice(0, at) + text.slice(at + d.line.length);
+  const used = [...rest.matchAll(new RegExp(`\\b${d.binding}\\b(\\.\\w+)?`, 'g'))].map((m) => m[1]?.slice(1));
+  const other = used.filter((m) => !m || !d.members.includes(m));
+  if (other.length)
+    throw new Error(
+      `scripts/build.ts: ${key} uses ${d.binding}${other[0] ? `.${other[0]}` : ' itself'}, not only ${d.members.join(', ')}: review DEFERRED_REQUIRES`,
+    );
+  const lazy = d.members.map((m) => `${m}: (...args) => require(${JSON.stringify(d.builtin)}).${m}(...args)`);
+  return text.replace(d.line, `const ${d.binding} = { ${lazy.join(', ')} };`);
+}
+
+function deferredRequires(): esbuild.Plugin {
+  return {
+    name: 'deferred-requires',
+    setup(build) {
+      const keys = Object.keys(DEFERRED_REQUIRES).map((k) =>
+        k.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/\//g, '[\\\\/]'),
+      );
+      build.onLoad({ filter: new RegExp(`[\\\\/]node_modules[\\\\/](?:${keys.join('|')})$`) }, async (args) => {
+        const key = posix(args.path.slice(args.path.lastIndexOf(`node_modules${sep}`) + 'node_modules/'.length));
+        if (!(key in DEFERRED_REQUIRES)) return undefined;
+        return { contents: deferRequire(key, await readFile(args.path, 'utf8')), loader: 'js' };
+      });
+    },
+  };
+}
+
+/**
+ * `import ... from 'node:fs'` in an ES module makes Node build the module's facade, which reads
+ * every export of fs, among them the getters that load its streams and fs/promises: about 3 ms of
+ * the start-up of any command, more than a tenth of Node's own. The bundle requires fs instead
+ * (what its CommonJS dependencies do already): the same object, without the facade.
+ */
+function fsByRequire(): esbuild.Plugin {
+  return {
+    name: 'fs-by-require',
+    setup(build) {
+      build.onResolve({ filter: /^(node:)?fs$/ }, (args) =>
+        args.kind === 'import-statement' ? { path: 'node:fs', namespace: 'fs-by-require' } : undefined,
+      );
+      build.onLoad({ filter: /.*/, namespace: 'fs-by-require' }, () => ({
+        contents: "module.exports = require('node:fs');\n",
+        loader: 'js',
+      }));
+    },
+  };
+}
 
 /** Bundled dependency files that mention `__dirname`, `__filename` or `import.meta.url`, and why that is harmless. */
 const REVIEWED: Record<string, string> = {
@@ -196,6 +365,11 @@ function importMetaUrl(assets: Map<string, string>, outDir: string): esbuild.Plu
       build.onLoad({ filter: /\.ts$/ }, async (args) => {
         if (!args.path.startsWith(SRC + sep)) return undefined;
         const text = await typeboxNamespaces(await readFile(args.path, 'utf8'), args.path);
+        const state = TYPEBOX_STATE.exec(text);
+        if (state)
+          throw new Error(
+            `scripts/build.ts: ${relative(ROOT, args.path)} imports TypeBox's ${state[1] ?? 'Format'}, which the bundle's two TypeBoxes would hold apart (LAZY)`,
+          );
         if (!text.includes('import.meta.url')) return { contents: text, loader: 'ts' };
         const mirror = posix(relative(SRC, args.path)).replace(/\.ts$/, '.js');
         for (const m of text.matchAll(URL_LITERAL)) {
@@ -227,7 +401,8 @@ export async function buildBundle(opts: { outDir?: string } = {}): Promise<Build
   // A previous build (or tsc's per-file output) would leave stale chunks next to the new ones.
   rmSync(outDir, { recursive: true, force: true });
   const assets = new Map<string, string>();
-  const result = await esbuild.build({
+  const lazyNames = new Map(Object.keys(LAZY).map((pkg) => [pkg, exportNames(pkg)]));
+  const main = esbuild.build({
     absWorkingDir: ROOT,
     entryPoints: [ENTRY],
     outbase: SRC,
@@ -246,8 +421,33 @@ export async function buildBundle(opts: { outDir?: string } = {}): Promise<Build
     sourcemap: 'linked',
     metafile: true,
     logLevel: 'silent',
-    plugins: [specChecks(), importMetaUrl(assets, outDir)],
+    plugins: [lazyStandIns(lazyNames), deferredRequires(), fsByRequire(), specChecks(), importMetaUrl(assets, outDir)],
   });
+  const lazy = esbuild.build({
+    absWorkingDir: ROOT,
+    entryPoints: Object.keys(LAZY).map((pkg) => ({ in: `lazy-entry:${pkg}`, out: `chunks/${lazyFile(pkg)}` })),
+    outdir: outDir,
+    bundle: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node22.19',
+    banner: { js: BANNER },
+    keepNames: true,
+    sourcemap: 'linked',
+    metafile: true,
+    logLevel: 'silent',
+    plugins: [lazyEntries(lazyNames)],
+  });
+  const [result, lazyResult] = await Promise.all([main, lazy]);
+  for (const pkg of Object.keys(LAZY)) {
+    const entry = posix(relative(ROOT, fileURLToPath(import.meta.resolve(pkg))));
+    if (entry in result.metafile.inputs)
+      throw new Error(
+        `scripts/build.ts: ${pkg} is bundled besides chunks/${lazyFile(pkg)}.js: only a static import from src/ is given its stand-in (LAZY)`,
+      );
+  }
+  Object.assign(result.metafile.inputs, lazyResult.metafile.inputs);
+  Object.assign(result.metafile.outputs, lazyResult.metafile.outputs);
   const files = Object.keys(result.metafile.outputs).map((f) => posix(relative(outDir, resolve(ROOT, f))));
   for (const f of files.filter((f) => f.endsWith('.js')))
     if (!/^[^/]+\/[^/]+$/.test(f)) throw new Error(`scripts/build.ts: ${f} is not one directory below the output`);

@@ -26,7 +26,6 @@
  * loadProviderConfig() reads a YAML file holding the config and, optionally, its Secret(s); its
  * errors name file:line and the field.
  */
-import { readFile } from 'node:fs/promises';
 import Type, { type Static } from 'typebox';
 import Value from 'typebox/value';
 import { type Document, isMap, isPair, isScalar, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
@@ -738,6 +737,8 @@ export async function loadProviderConfig(
   file: string,
   opts: { name?: string; secretFiles?: string[] } = {},
 ): Promise<LoadedProviderConfig> {
+  // Loaded on use: validate imports this module for parseProviderConfig and reads no file with it.
+  const { readFile } = await import('node:fs/promises');
   let text: string;
   try {
     text = await readFile(file, 'utf8');

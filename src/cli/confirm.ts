@@ -3,8 +3,6 @@
  * terminal a prompt that takes only "yes"; without a terminal (CI, a pipe) --yes is required, so
  * that nothing is changed by a command nobody could answer.
  */
-import { createInterface } from 'node:readline/promises';
-
 export function confirmer(opts: {
   yes?: boolean | undefined;
   /** `apply`, `delete`. */
@@ -20,6 +18,8 @@ export function confirmer(opts: {
         `${opts.command} would change VMs and there is no terminal to confirm it: pass --yes (or --auto-approve) to go ahead without a prompt`,
       );
     }
+    // Loaded on use: every command's wiring imports this module, few of them ask.
+    const { createInterface } = await import('node:readline/promises');
     const rl = createInterface({ input: process.stdin, output: process.stderr });
     try {
       const answer = await rl.question(`${opts.question} Only 'yes' is accepted: `);

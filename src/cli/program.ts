@@ -13,27 +13,57 @@ import { registerLocal } from './local.ts';
 import { exitOnClosedPipe } from './pipes.ts';
 import { registerSim } from './sim.ts';
 
-export const program = new Command('provider-proxmox')
-  .description(
-    'Declarative Proxmox VE virtual machines: a Crossplane-style controller, a cluster-less CLI, and a Proxmox VE API simulator.',
-  )
-  .version('0.1.0')
-  .showHelpAfterError('(run with --help for usage)')
-  .exitOverride();
+/**
+ * Each command by name, with the function that registers it (and the commands beside it). A run
+ * whose first argument is one of these registers that group alone: registering every command is
+ * about 4 ms of each start (bench/startup.ts), and commander parses, helps and fails for a command
+ * from that command alone. Anything else registers every command: --help and --version, `help`,
+ * `completion` (it lists every command) and a mistyped command, which commander matches against
+ * all of them. test/cli/program.test.ts holds this table to what each function registers.
+ */
+export const COMMAND_GROUPS: Readonly<Record<string, (program: Command) => void>> = {
+  sim: registerSim,
+  apply: registerLocal,
+  delete: registerLocal,
+  status: registerLocal,
+  demo: registerLocal,
+  doctor: registerDoctor,
+  validate: registerFleet,
+  plan: registerFleet,
+  gc: registerFleet,
+  controller: registerController,
+};
 
-registerSim(program);
-registerLocal(program);
-registerDoctor(program);
-registerFleet(program);
-registerController(program);
-registerCompletion(program);
+function registerAll(program: Command): void {
+  registerSim(program);
+  registerLocal(program);
+  registerDoctor(program);
+  registerFleet(program);
+  registerController(program);
+  registerCompletion(program);
+}
+
+/** The program for `argv` (process.argv: node, the script, then the arguments). */
+export function buildProgram(argv: readonly string[]): Command {
+  const program = new Command('provider-proxmox')
+    .description(
+      'Declarative Proxmox VE virtual machines: a Crossplane-style controller, a cluster-less CLI, and a Proxmox VE API simulator.',
+    )
+    .version('0.1.0')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride();
+  const name = argv[2];
+  const group = name !== undefined && Object.hasOwn(COMMAND_GROUPS, name) ? COMMAND_GROUPS[name] : undefined;
+  (group ?? registerAll)(program);
+  return program;
+}
 
 /** Run the command `argv` names; sets process.exitCode (0, 1 failures, 2 usage errors). */
 export async function runProgram(argv: readonly string[]): Promise<void> {
   // `provider-proxmox ... | head -1`: exit 141 when the reader goes away (src/cli/pipes.ts says why).
   exitOnClosedPipe();
   try {
-    await program.parseAsync([...argv]);
+    await buildProgram(argv).parseAsync([...argv]);
   } catch (e) {
     if (e instanceof CommanderError) {
       // --help / --version exit 0; usage errors exit 2.

@@ -6,8 +6,10 @@
  * the bundle. Each command is run from the bundle and from `src/cli/main.ts`, and the exit code,
  * stdout and stderr must be the same: `--help`, `plan --help`, `validate` of the seed fleet and of
  * broken manifests, a usage error, and `controller` against an unreachable cluster (the external
- * Kubernetes client). Then `demo` from the bundle runs the simulator on its default topology (read
- * from the copied default-topology.yaml) and deploys two VMs.
+ * Kubernetes client). validate of the seed fleet must load neither the packages the bundle loads on
+ * first use (scripts/build.ts, LAZY) nor node:child_process, and `-o yaml` must load yaml on use and
+ * print what the sources print. Then `demo` from the bundle runs the simulator on its default
+ * topology (read from the copied default-topology.yaml) and deploys two VMs.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -15,7 +17,8 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symli
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type BuildResult, buildBundle, EXTERNAL } from '../../scripts/build.ts';
+import { type BuildResult, buildBundle, EXTERNAL, LAZY, lazyFile } from '../../scripts/build.ts';
+import { writeResolveHook } from '../../scripts/resolve-hook.ts';
 import { cliEnv, MAIN, ROOT, writeManifests } from '../helpers/cli.ts';
 
 interface Run {
@@ -88,6 +91,9 @@ describe('the bundle (npm run build)', () => {
     for (const p of EXTERNAL)
       assert.ok(!build.inputs.some((i) => i.startsWith(`node_modules/${p}/`)), `${p} was bundled`);
     assert.ok(build.assets.includes('sim/default-topology.yaml'), build.assets.join(' '));
+    for (const pkg of Object.keys(LAZY)) assert.ok(js.includes(`chunks/${lazyFile(pkg)}.js`), js.join(' '));
+    // node:fs is required, not imported (scripts/build.ts, fsByRequire).
+    for (const f of js) assert.doesNotMatch(readFileSync(join(build.outDir, f), 'utf8'), /from "node:fs"/, f);
     // The entry point loads nothing before the compile cache is on: the wiring is a chunk of its own.
     const entry = readFileSync(build.main, 'utf8');
     assert.match(entry, /enableCompileCache/);
@@ -108,6 +114,34 @@ describe('the bundle (npm run build)', () => {
     assert.deepEqual(b, s);
     assert.equal(b.code, 0, b.stderr);
     assert.match(b.stdout, /^30 ProxmoxVM\(s\) in 30 file\(s\): valid$/m);
+  });
+
+  it('validate of the seed fleet loads neither the lazy packages nor node:child_process; -o yaml loads yaml', async () => {
+    // Every URL the run resolves, ES modules and require() alike, written at exit.
+    const seen = join(tmp, 'resolved.json');
+    const hook = writeResolveHook(tmp, seen);
+    const loaded = async (args: string[]) => {
+      const r = await node(['--import', hook, join(pkg, 'bin/provider-proxmox.js'), ...args], work);
+      assert.equal(r.code, 0, r.stderr);
+      return { r, urls: JSON.parse(readFileSync(seen, 'utf8')) as string[] };
+    };
+    const fleet = join(ROOT, 'examples/production');
+    const { urls } = await loaded(['validate', '-f', fleet]);
+    assert.ok(
+      urls.some((u) => u.includes('/dist/chunks/')),
+      urls.join('\n'),
+    );
+    for (const u of urls) {
+      assert.doesNotMatch(u, /\/chunks\/lazy-/);
+      assert.notEqual(u, 'node:child_process');
+    }
+    // What the stand-in loads on first use: the same document as from the sources.
+    const asYaml = await loaded(['validate', '-f', fleet, '-o', 'yaml']);
+    assert.ok(
+      asYaml.urls.some((u) => u.endsWith(`/chunks/${lazyFile('yaml')}.js`)),
+      asYaml.urls.join('\n'),
+    );
+    assert.deepEqual(asYaml.r, await sources(['validate', '-f', fleet, '-o', 'yaml']));
   });
 
   it('validate of broken manifests: the same problems with file:line:column (yaml and TypeBox bundled)', async () => {
