@@ -7,18 +7,22 @@
  *     of the time it has been up, within [floor, the agent poll]: seen within that share of its
  *     boot, for reads that grow with the log of the boot time;
  *   - the site learns from each boot it saw from the start (the VM was seen stopped, then running)
- *     how long the milestone took: the first ask that hit (the last that missed came at most a
- *     share of the age before it);
- *   - the next guest of that kind is first asked at the learned time, then as the first one. For
- *     boots alike that is one ask, and no later than the ask after a miss at the last miss's time
- *     would have come (its share of the age later): learning saves a request without delaying.
+ *     two bounds of the milestone's time: the age of the first ask that hit (it was reached by
+ *     then) and of the last ask that missed (not yet); each the mean of what was learned and the
+ *     new boot's;
+ *   - the next guest of that kind is first asked between the two (with no miss learned yet, a
+ *     little before the hit), then, if that missed, at the learned hit, then as the first one. A
+ *     first ask at the learned hit alone would never come earlier than the first guest's, whose
+ *     hit is up to a share of its age late: phase after phase of a rollout would wait that long.
+ *     Probing between the bounds costs at most one ask a boot and closes in on the milestone.
  * A command run in the guest through the agent (`cloud-init status`) is asked about the same way,
  * from when it was started: after the floor, then a share of its age, and once the site saw one
- * exit, first at the time that took.
+ * exit, between the bounds learned.
  * Times are this process's clock (a boot's PVE uptime is in the cluster's), and what is learned
  * lives as long as the site's context: a restarted provider asks as the first time.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { keyOf } from '../engine/resource.ts';
 import type { StepContext } from './context.ts';
 import type { ResourceMemory, SiteContext } from './site-cache.ts';
 import { pollDelay } from './task-watch.ts';
@@ -36,12 +40,44 @@ interface BootWatch {
   fromStart: boolean;
   /** Per milestone: the age at which it was first seen reached. */
   reachedAt: Partial<Record<GuestMilestone, number>>;
+  /** Per milestone: the age of the last ask that found it not reached. */
+  missedAt: Partial<Record<GuestMilestone, number>>;
+  /** Per milestone: whether the site had learned it when this boot began (see askDelay). */
+  known: Partial<Record<GuestMilestone, boolean>>;
 }
+
+/** What the site learned of a milestone (or a guest command's run): ms after its start. */
+interface Bounds {
+  /** Reached by then. */
+  hit: number;
+  /** Not reached then. */
+  miss?: number;
+}
+
+/** With no miss learned, the first ask comes at this share of the learned hit. */
+const PROBE = 0.85;
 
 const boots = new WeakMap<ResourceMemory, BootWatch>();
 const stopped = new WeakSet<ResourceMemory>();
 /** Per site, per kind of guest and milestone: the learned time (ms after the boot); and a guest command's run. */
-const learned = new WeakMap<SiteContext, Map<string, number>>();
+const learned = new WeakMap<SiteContext, Map<string, Bounds>>();
+/** A guest command's last ask that found it running: when it was started, and its age then. */
+const execMissed = new WeakMap<ResourceMemory, { startedAt: number; age: number }>();
+/** A guest command being asked about: when it was started, whether the site had learned one then. */
+const execRuns = new WeakMap<ResourceMemory, { startedAt: number; known: boolean }>();
+
+/**
+ * Per site and learned key not learned yet: the boot that asks (the scout: the first one seen of
+ * the kind, from its start) and the resources of the others, woken when the scout learns the key.
+ * Boots of one kind that begin together (a rollout without phases) would each ask from the floor
+ * up, as the first one does; they wait for its answer instead, then ask at its time.
+ */
+interface Scouting {
+  scout: ResourceMemory;
+  since: number;
+  waiting: Map<ResourceMemory, () => void>;
+}
+const scouting = new WeakMap<SiteContext, Map<string, Scouting>>();
 
 /** The kind of guest a VM runs, for what one boot teaches about the next. */
 function kindOf(r: ProxmoxVM): string {
@@ -59,7 +95,7 @@ export function guestStopped(memory: ResourceMemory): void {
 export function guestBooted(ctx: StepContext): void {
   const fromStart = stopped.has(ctx.memory);
   stopped.delete(ctx.memory);
-  boots.set(ctx.memory, { since: ctx.site.now(), fromStart, reachedAt: {} });
+  boots.set(ctx.memory, { since: ctx.site.now(), fromStart, reachedAt: {}, missedAt: {}, known: {} });
 }
 
 /** This ask found `milestone` reached: learned for the site's next guest of this kind. */
@@ -68,24 +104,86 @@ export function guestReached(ctx: StepContext, r: ProxmoxVM, milestone: GuestMil
   if (!b || b.reachedAt[milestone] !== undefined) return;
   const took = ctx.site.now() - b.since;
   b.reachedAt[milestone] = took;
-  if (b.fromStart) learn(ctx, learnedKey(r, milestone), took);
+  if (!b.fromStart) return;
+  const key = learnedKey(r, milestone);
+  learn(ctx, key, took, b.missedAt[milestone]);
+  const s = scouting.get(ctx.site)?.get(key);
+  if (!s) return;
+  scouting.get(ctx.site)!.delete(key);
+  for (const wake of s.waiting.values()) wake();
+}
+
+/** This ask found `milestone` not reached yet. */
+export function guestMissed(ctx: StepContext, milestone: GuestMilestone): void {
+  const b = boots.get(ctx.memory);
+  if (b && b.reachedAt[milestone] === undefined) b.missedAt[milestone] = ctx.site.now() - b.since;
 }
 
 /** How long to wait before asking the guest about `milestone` again. */
 export function guestPollMs(ctx: StepContext, r: ProxmoxVM, milestone: GuestMilestone): number {
   const b = boots.get(ctx.memory);
   if (!b) return ctx.options.agentPollMs ?? 5000;
-  return askDelay(ctx, b.since, learnedKey(r, milestone));
+  const key = learnedKey(r, milestone);
+  b.known[milestone] ??= learned.get(ctx.site)?.has(key) ?? false;
+  if (b.fromStart && !learned.get(ctx.site)?.has(key)) {
+    const wait = waitForScout(ctx, r, b, key, milestone);
+    if (wait !== undefined) return wait;
+  }
+  return askDelay(ctx, b.since, key, b.known[milestone]);
+}
+
+/**
+ * A boot of a kind the site has not learned: the scout asks (undefined: as the first guest does);
+ * another one that began no sooner waits to be woken when the scout learns (the agent poll, if no
+ * wake comes). A scout that went (stopped, rebooted) or reached it is replaced by the next asker.
+ */
+function waitForScout(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  b: BootWatch,
+  key: string,
+  milestone: GuestMilestone,
+): number | undefined {
+  let site = scouting.get(ctx.site);
+  if (!site) {
+    site = new Map();
+    scouting.set(ctx.site, site);
+  }
+  const s = site.get(key);
+  const scoutBoot = s && boots.get(s.scout);
+  const live = s && scoutBoot?.since === s.since && scoutBoot.reachedAt[milestone] === undefined;
+  const wake = ctx.options.wake;
+  if (!s || !live || s.scout === ctx.memory || b.since < s.since || !wake) {
+    const waiting = s?.waiting ?? new Map<ResourceMemory, () => void>();
+    waiting.delete(ctx.memory);
+    if (!s || !live || b.since < s.since) site.set(key, { scout: ctx.memory, since: b.since, waiting });
+    return undefined;
+  }
+  const resource = keyOf(r);
+  s.waiting.set(ctx.memory, () => wake(resource));
+  return ctx.options.agentPollMs ?? 5000;
 }
 
 /** How long to wait before asking about a command started in the guest at `startedAt`. */
 export function guestExecPollMs(ctx: StepContext, startedAt: number): number {
-  return askDelay(ctx, startedAt, EXEC_KEY);
+  let run = execRuns.get(ctx.memory);
+  if (run?.startedAt !== startedAt) {
+    run = { startedAt, known: learned.get(ctx.site)?.has(EXEC_KEY) ?? false };
+    execRuns.set(ctx.memory, run);
+  }
+  return askDelay(ctx, startedAt, EXEC_KEY, run.known);
+}
+
+/** A command started at `startedAt` was seen still running. */
+export function guestExecRunning(ctx: StepContext, startedAt: number): void {
+  execMissed.set(ctx.memory, { startedAt, age: ctx.site.now() - startedAt });
 }
 
 /** A command started at `startedAt` was seen exited: learned for the site's next one. */
 export function guestExecExited(ctx: StepContext, startedAt: number): void {
-  learn(ctx, EXEC_KEY, ctx.site.now() - startedAt);
+  const missed = execMissed.get(ctx.memory);
+  execMissed.delete(ctx.memory);
+  learn(ctx, EXEC_KEY, ctx.site.now() - startedAt, missed?.startedAt === startedAt ? missed.age : undefined);
 }
 
 function learnedKey(r: ProxmoxVM, milestone: GuestMilestone): string {
@@ -95,27 +193,44 @@ function learnedKey(r: ProxmoxVM, milestone: GuestMilestone): string {
 /** The learned key of a guest command's run (no milestone is called `exec`). */
 const EXEC_KEY = '\u0000exec';
 
-/** Learn that `key` took `took` ms: the mean of what was learned and this. */
-function learn(ctx: StepContext, key: string, took: number): void {
+/** Learn that `key` was reached `took` ms after its start (and not `missed` ms after): the mean with what was learned. */
+function learn(ctx: StepContext, key: string, took: number, missed: number | undefined): void {
   let site = learned.get(ctx.site);
   if (!site) {
     site = new Map();
     learned.set(ctx.site, site);
   }
   const before = site.get(key);
-  site.set(key, before === undefined ? took : (before + took) / 2);
+  const hit = before === undefined ? took : (before.hit + took) / 2;
+  const miss =
+    missed === undefined || missed >= took
+      ? before?.miss
+      : before?.miss === undefined
+        ? missed
+        : (before.miss + missed) / 2;
+  site.set(key, miss !== undefined && miss < hit ? { hit, miss } : { hit });
 }
 
 /**
- * The task watcher's cadence from `since`: the learned time of `key` as an estimate at scale 1,
- * then a share of the age, within [floor, the agent poll].
+ * How long to wait from `now` to ask about `key`, begun at `since`: at the first ask's time
+ * learned (between the bounds), then at the learned hit, then a share of the age as the task
+ * watcher does, within [floor, the agent poll]. `probe`: the site had learned `key` when this
+ * boot (or command) began. One that began with others before anything was learned (a rollout
+ * without phases boots them all at once) is well on its way when the first of them teaches the
+ * site: it waits for the hit only, as a probe that misses would cost every one of them an ask.
  */
-function askDelay(ctx: StepContext, since: number, key: string): number {
+function askDelay(ctx: StepContext, since: number, key: string, probe: boolean): number {
   const cap = ctx.options.agentPollMs ?? 5000;
-  const expected = learned.get(ctx.site)?.get(key);
-  return pollDelay({ since, expectedMs: expected ?? 0 }, ctx.site.now(), {
-    floorMs: Math.min(cap, FLOOR_MS),
-    maxMs: cap,
-    scale: expected === undefined ? undefined : 1,
-  });
+  const floorMs = Math.min(cap, FLOOR_MS);
+  const now = ctx.site.now();
+  const l = learned.get(ctx.site)?.get(key);
+  if (l) {
+    const first = l.miss !== undefined ? (l.miss + l.hit) / 2 : l.hit * PROBE;
+    // (A target less than a millisecond ahead is the one just asked at: timers fire late, never early.)
+    for (const at of probe ? [first, l.hit] : [l.hit]) {
+      const due = at - (now - since);
+      if (due >= 1) return Math.min(cap, due);
+    }
+  }
+  return pollDelay({ since, expectedMs: 0 }, now, { floorMs, maxMs: cap });
 }

@@ -20,6 +20,8 @@ import {
   guestBooted,
   guestExecExited,
   guestExecPollMs,
+  guestExecRunning,
+  guestMissed,
   guestPollMs,
   guestReached,
   guestStopped,
@@ -114,7 +116,7 @@ export async function observeGuest(
   if (fromAgent !== undefined) {
     ctx.memory.agentAnswered = true;
     guestReached(ctx, r, 'agent');
-  }
+  } else if (agentOn && !how.started) guestMissed(ctx, 'agent');
   const fixed = staticAddresses(r);
   if (fromAgent?.length) {
     a.ipAddresses = fromAgent;
@@ -235,6 +237,7 @@ async function checkCloudInit(ctx: StepContext, r: ProxmoxVM, found: ObservedVm)
       bootedAt: bootStamp(ctx),
     };
     if (result.status !== 'running') guestReached(ctx, r, 'cloudInit');
+    else guestMissed(ctx, 'cloudInit');
   }
   const c = a.cloudInit!;
   if (c.status === 'running') {
@@ -294,7 +297,10 @@ async function cloudInitStatus(ctx: StepContext, found: ObservedVm): Promise<Sta
     }
     const exec = m.cloudInitExec;
     const st = await ctx.client.agentExecStatus(node, vmid, exec.pid);
-    if (!st.exited) return { kind: 'pending' };
+    if (!st.exited) {
+      guestExecRunning(ctx, exec.at);
+      return { kind: 'pending' };
+    }
     delete m.cloudInitExec;
     guestExecExited(ctx, exec.at);
     const out = st['out-data'] ?? '';

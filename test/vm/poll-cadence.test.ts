@@ -2,15 +2,15 @@
  * The cadences that replace fixed poll intervals (issue 16): the task watcher's (task-watch.ts
  * pollDelay) and a booting guest's (guest-timing.ts). Both look again after a share of the time
  * waited so far, so an end is seen within that share of its duration; the watcher does not look
- * before a task's scaled estimate, and a site's second guest of a kind is not asked before the
- * time the first one took (its lower bound, so that learning never makes an answer late).
+ * before a task's scaled estimate, and a site's next guest of a kind is first asked between the
+ * bounds its earlier boots taught (the last ask that missed, the first that hit), then at the hit.
  * The clock is a plain number: these are the functions the runtimes call, without timers.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { StepContext } from '../../src/vm/context.ts';
-import { guestBooted, guestPollMs, guestReached, guestStopped } from '../../src/vm/guest-timing.ts';
+import { guestBooted, guestMissed, guestPollMs, guestReached, guestStopped } from '../../src/vm/guest-timing.ts';
 import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
 import { pollDelay } from '../../src/vm/task-watch.ts';
 
@@ -60,7 +60,7 @@ describe('guest cadence', () => {
       'the waits grow',
     );
 
-    // The second guest of the kind: its first ask waits for what the first one's first hit took.
+    // The second guest of the kind: its first ask waits for most of what the first one's hit took.
     const second = ctxOf({ secrets: { sshKeys: [] } });
     guestStopped(second.memory);
     now = 100_000;
@@ -86,5 +86,78 @@ describe('guest cadence', () => {
     guestStopped(next.memory);
     guestBooted(next);
     assert.equal(guestPollMs(next, r, 'agent'), 100);
+  });
+  it("boot after boot, the first ask closes in on the milestone; at most two asks a boot, never later than the first boot's hit", () => {
+    const r = vm('local:import/converge.qcow2');
+    const patient = (memory: ResourceMemory) =>
+      ({ site, memory, options: { agentPollMs: 60_000 } }) as unknown as StepContext;
+    let firstHit = Number.POSITIVE_INFINITY;
+    const lags: number[] = [];
+    for (let boot = 0; boot < 8; boot++) {
+      const ctx = patient({ secrets: { sshKeys: [] } });
+      guestStopped(ctx.memory);
+      const start = (now = 1_000_000 * (boot + 1));
+      guestBooted(ctx);
+      let asks = 0;
+      // The agent answers 20 s into every boot.
+      for (;;) {
+        now += guestPollMs(ctx, r, 'agent');
+        asks++;
+        if (now - start >= 20_000) break;
+        guestMissed(ctx, 'agent');
+      }
+      guestReached(ctx, r, 'agent');
+      const seen = now - start;
+      if (boot > 0) {
+        assert.ok(asks <= 2, `boot ${boot}: ${asks} asks`);
+        assert.ok(seen <= firstHit, `boot ${boot}: seen at ${seen} ms, after the first boot's ${firstHit}`);
+      } else firstHit = seen;
+      lags.push(seen - 20_000);
+    }
+    assert.ok(lags[0]! > 1000, `the first boot's lag ${lags[0]} ms`);
+    const late = lags.slice(4).reduce((x, y) => x + y, 0) / 4;
+    assert.ok(late < lags[0]! / 3, `lags ${lags.map(Math.round).join(', ')} ms: closing in`);
+  });
+  it('boots of a kind that begin together: one asks from the floor up, the others wait to be woken by its answer, then ask at its time', () => {
+    const woken: string[] = [];
+    const together = (memory: ResourceMemory) =>
+      ({
+        site,
+        memory,
+        options: { agentPollMs: 60_000, wake: (key: string) => woken.push(key) },
+      }) as unknown as StepContext;
+    const named = (name: string) =>
+      ({
+        metadata: { name, namespace: 'default' },
+        spec: { forProvider: { image: 'local:import/together.qcow2' } },
+      }) as unknown as ProxmoxVM;
+    now = 5_000_000;
+    const boots = ['a', 'b', 'c'].map((name) => {
+      const ctx = together({ secrets: { sshKeys: [] } } as ResourceMemory);
+      guestStopped(ctx.memory);
+      guestBooted(ctx);
+      now += 10;
+      return { ctx, r: named(name) };
+    });
+    const [scout, ...others] = boots;
+    assert.equal(guestPollMs(scout!.ctx, scout!.r, 'agent'), 100, 'the first one asks from the floor');
+    for (const o of others)
+      assert.equal(guestPollMs(o.ctx, o.r, 'agent'), 60_000, 'the others wait (the agent poll, if no wake comes)');
+    let asks = 0;
+    while (now - 5_000_000 < 20_000) {
+      now += guestPollMs(scout!.ctx, scout!.r, 'agent');
+      asks++;
+      guestMissed(scout!.ctx, 'agent');
+    }
+    assert.deepEqual(woken, [], 'nobody is woken before the answer');
+    guestReached(scout!.ctx, scout!.r, 'agent');
+    const hit = now - 5_000_000;
+    assert.deepEqual(woken, ['default/b', 'default/c']);
+    assert.ok(asks > 5, `the scout asked ${asks} times`);
+    // Each one asks when it is as old as the scout was at its answer (boots alike).
+    for (const [i, o] of others.entries()) {
+      const age = now - (5_000_000 + 10 * (i + 1));
+      assert.ok(Math.abs(guestPollMs(o.ctx, o.r, 'agent') - (hit - age)) < 1);
+    }
   });
 });

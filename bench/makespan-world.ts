@@ -1,0 +1,125 @@
+/**
+ * The simulated world of one bench/makespan run: the simulator with the seed topology, the
+ * requests its API servers answered (by class, and the VM's own ones by route), and after the
+ * apply the fleet as the ideal schedule sees it (src/sim/ideal.ts idealVmOf).
+ *
+ * It runs in this thread or in a worker thread of its own. At speed 100 a millisecond of CPU is a
+ * tenth of a simulated second, and in one thread every millisecond the simulator spends answering
+ * is one the client waits for; real Proxmox answers on machines of its own. In a worker the
+ * simulator has its own event loop (and core, when there is a free one), so the client's makespan
+ * holds the client's costs and the API's latency, not the simulator's CPU on the client's thread.
+ */
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { type IdealVm, idealVmOf } from '../src/sim/ideal.ts';
+import { startSimulator } from '../src/sim/index.ts';
+import { providerConfigYaml } from '../src/sim/provider-config.ts';
+import { loadManifests } from '../src/workspace/manifests.ts';
+import { manifestKey, planRollout } from '../src/workspace/phases.ts';
+import { classOf, type RequestClass } from './fleet.ts';
+
+export const FLEET = new URL('../examples/production', import.meta.url).pathname;
+
+export interface Outcome {
+  fleet: IdealVm[];
+  requests: Record<RequestClass, number>;
+  /** The VM's own requests (mutating, task, per-VM) by route, VMIDs, nodes and UPIDs folded. */
+  routes: Array<[string, number]>;
+}
+
+export interface World {
+  /** The ClusterProviderConfig (and its Secrets) of the simulator, as YAML. */
+  providerYaml: string;
+  /** What the world holds after the apply. */
+  outcome(): Promise<Outcome>;
+  close(): Promise<void>;
+}
+
+/** The route a request counts under: its path with the VMID, node and UPID folded. */
+function routeOf(method: string, url: string): string {
+  const path = url
+    .replace(/\?.*/, '')
+    .replace(/\/\d+(?=\/|$)/g, '/{vmid}')
+    .replace(/\/UPID:[^/]+/, '/{upid}')
+    .replace(/\/nodes\/[^/]+/, '/nodes/{node}');
+  return `${method} ${path}`;
+}
+
+/** The world in this thread. */
+async function openHere(speed: number): Promise<World> {
+  const sim = await startSimulator({
+    speed,
+    http: true,
+    ephemeralPorts: true,
+    authFailDelayMs: 0,
+    tokens: ['root@pam!bench=b0b0b0b0-0000-4000-8000-000000000000'],
+  });
+  const requests: Record<RequestClass, number> = { mutating: 0, task: 0, perVm: 0, shared: 0 };
+  const routes = new Map<string, number>();
+  for (const c of sim.clusters)
+    c.server.prependListener('request', (req: { method?: string; url?: string }) => {
+      const cls = classOf(req.method ?? 'GET', req.url ?? '');
+      requests[cls]++;
+      if (cls === 'shared') return;
+      const route = routeOf(req.method ?? 'GET', req.url ?? '');
+      routes.set(route, (routes.get(route) ?? 0) + 1);
+    });
+  return {
+    providerYaml: providerConfigYaml(sim),
+    async outcome() {
+      const vms = loadManifests([FLEET]).vms.map((x) => x.vm);
+      const rollout = planRollout(vms);
+      const phaseOf = new Map(rollout.phases.flatMap((p, i) => p.members.map((k) => [k, i] as const)));
+      const fleet = vms.map((vm) => {
+        const fp = vm.spec.forProvider;
+        const sc = sim.cluster(String(fp.site));
+        const found = [...sc.state.vms.values()].find((v) => v.config.name === fp.name && v.node === fp.node);
+        if (!found) throw new Error(`${fp.name}: not found on ${fp.site}/${fp.node} after apply`);
+        const key = manifestKey(vm);
+        return idealVmOf(sc.state, found, String(fp.image), key, phaseOf.get(key) ?? 0);
+      });
+      return { fleet, requests: { ...requests }, routes: [...routes] };
+    },
+    close: () => sim.close(),
+  };
+}
+
+/** The world in a worker thread: the same, asked by message. */
+async function openInWorker(speed: number): Promise<World> {
+  const worker = new Worker(new URL(import.meta.url), { workerData: { makespanWorld: { speed } } });
+  const replies: Array<(v: unknown) => void> = [];
+  const failed = new Promise<never>((_, reject) => {
+    worker.once('error', reject);
+  });
+  worker.on('message', (m) => replies.shift()?.(m));
+  const ask = <T>(what: string): Promise<T> => {
+    const reply = new Promise<T>((resolve) => replies.push(resolve as (v: unknown) => void));
+    if (what) worker.postMessage(what);
+    return Promise.race([reply, failed]);
+  };
+  const providerYaml = await ask<string>('');
+  return {
+    providerYaml,
+    outcome: () => ask<Outcome>('outcome'),
+    async close() {
+      await ask('close');
+      await worker.terminate();
+    },
+  };
+}
+
+export function openWorld(speed: number, where: 'thread' | 'worker'): Promise<World> {
+  return where === 'worker' ? openInWorker(speed) : openHere(speed);
+}
+
+if (!isMainThread && workerData?.makespanWorld) {
+  const world = await openHere(Number(workerData.makespanWorld.speed));
+  const port = parentPort!;
+  port.postMessage(world.providerYaml);
+  port.on('message', async (what: string) => {
+    if (what === 'outcome') port.postMessage(await world.outcome());
+    if (what === 'close') {
+      await world.close();
+      port.postMessage('closed');
+    }
+  });
+}
