@@ -23,6 +23,8 @@ interface Watched {
   upid: string;
   /** When the watch began (ms, this process's clock). */
   since: number;
+  /** Whether a read has looked at it yet. */
+  looked?: boolean;
   /** The task's estimated duration in the cluster's terms (0: none). */
   expectedMs: number;
   /** When a read last saw it running. */
@@ -39,6 +41,9 @@ const GROWTH = 0.25;
  * a long task's reads are capped at the task poll as before.
  */
 const WATCH_GROWTH = 0.1;
+
+/** The shortest floor the watcher adapts to (see TaskWatcher.floorMs). */
+const MIN_FLOOR_MS = 10;
 
 /**
  * How long after `now` the watcher looks at task `t` again: not before its scaled estimate (when
@@ -75,9 +80,17 @@ export class TaskWatcher {
   reads = 0;
   /** Observed duration / estimated duration of this site's tasks (moving average), once known. */
   private scale: number | undefined;
+  /**
+   * The wait before a task's first look, within [MIN_FLOOR_MS, minMs]: halved when a first look
+   * finds the task already ended, doubled when it finds it running. A site whose short tasks (a
+   * resize, a start) end within milliseconds (a fast simulator) is then looked at that soon, and a
+   * real cluster, whose tasks take a second, at minMs as before.
+   */
+  private floorMs: number;
 
   constructor(opts: TaskWatcherOptions) {
     this.o = { maxMs: 2_000, now: Date.now, ...opts };
+    this.floorMs = this.o.minMs;
   }
 
   /** Wake `wake` once `upid` (a task on its node) is no longer running; `expectedMs`: its estimated duration. */
@@ -116,7 +129,7 @@ export class TaskWatcher {
       return;
     }
     const now = this.o.now();
-    const opts = { floorMs: this.o.minMs, maxMs: this.o.maxMs, scale: this.scale, growth: WATCH_GROWTH };
+    const opts = { floorMs: this.floorMs, maxMs: this.o.maxMs, scale: this.scale, growth: WATCH_GROWTH };
     const wait = Math.min(...[...n.tasks.values()].map((t) => pollDelay(t, now, opts)));
     n.timer = setTimeout(() => void this.poll(node), wait);
     n.timer.unref?.();
@@ -131,7 +144,10 @@ export class TaskWatcher {
       this.reads++;
       const active = await this.o.activeTasks(node);
       const now = this.o.now();
-      for (const t of [...n.tasks.values()])
+      for (const t of [...n.tasks.values()]) {
+        // Only a first look that waited the floor out says how the floor compares with the site's tasks.
+        if (!t.looked && now - t.since >= this.floorMs) this.adaptFloor(!active.has(t.upid));
+        t.looked = true;
         if (active.has(t.upid)) t.seenRunning = now;
         else {
           n.tasks.delete(t.upid);
@@ -142,12 +158,19 @@ export class TaskWatcher {
             // a wake that throws must not stop the others
           }
         }
+      }
     } catch {
       // the node does not answer: try again later; the resources poll on their own meanwhile
     } finally {
       n.busy = false;
       this.schedule(node);
     }
+  }
+
+  private adaptFloor(endedAlready: boolean): void {
+    this.floorMs = endedAlready
+      ? Math.max(Math.min(MIN_FLOOR_MS, this.o.minMs), this.floorMs / 2)
+      : Math.min(this.o.minMs, this.floorMs * 2);
   }
 
   /** The site's scale from a task seen ended. */

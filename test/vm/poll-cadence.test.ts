@@ -12,7 +12,7 @@ import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { StepContext } from '../../src/vm/context.ts';
 import { guestBooted, guestMissed, guestPollMs, guestReached, guestStopped } from '../../src/vm/guest-timing.ts';
 import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
-import { pollDelay } from '../../src/vm/task-watch.ts';
+import { pollDelay, TaskWatcher } from '../../src/vm/task-watch.ts';
 
 describe('task watcher cadence', () => {
   const o = { floorMs: 50, maxMs: 2000 };
@@ -27,6 +27,55 @@ describe('task watcher cadence', () => {
     assert.equal(pollDelay(t, 0, { ...o, scale: 0.05 }), 2000, 'due in 2 s: not before, at most the task poll');
     assert.equal(pollDelay(t, 1000, { ...o, scale: 0.05 }), 1000);
     assert.equal(pollDelay(t, 1990, { ...o, scale: 0.05 }), 497.5, 'due now: geometric again');
+  });
+  it("the watcher's first look follows the site: sooner while tasks end before it (to 10 ms), later again when one runs past it (to the floor given)", async () => {
+    let clock = 0;
+    const ends = new Map<string, number>();
+    const timers: Array<{ at: number; fn: () => void }> = [];
+    const realSetTimeout = globalThis.setTimeout;
+    // The watcher's timers on this test's clock: fired in order by `run`.
+    globalThis.setTimeout = ((fn: () => void, ms: number) => {
+      const t = { at: clock + ms, fn, unref() {} };
+      timers.push(t);
+      return t;
+    }) as unknown as typeof setTimeout;
+    const w = new TaskWatcher({
+      minMs: 50,
+      maxMs: 2000,
+      now: () => clock,
+      activeTasks: async () => new Set([...ends].filter(([, end]) => end > clock).map(([upid]) => upid)),
+    });
+    try {
+      let n = 0;
+      /** A task of `ms` on pve1: when the watcher first woke it, after its start. */
+      const seenAfter = async (ms: number): Promise<number> => {
+        const upid = `UPID:pve1:0000${n}:00000000:00000000:qmstart:${100 + n++}:root@pam:`;
+        ends.set(upid, clock + ms);
+        const start = clock;
+        let woke: number | undefined;
+        w.watch(upid, () => {
+          woke = clock;
+        });
+        while (woke === undefined) {
+          timers.sort((a, b) => a.at - b.at);
+          const next = timers.shift();
+          assert.ok(next, 'a timer is due');
+          clock = Math.max(clock, next.at);
+          next.fn();
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+        return woke - start;
+      };
+      const short: number[] = [];
+      for (let i = 0; i < 5; i++) short.push(await seenAfter(2));
+      assert.deepEqual(short, [50, 25, 12.5, 10, 10]);
+      const long = await seenAfter(300);
+      assert.ok(long >= 300 && long <= 300 * 1.1 + 20, `a 300 ms task seen at ${long}`);
+      assert.equal(await seenAfter(2), 20, 'the long task was seen running at its first look: the floor doubled');
+    } finally {
+      globalThis.setTimeout = realSetTimeout;
+      w.stop();
+    }
   });
 });
 
