@@ -6,15 +6,7 @@
  * update (the engine's one-mutation-per-reconcile rule).
  */
 import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
-import {
-  ANNOTATION_CREATE_PENDING,
-  ANNOTATION_EXTERNAL_NAME,
-  annotation,
-  createIncomplete,
-  externalName,
-  policyAllows,
-  setAnnotation,
-} from '../engine/resource.ts';
+import { ANNOTATION_EXTERNAL_NAME, externalName, policyAllows, setAnnotation } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
@@ -41,7 +33,7 @@ import { observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
 import { agentEnabled, validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
-import { confirmedAt, giveUpVmid, lateCreateMayStillApply, vmidChosenByUs } from './vmid.ts';
+import { confirmedAt, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate, vmidChosenByUs } from './vmid.ts';
 
 /** The step a resource is at while the change drift found is being made. */
 const STEP_OF: Partial<Record<Change['kind'], string>> = {
@@ -240,13 +232,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
   let found = adopted ?? (await locate(ctx, vmid, false));
   // (Once our VM was confirmed at this VMID, the create's outcome is known: it was made.)
-  if (!observeOnly && !task && createIncomplete(r) && a.createOutcome === undefined && !confirmedAt(r, vmid)) {
-    // `external-create-pending` is the newest record and no task is known: a process stopped
-    // between marking the create and recording its answer (a crash, SIGKILL, a lost status
-    // write). The create may have been sent: its outcome is unknown.
-    a.createOutcome = 'Unknown';
-    a.unknownCreateSince ??= annotation(r, ANNOTATION_CREATE_PENDING);
-  }
+  if (!observeOnly) noteUnknownCreate(r, vmid);
   if (!found && !observeOnly && lateCreateMayStillApply(ctx, r)) {
     // Sent, no answer, nothing there (yet, or any more): PVE may still apply it. Wait before sending
     // it again (at the same VMID, where PVE refuses a second create) or, when deleting, before

@@ -39,7 +39,7 @@ import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
 import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
-import { freeVmids } from './vmid.ts';
+import { freeVmids, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
 
 export interface SiteMoveObservation {
   obs: ExternalObservation;
@@ -245,9 +245,23 @@ async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number): Promi
     if (uuid) a.smbiosUuid = uuid;
     else delete a.smbiosUuid;
   } else {
-    // Gone from both: the next reconcile runs on the spec's site, where the usual protocol makes it.
-    delete a.vmId;
-    delete a.smbiosUuid;
+    // Gone from both. A create of ours here whose answer was lost may still be applied here: wait
+    // that out, as observe does. Then the VMID goes with the site: it names nothing on the target,
+    // where the next reconcile chooses one by the usual protocol (found by the fault search: a
+    // VMID kept from a create that never happened was taken on the target by another user, and
+    // the move back was refused for good, that VM not being ours).
+    noteUnknownCreate(r, vmid);
+    if (lateCreateMayStillApply(ctx, r)) {
+      a.step = 'CreateOutcomeUnknown';
+      ready(
+        r,
+        'False',
+        'Creating',
+        `the create of VM ${vmid} got no answer; waiting to see whether Proxmox applied it`,
+      );
+      return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+    }
+    giveUpVmid(ctx, r, vmid);
   }
   a.site = site;
   delete a.placedNode;

@@ -10,7 +10,13 @@
  * late-applied create of ours at the old VMID fails harmlessly.
  */
 import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
-import { ANNOTATION_CREATE_PENDING, ANNOTATION_EXTERNAL_NAME, annotation, setAnnotation } from '../engine/resource.ts';
+import {
+  ANNOTATION_CREATE_PENDING,
+  ANNOTATION_EXTERNAL_NAME,
+  annotation,
+  createIncomplete,
+  setAnnotation,
+} from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import type { StepContext } from './context.ts';
@@ -69,6 +75,18 @@ export function vmidChosenByUs(r: ProxmoxVM): boolean {
 /** Whether this resource has seen a VM of its own (with its marker) at `vmid`. */
 export function confirmedAt(r: ProxmoxVM, vmid: number): boolean {
   return r.status?.atProvider?.vmId === vmid;
+}
+
+/**
+ * `external-create-pending` is the newest record and no task is known: a process stopped between
+ * marking the create and recording its answer (a crash, SIGKILL, a lost status write). The create
+ * may have been sent: its outcome is unknown (from then on, see lateCreateMayStillApply).
+ */
+export function noteUnknownCreate(r: ProxmoxVM, vmid: number): void {
+  const a = atProvider(r);
+  if (a.task || !createIncomplete(r) || a.createOutcome !== undefined || confirmedAt(r, vmid)) return;
+  a.createOutcome = 'Unknown';
+  a.unknownCreateSince ??= annotation(r, ANNOTATION_CREATE_PENDING);
 }
 
 /**

@@ -542,4 +542,18 @@ describe('fault-search regressions', () => {
     retired(res.journal);
     assert.ok(res.moves.migrated >= 1, `expected a migration, got ${JSON.stringify(res.moves)}`);
   });
+  it('F37: a crash before the create was sent, a move to site-2, another user takes the VMID there, a move back -> the VMID, which names nothing on site-2, is given up; one VM, on site-1 (no PlacementChangeRefused for good)', async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Reconcile('vm-a', { where: { nth: 5 }, what: { kind: 'crash' } }),
+        new Move('vm-a'),
+        new Foreign('take-persisted-vmid', 'vm-a'),
+        new Reconcile('vm-a'),
+        new Move('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
 });
