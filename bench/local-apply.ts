@@ -12,27 +12,37 @@
  * apply's alone. Then, in a second child, the next apply of the same manifests on that state (every
  * VM exists: the plan finds nothing to do, one reconcile each).
  *
+ * The child loads what the CLI loads (not the simulator's code) and runs with Node's compile
+ * cache, as the installed CLI does (see COMPILE_CACHE).
+ *
  * Prints one JSON object: per N the wall time of the apply, CPU, bytes written (Linux
  * /proc/self/io wchar: every write syscall of the child: state database, WAL, checkpoints and the
- * progress output), the progress output's bytes, peak RSS, the state's size; the same for the next
- * apply; then growth exponents between consecutive sizes (1 is O(N), 2 is O(N^2)). A run over its
- * budget is stopped and reported with finished: false. Timings on a shared machine are noisy.
+ * progress output), the progress output's bytes, peak RSS, the state's size, what the memory was
+ * made of over time (see memoryTimeline); the same for the next apply; then growth exponents
+ * between consecutive sizes (1 is O(N), 2 is O(N^2)). A run over its budget is stopped and
+ * reported with finished: false. Timings on a shared machine are noisy.
  *
  * Usage: node bench/local-apply.ts [--n 300,1000,10000] [--budget-s 600] [--sites 2] [--nodes 4]
  *                                  [--speed 1000] [--task-poll-ms N] [--no-next]
- *                                  [--child-node-options '--cpu-prof --cpu-prof-dir=DIR']
+ *                                  [--child-node-options='--cpu-prof --cpu-prof-dir=DIR']
+ *                                  [--heap-snapshot-dir DIR [--heap-snapshot-mb 200]]
+ *                                  [--alloc-prof FILE.heapprofile]
+ * (--child-node-options with `=`: its value starts with a dash.) Node flags and the environment
+ * the CLI would be started with are measured so: --child-node-options='--max-semi-space-size=8
+ * --heap-growing-percent=20', and MALLOC_ARENA_MAX=2 in this process's environment (the child
+ * inherits it).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
+import { writeHeapSnapshot } from 'node:v8';
 import { parseProviderConfig } from '../src/api/provider-config.ts';
 import { applyCommand } from '../src/local/apply.ts';
 import type { startSimulator } from '../src/sim/index.ts';
-import { providerConfigYaml } from '../src/sim/provider-config.ts';
-import { smallVmYaml, startFleetSimulator } from './fleet.ts';
 import { dirBytes, wchar } from './proc-io.ts';
 
 const { values } = parseArgs({
@@ -47,7 +57,17 @@ const { values } = parseArgs({
     'no-next': { type: 'boolean', default: false },
     /** Node options for the apply's child, e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` (space-separated). */
     'child-node-options': { type: 'string', default: '' },
+    /** Write a heap snapshot (into this directory) the first time the apply's heap passes --heap-snapshot-mb. */
+    'heap-snapshot-dir': { type: 'string' },
+    'heap-snapshot-mb': { type: 'string', default: '200' },
+    /**
+     * Write a sampling profile of every allocation of the apply, the garbage included (what drives
+     * the heap's growth, which a heap snapshot of live objects does not show), to this file
+     * (.heapprofile: Chrome DevTools' Memory tab).
+     */
+    'alloc-prof': { type: 'string' },
     child: { type: 'boolean', default: false },
+    warm: { type: 'boolean', default: false },
     dir: { type: 'string' },
   },
 });
@@ -68,6 +88,8 @@ async function child(dir: string, budgetMs: number, taskPollMs: number | undefin
   const w0 = wchar();
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
+  const memory = memoryTimeline(t0);
+  const allocations = values['alloc-prof'] ? await allocationProfile() : undefined;
   const code = await applyCommand({
     files: [join(dir, 'manifests')],
     loadedConfig: config,
@@ -79,6 +101,8 @@ async function child(dir: string, budgetMs: number, taskPollMs: number | undefin
     ...(taskPollMs ? { taskPollMs, agentPollMs: Math.round(taskPollMs * 2.5) } : {}),
   });
   const wallMs = performance.now() - t0;
+  const mem = memory.stop();
+  if (allocations) writeFileSync(values['alloc-prof']!, JSON.stringify(await allocations.stop()));
   const cpu = process.cpuUsage(cpu0);
   const w1 = wchar();
   const usage = process.resourceUsage();
@@ -92,7 +116,81 @@ async function child(dir: string, budgetMs: number, taskPollMs: number | undefin
     stateBytes: dirBytes(stateDir),
     rssPeakMB: Math.round(usage.maxRSS / 1024),
     heapUsedMB: Math.round(process.memoryUsage().heapUsed / 2 ** 20),
+    ...mem,
   };
+}
+
+/** V8's sampling heap profiler with the objects collected since included: where the allocations come from. */
+async function allocationProfile(): Promise<{ stop(): Promise<unknown> }> {
+  const session = new Session();
+  session.connect();
+  await session.post('HeapProfiler.startSampling', {
+    samplingInterval: 64 * 1024,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  return {
+    async stop() {
+      const { profile } = await session.post('HeapProfiler.stopSampling');
+      session.disconnect();
+      return profile;
+    },
+  };
+}
+
+/**
+ * What the apply's memory is made of over time (sampled every 250 ms): the peak of each part
+ * (V8's heap used and reserved, memory outside the heap: SQLite's, Buffers) and 20 samples spread
+ * over the run, so that a peak can be told from a steady growth, and the heap from the rest.
+ * With --heap-snapshot-dir, a heap snapshot the first time the heap used passes
+ * --heap-snapshot-mb (what holds the memory, for Chrome DevTools' Memory tab).
+ */
+function memoryTimeline(t0: number): { stop(): Record<string, unknown> } {
+  const mb = (b: number) => Math.round(b / 2 ** 20);
+  const samples: Array<{ s: number; rss: number; heapUsed: number; heapTotal: number; external: number }> = [];
+  const peak = { rss: 0, heapUsed: 0, heapTotal: 0, external: 0 };
+  const snapshotDir = values['heap-snapshot-dir'];
+  let snapshot: string | undefined;
+  const sample = () => {
+    const m = process.memoryUsage();
+    const x = {
+      s: Math.round((performance.now() - t0) / 1000),
+      rss: mb(m.rss),
+      heapUsed: mb(m.heapUsed),
+      heapTotal: mb(m.heapTotal),
+      external: mb(m.external),
+    };
+    samples.push(x);
+    for (const k of ['rss', 'heapUsed', 'heapTotal', 'external'] as const) peak[k] = Math.max(peak[k], x[k]);
+    if (snapshotDir && !snapshot && x.heapUsed >= Number(values['heap-snapshot-mb']))
+      snapshot = writeHeapSnapshot(join(snapshotDir, `apply-${x.heapUsed}MB.heapsnapshot`));
+  };
+  const timer = setInterval(sample, 250);
+  return {
+    stop() {
+      clearInterval(timer);
+      sample();
+      const step = Math.max(1, Math.ceil(samples.length / 20));
+      return {
+        memoryPeakMB: peak,
+        memoryTimelineMB: samples.filter((_, i) => i % step === 0 || i === samples.length - 1),
+        ...(snapshot ? { heapSnapshot: snapshot } : {}),
+      };
+    },
+  };
+}
+
+/**
+ * The children run with Node's compile cache, as the installed CLI does (bin/provider-proxmox.js
+ * turns it on; the built bundle needs no type stripping at all): without it every child strips the
+ * types of every source file again, and loads the stripper, which was 30 MB of its RSS and
+ * seconds of its CPU that no operator's second apply pays. warmCompileCache fills it first.
+ */
+const COMPILE_CACHE = join(tmpdir(), 'provider-proxmox-bench-compile-cache');
+
+/** Load the child's modules once (with --child --warm), so that every measured child finds them compiled. */
+async function warmCompileCache(): Promise<void> {
+  await runChild(['--warm']);
 }
 
 /** Run a child and parse its last line; the parent's event loop keeps serving the simulator meanwhile. */
@@ -101,6 +199,7 @@ function runChild(args: string[]): Promise<Record<string, unknown>> {
     const nodeOptions = values['child-node-options'].split(' ').filter(Boolean);
     const c = spawn(process.execPath, [...nodeOptions, new URL(import.meta.url).pathname, '--child', ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NODE_COMPILE_CACHE: COMPILE_CACHE },
     });
     let out = '';
     let err = '';
@@ -141,6 +240,10 @@ async function withSimulator(
 async function measure(n: number): Promise<Record<string, unknown>> {
   const sites = Number(values.sites);
   const nodes = Number(values.nodes);
+  // Here, not at the top: the child (the apply measured) must not load the simulator's code, which
+  // the CLI never loads either (it was 45 MB of the child's RSS).
+  const { smallVmYaml, startFleetSimulator } = await import('./fleet.ts');
+  const { providerConfigYaml } = await import('../src/sim/provider-config.ts');
   const sim = await startFleetSimulator(sites, nodes, Number(values.speed), 18006);
   const dir = mkdtempSync(join(tmpdir(), 'pp-bench-local-apply-'));
   try {
@@ -154,6 +257,9 @@ async function measure(n: number): Promise<Record<string, unknown>> {
       writeFileSync(join(dir, 'manifests', `vms-${String(f).padStart(4, '0')}.yaml`), docs.join('---\n'));
     }
     const args = ['--dir', dir, '--budget-s', String(values['budget-s'])];
+    if (values['alloc-prof']) args.push('--alloc-prof', values['alloc-prof']);
+    if (values['heap-snapshot-dir'])
+      args.push('--heap-snapshot-dir', values['heap-snapshot-dir'], '--heap-snapshot-mb', values['heap-snapshot-mb']);
     if (values['task-poll-ms']) args.push('--task-poll-ms', values['task-poll-ms']);
     const first = await withSimulator(sim, () => runChild(args));
     const vmsInSim = sim.clusters.reduce(
@@ -168,7 +274,10 @@ async function measure(n: number): Promise<Record<string, unknown>> {
   }
 }
 
-if (values.child) {
+if (values.child && values.warm) {
+  process.stdout.write('{}\n');
+  process.exit(0);
+} else if (values.child) {
   const poll = values['task-poll-ms'] ? Number(values['task-poll-ms']) : undefined;
   const out = await child(values.dir!, Number(values['budget-s']) * 1000, poll);
   process.stdout.write(`${JSON.stringify(out)}\n`);
@@ -176,6 +285,7 @@ if (values.child) {
   process.exit(0);
 } else {
   const results: Array<Record<string, unknown>> = [];
+  await warmCompileCache();
   for (const n of values.n.split(',').map(Number)) {
     const r = await measure(n);
     results.push(r);

@@ -25,6 +25,7 @@
  * right to watch CRDs is needed). Its first successful list emits every object as ADDED.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { internString } from '../engine/intern.ts';
 import { type KubeApi, KubeError, type WatchEvent } from './api.ts';
 
 export interface KubeObject {
@@ -92,22 +93,6 @@ class TrackedMap<T> extends Map<string, T> {
     super.clear();
     for (const k of keys) this.changed(k, undefined);
   }
-}
-
-/** Longer strings (messages, certificates) are rarely shared, and not worth hashing. */
-const INTERN_MAX_LENGTH = 256;
-/** What V8 keeps as an array index, not as an interned name: such keys would come back as new strings. */
-const ARRAY_INDEX = /^(?:0|[1-9][0-9]*)$/;
-
-/**
- * The one copy of `s` V8 keeps in its string table: a property name is interned, and the table
- * holds its strings weakly, so a value nobody holds any more (an old resourceVersion, a name of a
- * deleted object) goes with its last holder, which a Map of our own would keep for ever.
- */
-function internString(s: string): string {
-  if (s.length > INTERN_MAX_LENGTH || ARRAY_INDEX.test(s)) return s;
-  for (const k in { [s]: 0 }) return k;
-  return s;
 }
 
 /**

@@ -66,6 +66,7 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
       );
     // Not in this state (lost, or another state file): Proxmox may still hold their VMs.
     rt.deleteUnknown(unknown);
+    const deleting = new Set(keys);
     const res = await rt.run({
       keys,
       until: 'gone',
@@ -73,14 +74,14 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
       tick: () => {
         if (!args.quiet)
           progress.update(
-            rt.rows().filter((r) => keys.includes(r.key)),
+            rt.rows().filter((r) => deleting.has(r.key)),
             `Deleting ${keys.length} VMs`,
           );
       },
     });
     progress.done();
     unwatch();
-    const left = rt.rows().filter((r) => keys.includes(r.key));
+    const left = rt.rows().filter((r) => deleting.has(r.key));
     const none = keys.length - hadVm.size;
     if (left.length) write(args.out, `\n${table(left)}\n\n${left.length} VM(s) not deleted`);
     else

@@ -111,11 +111,25 @@ export interface Row {
 /** The AGE column: `42s`, `18m`, `5h`, `3d` (as kubectl prints it); `''` without a time. */
 export function age(ts: string | undefined, now = Date.now()): string {
   if (!ts) return '';
-  const s = Math.max(0, Math.floor((now - Date.parse(ts)) / 1000));
-  if (s < 120) return `${s}s`;
-  if (s < 7200) return `${Math.floor(s / 60)}m`;
-  if (s < 172800) return `${Math.floor(s / 3600)}h`;
-  return `${Math.floor(s / 86400)}d`;
+  return ageSpan(Date.parse(ts), now).text;
+}
+
+/**
+ * The AGE of something created at `created` (ms), and the times between which it reads so (`from`
+ * inclusive, `until` exclusive): what the row cache keeps, so that a check does not parse every
+ * creation time again to find that no age changed.
+ */
+function ageSpan(created: number, now: number): { text: string; from: number; until: number } {
+  const s = Math.max(0, Math.floor((now - created) / 1000));
+  const unit = s < 120 ? 1 : s < 7200 ? 60 : s < 172800 ? 3600 : 86400;
+  const n = Math.floor(s / unit);
+  const text = `${n}${unit === 1 ? 's' : unit === 60 ? 'm' : unit === 3600 ? 'h' : 'd'}`;
+  // Up to its first second every earlier time reads 0s too.
+  return {
+    text,
+    from: s === 0 ? Number.NEGATIVE_INFINITY : created + n * unit * 1000,
+    until: created + (n + 1) * unit * 1000,
+  };
 }
 
 export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
@@ -150,11 +164,18 @@ export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
   };
 }
 
+/** A row and its lists, read-only (LocalRuntime.rows hands the same row out while it is unchanged). */
+function freezeRow(r: Row): Row {
+  Object.freeze(r.ipAddresses);
+  Object.freeze(r.pendingChanges);
+  return Object.freeze(r);
+}
+
 /** localeCompare's order at a fraction of its cost (it builds a collator per call): 10,000 rows sort per check. */
 const byLocale = new Intl.Collator().compare;
 
 /** Rows in rollout order: by phase (no phase: the default phase, first), then by key. */
-export function sortRows(rows: Row[]): Row[] {
+export function sortRows<T extends Row>(rows: T[]): T[] {
   return rows.sort(
     (a, b) => comparePhases(a.phase ?? DEFAULT_PHASE, b.phase ?? DEFAULT_PHASE) || byLocale(a.key, b.key),
   );
@@ -369,10 +390,67 @@ export class LocalRuntime {
     }
   }
 
-  rows(): Row[] {
-    const now = Date.now();
-    return sortRows(this.store.listSync().map((r) => rowOf(r, now)));
+  /**
+   * The rows of every resource, in rollout order. Apply's check asks for them every few hundred
+   * milliseconds while at most a few resources changed since: a resource's row is made again only
+   * when it was written since (its resourceVersion moved) or its AGE reads differently, and the
+   * order is sorted again only when a resource came, went or changed phase. Rows are frozen: the
+   * same row object is returned while it is unchanged (and may be compared by identity).
+   */
+  rows(now = Date.now()): Row[] {
+    const objs = this.store.listSync();
+    const rows: Row[] = new Array(objs.length);
+    let sameOrder = objs.length === this.rowOrder.keys.length;
+    for (let i = 0; i < objs.length; i++) {
+      const r = objs[i]!;
+      const key = keyOf(r);
+      const rv = r.metadata.resourceVersion;
+      let cached = this.rowCache.get(key);
+      if (!cached || !rv || cached.rv !== rv) {
+        const created = r.metadata.creationTimestamp ? Date.parse(r.metadata.creationTimestamp) : Number.NaN;
+        cached = { rv, row: freezeRow(rowOf(r, now)), created, ageFrom: 0, ageUntil: 0 };
+        this.rowCache.set(key, cached);
+      }
+      // An unparsable creation time is left to age() every time (it prints what it prints).
+      if (!Number.isNaN(cached.created) && (now < cached.ageFrom || now >= cached.ageUntil)) {
+        const span = ageSpan(cached.created, now);
+        cached.ageFrom = span.from;
+        cached.ageUntil = span.until;
+        if (span.text !== cached.row.age) cached.row = Object.freeze({ ...cached.row, age: span.text });
+      } else if (Number.isNaN(cached.created) && r.metadata.creationTimestamp) {
+        const a = age(r.metadata.creationTimestamp, now);
+        if (a !== cached.row.age) cached.row = Object.freeze({ ...cached.row, age: a });
+      }
+      const row = cached.row;
+      rows[i] = row;
+      if (sameOrder && (this.rowOrder.keys[i] !== key || this.rowOrder.phases[i] !== row.phase)) sameOrder = false;
+    }
+    if (this.rowCache.size > objs.length) {
+      const present = new Set(rows.map((r) => r.key));
+      for (const k of this.rowCache.keys()) if (!present.has(k)) this.rowCache.delete(k);
+    }
+    if (!sameOrder) {
+      const sorted = sortRows(rows.map((row, i) => ({ ...row, index: i })));
+      this.rowOrder = {
+        keys: rows.map((r) => r.key),
+        phases: rows.map((r) => r.phase),
+        permutation: sorted.map((r) => r.index),
+      };
+    }
+    return this.rowOrder.permutation.map((i) => rows[i]!);
   }
+
+  /** Each resource's last row and the version of the resource it was made from (see rows). */
+  private readonly rowCache = new Map<
+    string,
+    { rv: string | undefined; row: Row; created: number; ageFrom: number; ageUntil: number }
+  >();
+  /** The keys and phases rows() last sorted, in the store's order, and their rollout order (indexes into them). */
+  private rowOrder: { keys: string[]; phases: Array<string | undefined>; permutation: number[] } = {
+    keys: [],
+    phases: [],
+    permutation: [],
+  };
 
   /**
    * Whether a reconcile of `key` finished in this runtime and found nothing left to do: it observed

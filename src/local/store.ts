@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
 import { ANNOTATION_SITE } from '../api/proxmoxvm.ts';
+import { internString } from '../engine/intern.ts';
 import { keyOf, type Managed, rfc3339 } from '../engine/resource.ts';
 import { ConflictError, type ResourceStore, type WatchEvent } from '../engine/types.ts';
 import { type DbState, isSqliteFile } from '../workspace/state-db.ts';
@@ -40,6 +41,8 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
   /** Told of every stored change, status writes included (see addIndex). */
   private readonly indexes = new Set<(key: string, obj: R | undefined) => void>();
   readonly events: StoredEvent[] = [];
+  /** The newest of `events` per key (what a repeated event counts on), so recording one does not scan them all. */
+  private readonly lastEvent = new Map<string, StoredEvent>();
   now: () => number = () => Date.now();
 
   protected nextRv(): string {
@@ -81,7 +84,12 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
   }
 
   private notify(key: string, event: WatchEvent, obj: R | undefined): void {
-    for (const w of this.watchers) w(key, event, obj ? structuredClone(obj) : undefined);
+    for (const w of this.watchers) w(key, event, obj ? this.watched(obj) : undefined);
+  }
+
+  /** What a watcher is given of a stored object: a copy of its own (FileStore: the object itself, frozen). */
+  protected watched(obj: R): R {
+    return structuredClone(obj);
   }
 
   /** Create or update from a manifest (what `kubectl apply` does to spec, labels and our annotations). */
@@ -140,15 +148,23 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     const cur = this.current(key);
     if (!cur) throw new ConflictError(`${key} not found`);
     if (r.metadata.resourceVersion !== cur.metadata.resourceVersion) throw new ConflictError();
-    const next = structuredClone(cur);
-    next.metadata.annotations = { ...r.metadata.annotations };
-    next.metadata.labels = { ...r.metadata.labels };
-    next.metadata.finalizers = [...(r.metadata.finalizers ?? [])];
+    // A new version shares what it does not change with the one stored (status, an unchanged
+    // spec): a stored object is never changed in place, so no write copies the whole resource.
+    const finalizers = [...(r.metadata.finalizers ?? [])];
+    const next: R = {
+      ...cur,
+      metadata: {
+        ...cur.metadata,
+        annotations: { ...r.metadata.annotations },
+        labels: { ...r.metadata.labels },
+        finalizers,
+      },
+    };
     if (!isDeepStrictEqual(cur.spec, r.spec)) {
       next.spec = structuredClone(r.spec);
       next.metadata.generation = cur.metadata.generation + 1;
     }
-    if (next.metadata.deletionTimestamp && next.metadata.finalizers.length === 0)
+    if (next.metadata.deletionTimestamp && finalizers.length === 0)
       return this.commitChange({ key, removed: cur.metadata.uid, next });
     if (isDeepStrictEqual(next, cur)) return structuredClone(cur);
     next.metadata.resourceVersion = this.nextRv();
@@ -161,8 +177,8 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     if (!cur) throw new ConflictError(`${key} not found`);
     if (r.metadata.resourceVersion !== cur.metadata.resourceVersion) throw new ConflictError();
     if (isDeepStrictEqual(cur.status, r.status)) return structuredClone(cur);
-    const next = structuredClone(cur);
-    next.status = structuredClone(r.status);
+    // Shares metadata's values and the spec with the stored version (see update).
+    const next: R = { ...cur, metadata: { ...cur.metadata }, status: structuredClone(r.status) };
     next.metadata.resourceVersion = this.nextRv();
     return this.commitChange({ key, next, watched: false });
   }
@@ -182,7 +198,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     if (c.removed !== undefined) {
       this.remove(c.key, c.removed);
       this.notify(c.key, 'DELETED', undefined);
-      return c.next;
+      return structuredClone(c.next);
     }
     this.put(c.key, c.next);
     if (c.watched) this.notify(c.key, 'MODIFIED', c.next);
@@ -192,14 +208,17 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
   event(r: R, type: 'Normal' | 'Warning', reason: string, message: string): void {
     const key = keyOf(r);
     const time = new Date(this.now()).toISOString();
-    let e = this.events.findLast((x) => x.key === key);
+    let e = this.lastEvent.get(key);
     if (e && e.reason === reason && e.message === message && e.type === type) {
       e.count++;
       e.time = time;
     } else {
       e = { key, type, reason, message, time, count: 1 };
       this.events.push(e);
-      if (this.events.length > 1000) this.events.splice(0, this.events.length - 1000);
+      this.lastEvent.set(key, e);
+      if (this.events.length > MAX_EVENTS)
+        for (const old of this.events.splice(0, this.events.length - MAX_EVENTS))
+          if (this.lastEvent.get(old.key) === old) this.lastEvent.delete(old.key);
     }
     this.eventRecorded(e);
   }
@@ -232,6 +251,8 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     this.objects = new Map(s.objects.map((o) => [keyOf(o), o]));
     for (const [k, o] of this.objects) for (const i of this.indexes) i(k, o);
     this.events.splice(0, this.events.length, ...(s.events ?? []));
+    this.lastEvent.clear();
+    for (const e of this.events) this.lastEvent.set(e.key, e);
     this.retired.splice(0, this.retired.length, ...(s.retired ?? []));
   }
 }
@@ -261,12 +282,24 @@ function engineAnnotations(r: Managed): Record<string, string> {
 }
 
 const MAX_RETIRED = 10_000;
+/** The events a store keeps (the newest). */
+const MAX_EVENTS = 1000;
 
-/** Freeze `o` and everything in it (what FileStore holds is shared by its read-only views). */
+/**
+ * Freeze `o` and everything in it (what FileStore holds is shared by its read-only views), its
+ * string values interned on the way (engine/intern.ts: 10,000 resources held 10,000 copies of
+ * the same kind, namespace, site, node and condition reasons, and of the timestamps of one second). What is frozen already (the parts a new version
+ * shares with the one before) is not walked again.
+ */
 function deepFreeze<T>(o: T): T {
   if (o && typeof o === 'object' && !Object.isFrozen(o)) {
+    const x = o as Record<string, unknown>;
+    for (const k in x) {
+      const v = x[k];
+      if (typeof v === 'string') x[k] = internString(v);
+      else deepFreeze(v);
+    }
     Object.freeze(o);
-    for (const v of Object.values(o)) deepFreeze(v);
   }
   return o;
 }
@@ -284,7 +317,8 @@ function deepFreeze<T>(o: T): T {
  *
  * `getSync` and `listSync` return the stored objects themselves, deep-frozen: read-only views,
  * so that the runtime's checks and the VMID holders' scan on every create cost no copy of the
- * whole store. `get` and `list` (the engine's, which edits what it reads) return copies.
+ * whole store; so do watchers get them (the controller's reads only the key). `get` and `list`
+ * (the engine's, which edits what it reads) return copies.
  */
 export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
   /** The state path as given (`--state`, or the default). */
@@ -395,6 +429,10 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
 
   override getSync(key: string): R | undefined {
     return this.objects.get(key);
+  }
+
+  protected override watched(obj: R): R {
+    return obj;
   }
 
   override listSync(): R[] {

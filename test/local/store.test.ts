@@ -220,6 +220,26 @@ describe('MemoryStore', () => {
       ],
     );
   });
+
+  it('a repeated event counts on the newest of its resource among the 1,000 kept, never on one dropped', () => {
+    const store = new MemoryStore<TestVM>();
+    const a = store.apply(testVM('a'));
+    const b = store.apply(testVM('b'));
+    store.event(a, 'Normal', 'Seen', 'first');
+    store.event(b, 'Normal', 'Seen', 'b');
+    for (let i = 0; i < 999; i++) store.event(b, 'Normal', 'Step', `b ${i}`);
+    // a's only event was the oldest of 1,001: dropped, so the same event again is a new one.
+    store.event(a, 'Normal', 'Seen', 'first');
+    assert.equal(store.events.length, 1000);
+    assert.deepEqual(
+      store.events.filter((e) => e.key === 'default/a').map((e) => e.count),
+      [1],
+    );
+    // b's newest is kept: a repeat of it counts on it.
+    store.event(b, 'Normal', 'Step', 'b 998');
+    assert.equal(store.events.length, 1000);
+    assert.equal(store.events.findLast((e) => e.key === 'default/b')?.count, 2);
+  });
 });
 
 describe('FileStore', () => {

@@ -145,7 +145,8 @@ describe('guest cadence', () => {
     for (let boot = 0; boot < 8; boot++) {
       const ctx = patient({ secrets: { sshKeys: [] } });
       guestStopped(ctx.memory);
-      const start = (now = 1_000_000 * (boot + 1));
+      now = 1_000_000 * (boot + 1);
+      const start = now;
       guestBooted(ctx);
       let asks = 0;
       // The agent answers 20 s into every boot.
