@@ -332,6 +332,7 @@ export class Progress {
   private rows: Row[] = [];
   private header = '';
   private readonly last = new Map<string, string>();
+  private readonly lastRow = new Map<string, Row>();
   private lastLog = '';
   private readonly started = Date.now();
 
@@ -352,6 +353,9 @@ export class Progress {
     this.header = header;
     if (this.screen) return this.screen.draw();
     for (const r of rows) {
+      // The runtime hands back the same row object while a resource is unchanged (runtime.ts rows).
+      if (this.lastRow.get(r.key) === r) continue;
+      this.lastRow.set(r.key, r);
       const desc = `${r.step}${r.vmid ? ` vmid=${r.vmid}` : ''}${r.node ? ` node=${r.node}` : ''}${r.state ? ` state=${r.state}` : ''}${r.ip ? ` ip=${r.ip}` : ''}${r.pendingChanges.length ? ` pending=${r.pendingChanges.join(',')}` : ''}${r.reason ? ` ${r.reason}: ${r.message}` : ''}`;
       if (this.last.get(r.key) !== desc) {
         this.last.set(r.key, desc);
