@@ -205,10 +205,20 @@ export class SlotLimiter {
    */
   private pump(): void {
     const room = new Set([...this.wanted.keys()].filter((k) => this.hasRoom(k)));
+    // Per key with room, the waiters not passed yet that want it: once the last of them is
+    // passed, nobody further on can use it, and the scan stops when no key is left (thousands of
+    // waiters for a busy storage are not walked at every release of another one).
+    const left = new Map([...room].map((k) => [k, this.wanted.get(k) ?? 0]));
     for (const w of this.waiters.values()) {
       if (!room.size) return;
       // (fits: a wake may have taken a slot of a key still in `room`.)
-      if (!w.keys.every((k) => room.has(k)) || !this.fits(w.keys)) continue;
+      const grant = w.keys.every((k) => room.has(k)) && this.fits(w.keys);
+      for (const k of w.keys) {
+        const n = (left.get(k) ?? 0) - 1;
+        left.set(k, n);
+        if (n <= 0) room.delete(k);
+      }
+      if (!grant) continue;
       this.take(w.holder, w.keys);
       for (const k of w.keys) if (!this.hasRoom(k)) room.delete(k);
       this.granted.set(w.holder, this.now());

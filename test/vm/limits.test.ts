@@ -148,4 +148,21 @@ describe('slot limiter', () => {
     assert.deepEqual(l.waiting, [], 'd stopped asking long ago: dropped, not granted');
     assert.ok(l.tryAcquire('e', 'n1', []), 'the slot is free for whoever asks now');
   });
+  it("a slot freed on one node goes to that node's oldest waiter behind many waiting for another; the others' order holds", () => {
+    const l = new SlotLimiter({ perNode: 1, perStorage: 1 });
+    const woken: string[] = [];
+    assert.ok(l.tryAcquire('busy-1', 'n1', ['local-lvm']));
+    assert.ok(l.tryAcquire('busy-2', 'n2', ['local-lvm']));
+    for (let i = 0; i < 50; i++) l.tryAcquire(`n1-${i}`, 'n1', ['local-lvm'], () => woken.push(`n1-${i}`));
+    l.tryAcquire('n2-0', 'n2', ['local-lvm'], () => woken.push('n2-0'));
+    l.tryAcquire('n2-1', 'n2', ['local-lvm'], () => woken.push('n2-1'));
+    l.release('busy-2');
+    assert.deepEqual(woken, ['n2-0'], "n2's oldest waiter, behind the 50 waiting for n1");
+    l.release('busy-1');
+    assert.deepEqual(woken, ['n2-0', 'n1-0']);
+    assert.ok(l.tryAcquire('n1-0', 'n1', ['local-lvm']));
+    l.release('n1-0');
+    assert.deepEqual(woken, ['n2-0', 'n1-0', 'n1-1']);
+    assert.equal(l.waiting.length, 49, 'n1-2..n1-49 and n2-1 still wait');
+  });
 });
