@@ -12,11 +12,12 @@ const TiB = 1024 ** 4;
 
 export type RequestClass = 'mutating' | 'task' | 'perVm' | 'shared';
 
+/** The class of a request, by its URL or by the simulator's route (`/nodes/{node}/qemu/{vmid}/config`). */
 export function classOf(method: string, url: string): RequestClass {
   const path = url.replace(/\?.*/, '');
   if (method !== 'GET') return 'mutating';
   if (/\/tasks\/[^/]+\/(status|log)$/.test(path)) return 'task';
-  if (/\/qemu\/\d+(\/|$)/.test(path) || path.endsWith('/cluster/nextid')) return 'perVm';
+  if (/\/qemu\/(\d+|\{vmid\})(\/|$)/.test(path) || path.endsWith('/cluster/nextid')) return 'perVm';
   return 'shared';
 }
 

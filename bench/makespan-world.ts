@@ -22,7 +22,7 @@ export const FLEET = new URL('../examples/production', import.meta.url).pathname
 export interface Outcome {
   fleet: IdealVm[];
   requests: Record<RequestClass, number>;
-  /** The VM's own requests (mutating, task, per-VM) by route, VMIDs, nodes and UPIDs folded. */
+  /** The VM's own requests (mutating, task, per-VM) by the simulator's route. */
   routes: Array<[string, number]>;
 }
 
@@ -34,16 +34,6 @@ export interface World {
   close(): Promise<void>;
 }
 
-/** The route a request counts under: its path with the VMID, node and UPID folded. */
-function routeOf(method: string, url: string): string {
-  const path = url
-    .replace(/\?.*/, '')
-    .replace(/\/\d+(?=\/|$)/g, '/{vmid}')
-    .replace(/\/UPID:[^/]+/, '/{upid}')
-    .replace(/\/nodes\/[^/]+/, '/nodes/{node}');
-  return `${method} ${path}`;
-}
-
 /** The world in this thread. */
 async function openHere(speed: number): Promise<World> {
   const sim = await startSimulator({
@@ -53,16 +43,6 @@ async function openHere(speed: number): Promise<World> {
     authFailDelayMs: 0,
     tokens: ['root@pam!bench=b0b0b0b0-0000-4000-8000-000000000000'],
   });
-  const requests: Record<RequestClass, number> = { mutating: 0, task: 0, perVm: 0, shared: 0 };
-  const routes = new Map<string, number>();
-  for (const c of sim.clusters)
-    c.server.prependListener('request', (req: { method?: string; url?: string }) => {
-      const cls = classOf(req.method ?? 'GET', req.url ?? '');
-      requests[cls]++;
-      if (cls === 'shared') return;
-      const route = routeOf(req.method ?? 'GET', req.url ?? '');
-      routes.set(route, (routes.get(route) ?? 0) + 1);
-    });
   return {
     providerYaml: providerConfigYaml(sim),
     async outcome() {
@@ -77,7 +57,18 @@ async function openHere(speed: number): Promise<World> {
         const key = manifestKey(vm);
         return idealVmOf(sc.state, found, String(fp.image), key, phaseOf.get(key) ?? 0);
       });
-      return { fleet, requests: { ...requests }, routes: [...routes] };
+      // The simulator counts every request by its route (`GET /nodes/{node}/qemu/{vmid}/config`).
+      const requests: Record<RequestClass, number> = { mutating: 0, task: 0, perVm: 0, shared: 0 };
+      const routes = new Map<string, number>();
+      for (const c of sim.clusters)
+        for (const [route, n] of Object.entries(c.counters())) {
+          const [method, path] = route.split(' ');
+          if (!path) continue; // (a fault's count, not a request)
+          const cls = classOf(method!, path);
+          requests[cls] += n;
+          if (cls !== 'shared') routes.set(route, (routes.get(route) ?? 0) + n);
+        }
+      return { fleet, requests, routes: [...routes] };
     },
     close: () => sim.close(),
   };

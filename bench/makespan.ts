@@ -15,7 +15,7 @@
  * perVm (reads of one VM, /nodes/N/qemu/VMID/..., and /cluster/nextid, one per create), and
  * shared apart (the bulk list, a node's active tasks, status, bridges, storages: one read serves
  * every VM of the node or site). Target: mutating + task + perVm <= 10. `perVmRoutes`: the first three
- * classes by route (VMIDs, nodes and UPIDs folded), per VM, the most first.
+ * classes by the simulator's route, per VM, the most first.
  * Prints one JSON object. Target (issue 16): project <= 1.10 x ideal, phased and unphased.
  *
  * Each is measured twice by default (`--simulator worker,thread`): with the simulator in a worker
