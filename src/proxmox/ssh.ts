@@ -69,13 +69,37 @@ export interface NodeFiles {
 
 /**
  * Connect, log in, open SFTP, run `use`, close. `signal` ends the connection (the call rejects
- * with the signal's reason).
+ * with the signal's reason). One connection per call: what `doctor` checks. The engine's uploads
+ * share one connection per node instead (ssh-sessions.ts).
  */
 export async function withNodeFiles<T>(
   target: SshTarget,
   use: (files: NodeFiles) => Promise<T>,
   signal?: AbortSignal,
 ): Promise<T> {
+  const session = await openSftp(target, signal);
+  try {
+    return await use(nodeFiles(session.sftp, session.where));
+  } finally {
+    session.conn.end();
+  }
+}
+
+/** A logged-in SSH connection with its SFTP channel. */
+export interface SftpSession {
+  conn: Client;
+  sftp: SFTPWrapper;
+  /** `user@host:port`, for messages. */
+  where: string;
+  files: NodeFiles;
+}
+
+/**
+ * Connect, check the host key against the pinned ones, log in and open SFTP. `signal` ends the
+ * connection while it is being made (the call rejects with the signal's reason); once made, the
+ * connection is the caller's to end.
+ */
+export async function openSftp(target: SshTarget, signal?: AbortSignal): Promise<SftpSession> {
   signal?.throwIfAborted();
   const conn = new Client();
   const where = `${target.user}@${target.host}:${target.port}`;
@@ -117,10 +141,12 @@ export async function withNodeFiles<T>(
         );
       }
     });
-    return await use(nodeFiles(sftp, where));
+    return { conn, sftp, where, files: nodeFiles(sftp, where) };
+  } catch (e) {
+    conn.end();
+    throw e;
   } finally {
     signal?.removeEventListener('abort', onAbort);
-    conn.end();
   }
 }
 

@@ -86,8 +86,11 @@ export type FaultSpec =
   | { kind: 'storage-full'; node: string; storage: string }
   /** The whole API (not `/_sim/`) resets connections or answers 503 for `ms` simulated ms, or until removed. */
   | { kind: 'unavailable'; ms: number; mode?: 'reset' | '503' }
-  /** The node's SSH port refuses connections (sshd stopped): ECONNREFUSED; open sessions stay. */
-  | { kind: 'ssh-refused'; node: string }
+  /**
+   * The node's SSH port refuses connections (sshd stopped): ECONNREFUSED; open sessions stay, unless
+   * `dropSessions` (sshd killed with its sessions, the node rebooting): they are cut as it begins.
+   */
+  | { kind: 'ssh-refused'; node: string; dropSessions?: boolean }
   /** Every SSH login to the node fails (keys and passwords alike), as a changed authorized_keys would. */
   | { kind: 'ssh-auth'; node: string };
 
@@ -288,6 +291,13 @@ export class Faults {
         break;
     }
     return true;
+  }
+
+  /** Whether an `ssh-refused` fault that cuts the open sessions holds the node's SSH port closed. */
+  sshSessionsDropped(node: string): boolean {
+    return [...this.active.values()].some(
+      (f) => f.spec.kind === 'ssh-refused' && f.spec.node === node && f.spec.dropSessions === true,
+    );
   }
 
   /** Whether an `ssh-refused` fault holds the node's SSH port closed. */

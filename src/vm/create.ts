@@ -165,7 +165,7 @@ export function createConfig(
  * userDataMode NativeOnly, with keys the API cannot set: say which were not applied (the user
  * chose this; it is never the silent default).
  */
-export function partialUserData(r: ProxmoxVM, unsupported: string[]): void {
+export function partialUserData(r: ProxmoxVM, unsupported: readonly string[]): void {
   if (r.spec.forProvider.cloudInit?.userDataMode !== 'NativeOnly' || !unsupported.length) return;
   setCondition(
     r,

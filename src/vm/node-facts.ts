@@ -9,8 +9,10 @@
  * (SiteContext.invalidate); in-flight creates are counted apart (SiteContext.storageInFlight). A
  * node's health and its bridges change only by others, and are kept a few seconds.
  */
+
+import { abortable } from '../proxmox/deadline.ts';
 import type { StepContext } from './context.ts';
-import { abortable, type SiteContext } from './site-cache.ts';
+import type { SiteContext } from './site-cache.ts';
 
 type Fact = 'status' | 'bridges' | 'storages' | 'content';
 

@@ -47,7 +47,7 @@ export async function loadSecrets(ctx: StepContext, r: ProxmoxVM): Promise<void>
 }
 
 /** The SSH keys of the spec, the userData and the Secret reference, in that order. */
-export function sshKeys(ctx: StepContext, r: ProxmoxVM, ud: { sshKeys: string[] }): string[] {
+export function sshKeys(ctx: StepContext, r: ProxmoxVM, ud: { readonly sshKeys: readonly string[] }): string[] {
   return [...(r.spec.forProvider.cloudInit?.sshKeys ?? []), ...ud.sshKeys, ...ctx.memory.secrets.sshKeys];
 }
 

@@ -8,7 +8,9 @@
  */
 import type { SiteSsh } from '../api/provider-config.ts';
 import type { Credentials } from '../proxmox/auth.ts';
+import { abortable } from '../proxmox/deadline.ts';
 import type { PveClient } from '../proxmox/index.ts';
+import type { SshSessions } from '../proxmox/ssh-sessions.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import type { Change } from './drift.ts';
@@ -122,34 +124,6 @@ export interface SnippetStore {
   shared: boolean;
 }
 
-/**
- * A shared read, as one reconcile waits for it: that reconcile stops waiting when its signal
- * aborts, while the read itself goes on for every other resource waiting on it. Its failure is
- * each waiter's to handle; one that nobody waits for any more (every waiter aborted, the client
- * closed under it) is no unhandled rejection.
- */
-export function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (!signal) return p;
-  if (signal.aborted) {
-    p.catch(() => undefined);
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
-}
-
 export class SiteContext {
   readonly name: string;
   readonly client: PveClient;
@@ -163,6 +137,8 @@ export class SiteContext {
   readonly access: SiteAccess | undefined;
   /** Per node: where snippets go (found once, see snippets.ts snippetStore). */
   readonly snippetStores = new Map<string, Promise<SnippetStore>>();
+  /** One SSH connection per node for snippets (made on first use, see snippets.ts withNodeFiles). */
+  sshSessions: SshSessions | undefined;
   private resources: { at: number; data: Promise<ClusterResource[]>; epoch: number } | undefined;
   /** The next list, read ahead of the TTL's end (see clusterResources). */
   private readingAhead: Promise<ClusterResource[]> | undefined;
@@ -474,6 +450,8 @@ export class SiteContext {
   stop(): void {
     this.watcher?.stop();
     this.watcher = undefined;
+    this.sshSessions?.close();
+    this.sshSessions = undefined;
   }
 
   /** The resource's memory (created on first use). */

@@ -21,12 +21,12 @@ import type { SiteSsh } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { PveClient } from '../proxmox/index.ts';
 // ssh2 is loaded only when a snippet is really written (validate and plan never need it).
-import type { SshTarget } from '../proxmox/ssh.ts';
+import type { NodeFiles, SshTarget } from '../proxmox/ssh.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { sshKeys } from './secrets.ts';
 import type { SnippetStore } from './site-cache.ts';
-import { needsSnippet, parseUserData, vmName } from './spec.ts';
+import { needsSnippet, parseUserData, userDataDocument, vmName } from './spec.ts';
 
 export const SNIPPET_PREFIX = 'provider-proxmox-';
 
@@ -62,22 +62,35 @@ export function checkSnippetPossible(ctx: StepContext, r: ProxmoxVM): void {
  */
 export function renderUserData(ctx: StepContext, r: ProxmoxVM): string {
   const fp = r.spec.forProvider;
-  const doc = (parseYaml(fp.userData ?? '') ?? {}) as Record<string, unknown>;
-  const out: Record<string, unknown> = {};
   const name = vmName(r);
+  const ud = parseUserData(fp.userData);
+  const extra = sshKeys(ctx, r, { sshKeys: [] }).filter((k) => !ud.sshKeys.includes(k));
+  // Every reconcile of a resource with a snippet renders it (to see whether it changed): the same
+  // inputs give the same text, which is kept instead of parsed and printed again.
+  const key = [name, fp.cloudInit?.user ?? '', extra.join('\n'), fp.userData ?? ''].join('\u0000');
+  const known = rendered.get(key);
+  if (known !== undefined) return known;
+  const parsed = userDataDocument(fp.userData ?? '');
+  // (Invalid YAML: parsed again, to throw the parser's own error.)
+  const doc = (('error' in parsed ? parseYaml(fp.userData ?? '') : parsed.doc) ?? {}) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
   if (doc.hostname === undefined && doc.preserve_hostname !== true) {
     out.hostname = name;
     out.manage_etc_hosts ??= doc.manage_etc_hosts ?? true;
   }
   if (fp.cloudInit?.user && doc.user === undefined) out.user = fp.cloudInit.user;
   // The keys PVE's sshkeys would carry; the document's own top-level keys stay first.
-  const ud = parseUserData(fp.userData);
-  const extra = sshKeys(ctx, r, { sshKeys: [] }).filter((k) => !ud.sshKeys.includes(k));
   const own = Array.isArray(doc.ssh_authorized_keys) ? (doc.ssh_authorized_keys as unknown[]) : [];
   const merged = { ...out, ...doc };
   if (extra.length) merged.ssh_authorized_keys = [...own, ...extra];
-  return `#cloud-config\n${stringify(merged, { lineWidth: 0 })}`;
+  const text = `#cloud-config\n${stringify(merged, { lineWidth: 0 })}`;
+  if (rendered.size >= 4096) rendered.delete(rendered.keys().next().value as string);
+  rendered.set(key, text);
+  return text;
 }
+
+/** renderUserData's texts by their inputs (bounded: the oldest goes). */
+const rendered = new Map<string, string>();
 
 /** The part of a snippet's name that says whose it is: `<name>-<8 hex of installation/ns/name>`. */
 export function snippetOwner(r: ProxmoxVM, installation: string): string {
@@ -212,6 +225,16 @@ export async function sshTarget(client: PveClient, ssh: SiteSsh, node: string): 
   };
 }
 
+/**
+ * Run `use` with a node's files over the site's shared SSH connection to it (ssh-sessions.ts; ssh2
+ * is loaded here, on the first snippet, so that validate and plan never load it).
+ */
+async function withNodeFiles<T>(ctx: StepContext, t: SshTarget, use: (files: NodeFiles) => Promise<T>): Promise<T> {
+  const { SshSessions } = await import('../proxmox/ssh-sessions.ts');
+  ctx.site.sshSessions ??= new SshSessions();
+  return ctx.site.sshSessions.use(t, use, ctx.signal);
+}
+
 /** An SSH failure as a condition reason: what to fix decides whether retrying can help. */
 async function uploadFailed(e: unknown): Promise<Error> {
   const { SshError } = await import('../proxmox/ssh.ts');
@@ -233,16 +256,11 @@ export async function uploadSnippet(ctx: StepContext): Promise<void> {
   const s = ctx.memory.snippet;
   if (!s || s.uploaded) return;
   const t = await target(ctx, s.node);
-  const { withNodeFiles } = await import('../proxmox/ssh.ts');
   try {
-    await withNodeFiles(
-      t,
-      async (files) => {
-        await files.mkdirs(s.dir);
-        await files.write(`${s.dir}/${s.file}`, s.content);
-      },
-      ctx.signal,
-    );
+    await withNodeFiles(ctx, t, async (files) => {
+      await files.mkdirs(s.dir);
+      await files.write(`${s.dir}/${s.file}`, s.content);
+    });
   } catch (e) {
     throw await uploadFailed(e);
   }
@@ -259,18 +277,13 @@ export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: strin
   if (!store) return 0;
   const t = await target(ctx, node).catch(() => undefined);
   if (!t) return 0;
-  const { withNodeFiles } = await import('../proxmox/ssh.ts');
   try {
-    return await withNodeFiles(
-      t,
-      async (files) => {
-        const owner = snippetOwner(r, ctx.site.installation);
-        const old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
-        for (const n of old) await files.remove(`${store.dir}/${n}`);
-        return old.length;
-      },
-      ctx.signal,
-    );
+    return await withNodeFiles(ctx, t, async (files) => {
+      const owner = snippetOwner(r, ctx.site.installation);
+      const old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
+      for (const n of old) await files.remove(`${store.dir}/${n}`);
+      return old.length;
+    });
   } catch {
     return 0;
   }

@@ -311,25 +311,71 @@ export function desiredIpConfigs(fp: ForProvider, nets: number): string[] {
   return out;
 }
 
+/** What parseUserData finds in a userData; shared between callers, so read-only. */
+export interface UserDataKeys {
+  readonly user?: string;
+  readonly sshKeys: readonly string[];
+  readonly unsupported: readonly string[];
+}
+
+/**
+ * A userData's YAML parsed once, for every reconcile of every resource that holds it: each
+ * reconcile asks for it (needsSnippet, the snippet, drift, the guest step), and parsing the seed
+ * fleet's documents again at each one was the client's largest CPU cost in a rollout. Bounded
+ * (the oldest entry goes), keyed by the text itself, which the resources already hold.
+ */
+const USER_DATA_CACHE_SIZE = 4096;
+const parsedDocs = new Map<string, { doc: unknown } | { error: true }>();
+const parsedKeys = new Map<string, UserDataKeys>();
+
+function remember<V>(cache: Map<string, V>, key: string, value: V): V {
+  if (cache.size >= USER_DATA_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
+  cache.set(key, value);
+  return value;
+}
+
+/** Deeply frozen, so that no holder of the shared document can change it for the others. */
+function deepFreeze<T>(v: T): T {
+  if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
+/** A userData's YAML document (deeply frozen, shared), or `error` when it is not valid YAML. */
+export function userDataDocument(userData: string): { doc: unknown } | { error: true } {
+  const known = parsedDocs.get(userData);
+  if (known) return known;
+  let parsed: { doc: unknown } | { error: true };
+  try {
+    parsed = { doc: deepFreeze(parseYaml(userData) as unknown) };
+  } catch {
+    parsed = { error: true };
+  }
+  return remember(parsedDocs, userData, parsed);
+}
+
 /** What a `#cloud-config` userData can give the native cloud-init keys; the rest is reported. */
-export function parseUserData(userData: string | undefined): {
-  user?: string;
-  sshKeys: string[];
-  unsupported: string[];
-} {
+export function parseUserData(userData: string | undefined): UserDataKeys {
+  if (!userData?.trim()) return NO_USER_DATA;
+  return parsedKeys.get(userData) ?? remember(parsedKeys, userData, Object.freeze(userDataKeys(userData)));
+}
+
+const NO_USER_DATA: UserDataKeys = Object.freeze({ sshKeys: Object.freeze([]), unsupported: Object.freeze([]) });
+
+function userDataKeys(userData: string): UserDataKeys {
   const out = { sshKeys: [] as string[], unsupported: [] as string[] } as {
     user?: string;
     sshKeys: string[];
     unsupported: string[];
   };
-  if (!userData?.trim()) return out;
-  let doc: unknown;
-  try {
-    doc = parseYaml(userData);
-  } catch {
+  const parsed = userDataDocument(userData);
+  if ('error' in parsed) {
     out.unsupported.push('userData (not valid YAML)');
     return out;
   }
+  const doc = parsed.doc;
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) {
     out.unsupported.push('userData (not a #cloud-config mapping)');
     return out;
@@ -347,6 +393,8 @@ export function parseUserData(userData: string | undefined): {
     }
   }
   for (const k of Object.keys(d)) if (!native.has(k)) out.unsupported.push(k);
+  Object.freeze(out.sshKeys);
+  Object.freeze(out.unsupported);
   return out;
 }
 

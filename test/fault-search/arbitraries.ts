@@ -195,13 +195,19 @@ const taskFail: fc.Arbitrary<DrawnFault> = fc
     };
   });
 
-/** The node's sshd refuses connections for a few commands: snippet uploads fail (ECONNREFUSED). */
-const sshDown: fc.Arbitrary<DrawnFault> = fc.tuple(site, fc.integer({ min: 1, max: 3 })).map(([s, lastsFor]) => ({
-  label: `sshd on ${NODE_OF[s]} refuses connections for the next ${lastsFor} command(s)`,
-  spec: { kind: 'ssh-refused', node: NODE_OF[s] } as FaultSpec,
-  lastsFor,
-  site: s,
-}));
+/**
+ * The node's sshd refuses connections for a few commands: snippet uploads fail (ECONNREFUSED),
+ * unless the provider's connection to it is still open; with `dropSessions` that one is cut too
+ * (sshd killed, the node rebooting), under an upload or between two.
+ */
+const sshDown: fc.Arbitrary<DrawnFault> = fc
+  .tuple(site, fc.integer({ min: 1, max: 3 }), fc.boolean())
+  .map(([s, lastsFor, dropSessions]) => ({
+    label: `sshd on ${NODE_OF[s]} refuses connections${dropSessions ? ', its sessions cut,' : ''} for the next ${lastsFor} command(s)`,
+    spec: { kind: 'ssh-refused', node: NODE_OF[s], ...(dropSessions ? { dropSessions } : {}) } as FaultSpec,
+    lastsFor,
+    site: s,
+  }));
 
 const taskStall: fc.Arbitrary<DrawnFault> = fc.constantFrom(...TASKS).map((type) => ({
   label: `task ${type} hangs until healed`,

@@ -127,7 +127,8 @@ describe('userData as a snippet over SSH', () => {
   it('sshd refusing connections: retried, nothing created meanwhile; Ready once it is back', async () => {
     const c = sim.cluster(SITE1);
     const vms = c.state.vms.size;
-    const fault = c.addFault({ kind: 'ssh-refused', node: NODE1 });
+    // sshd killed with its sessions: the provider's open connection goes too.
+    const fault = c.addFault({ kind: 'ssh-refused', node: NODE1, dropSessions: true });
     await c.sshReady();
     const key = eng.apply(vm('ssh-down', { userData: USER_DATA }));
     const r = await eng.waitSynced(key, 'SnippetUploadFailed');
@@ -136,6 +137,28 @@ describe('userData as a snippet over SSH', () => {
     c.removeFault(fault);
     await c.sshReady();
     await eng.waitReady(key, 60_000);
+  });
+
+  it('uploads share one connection per node; one open before sshd stopped still serves', async () => {
+    const server = sim.cluster(SITE1).sshServers.get(NODE1)!;
+    const before = server.accepted;
+    const keys = ['share-a', 'share-b', 'share-c'].map((n) =>
+      eng.apply(vm(n, { userData: `${USER_DATA}  - echo ${n}\n` })),
+    );
+    for (const k of keys) await eng.waitReady(k, 60_000);
+    assert.ok(server.accepted - before <= 1, `${server.accepted - before} connections for 3 uploads`);
+    // sshd stopped, its sessions left alone (systemd's KillMode=process for ssh.service).
+    const c = sim.cluster(SITE1);
+    const fault = c.addFault({ kind: 'ssh-refused', node: NODE1 });
+    await c.sshReady();
+    try {
+      const key = eng.apply(vm('share-d', { userData: `${USER_DATA}  - echo d\n` }));
+      await eng.waitReady(key, 60_000);
+    } finally {
+      c.removeFault(fault);
+      await c.sshReady();
+    }
+    assert.ok((await snippets(sim)).some((n) => n.includes('provider-proxmox-share-d-')));
   });
 });
 

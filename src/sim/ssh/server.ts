@@ -51,6 +51,8 @@ export class NodeSshServer {
   private ssh: ssh2.Server;
   private readonly tcp: NetServer;
   private readonly sockets = new Set<Socket>();
+  /** TCP connections accepted since the start (what a client's connection reuse is seen by). */
+  accepted = 0;
   host = '127.0.0.1';
   port = 0;
   private closed = false;
@@ -104,6 +106,7 @@ export class NodeSshServer {
   sync(): void {
     if (this.closed) return;
     const refuse = this.faults.sshRefused(this.node);
+    if (this.faults.sshSessionsDropped(this.node)) for (const s of this.sockets) s.destroy();
     if (refuse && this.tcp.listening) {
       // Stops listening at once; the close callback would wait for the open sessions, which stay.
       this.tcp.close();
@@ -123,6 +126,7 @@ export class NodeSshServer {
   }
 
   private accept(socket: Socket): void {
+    this.accepted++;
     this.sockets.add(socket);
     socket.on('close', () => this.sockets.delete(socket));
     socket.on('error', () => {});
