@@ -16,8 +16,8 @@
  *     hit is up to a share of its age late: phase after phase of a rollout would wait that long.
  *     Probing between the bounds costs at most one ask a boot and closes in on the milestone.
  * A command run in the guest through the agent (`cloud-init status`) is asked about the same way,
- * from when it was started: after the floor, then a share of its age, and once the site saw one
- * exit, between the bounds learned.
+ * from when it was started, but from a lower floor and at twice its age (EXEC_FLOOR_MS), and once
+ * the site saw one exit, between the bounds learned.
  * Times are this process's clock (a boot's PVE uptime is in the cluster's), and what is learned
  * lives as long as the site's context: a restarted provider asks as the first time.
  */
@@ -29,8 +29,19 @@ import { pollDelay } from './task-watch.ts';
 
 export type GuestMilestone = 'agent' | 'cloudInit';
 
-/** The shortest wait between two asks of one guest. */
+/** The shortest wait between two asks of one guest about a milestone of its boot. */
 const FLOOR_MS = 100;
+
+/**
+ * How a command run in the guest is asked about before the site has learned one: first after
+ * EXEC_FLOOR_MS, then after as long again as it has run (its age doubles between two asks). Such
+ * a command (`cloud-init status`) takes well under a second; asked from the milestones' floor, a
+ * command of 3 ms was seen after 100 ms, and every later one was first asked at what the first
+ * one had taught: the floor again. Doubling from 10 ms asks about a 300 ms command six times, as
+ * the floor and a quarter of its age did, and one of 3 ms once.
+ */
+const EXEC_FLOOR_MS = 10;
+const EXEC_GROWTH = 1;
 
 /** One boot of one VM, as this process follows it. */
 interface BootWatch {
@@ -171,7 +182,7 @@ export function guestExecPollMs(ctx: StepContext, startedAt: number): number {
     run = { startedAt, known: learned.get(ctx.site)?.has(EXEC_KEY) ?? false };
     execRuns.set(ctx.memory, run);
   }
-  return askDelay(ctx, startedAt, EXEC_KEY, run.known);
+  return askDelay(ctx, startedAt, EXEC_KEY, run.known, { floorMs: EXEC_FLOOR_MS, growth: EXEC_GROWTH });
 }
 
 /** A command started at `startedAt` was seen still running. */
@@ -219,9 +230,15 @@ function learn(ctx: StepContext, key: string, took: number, missed: number | und
  * without phases boots them all at once) is well on its way when the first of them teaches the
  * site: it waits for the hit only, as a probe that misses would cost every one of them an ask.
  */
-function askDelay(ctx: StepContext, since: number, key: string, probe: boolean): number {
+function askDelay(
+  ctx: StepContext,
+  since: number,
+  key: string,
+  probe: boolean,
+  unlearned: { floorMs: number; growth?: number } = { floorMs: FLOOR_MS },
+): number {
   const cap = ctx.options.agentPollMs ?? 5000;
-  const floorMs = Math.min(cap, FLOOR_MS);
+  const floorMs = Math.min(cap, unlearned.floorMs);
   const now = ctx.site.now();
   const l = learned.get(ctx.site)?.get(key);
   if (l) {
@@ -232,5 +249,9 @@ function askDelay(ctx: StepContext, since: number, key: string, probe: boolean):
       if (due >= 1) return Math.min(cap, due);
     }
   }
-  return pollDelay({ since, expectedMs: 0 }, now, { floorMs, maxMs: cap });
+  return pollDelay(
+    { since, expectedMs: 0 },
+    now,
+    unlearned.growth === undefined ? { floorMs, maxMs: cap } : { floorMs, maxMs: cap, growth: unlearned.growth },
+  );
 }

@@ -10,7 +10,16 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { StepContext } from '../../src/vm/context.ts';
-import { guestBooted, guestMissed, guestPollMs, guestReached, guestStopped } from '../../src/vm/guest-timing.ts';
+import {
+  guestBooted,
+  guestExecExited,
+  guestExecPollMs,
+  guestExecRunning,
+  guestMissed,
+  guestPollMs,
+  guestReached,
+  guestStopped,
+} from '../../src/vm/guest-timing.ts';
 import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
 import { pollDelay, TaskWatcher } from '../../src/vm/task-watch.ts';
 
@@ -209,5 +218,37 @@ describe('guest cadence', () => {
       const age = now - (5_000_000 + 10 * (i + 1));
       assert.ok(Math.abs(guestPollMs(o.ctx, o.r, 'agent') - (hit - age)) < 1);
     }
+  });
+
+  it('a command in the guest: the first asked at 10 ms, then at twice its age; the next ones between the bounds it taught', () => {
+    // Each site learns apart: this one is new.
+    const own = { now: () => now } as unknown as SiteContext;
+    const ctxAt = (memory: ResourceMemory) =>
+      ({ site: own, memory, options: { agentPollMs: 5000 } }) as unknown as StepContext;
+    const run = (ctx: StepContext, tookMs: number): number[] => {
+      const startedAt = now;
+      const asks: number[] = [];
+      for (;;) {
+        const wait = guestExecPollMs(ctx, startedAt);
+        asks.push(wait);
+        now += wait;
+        if (now - startedAt >= tookMs) break;
+        guestExecRunning(ctx, startedAt);
+      }
+      guestExecExited(ctx, startedAt);
+      return asks;
+    };
+    now = 9_000_000;
+    // A command of 3 ms (the simulator at speed 100) is seen at the first ask, 10 ms after it began.
+    assert.deepEqual(run(ctxAt({ secrets: { sshKeys: [] } } as ResourceMemory), 3), [10]);
+    // One of 300 ms on a site that has learned nothing: at 10, 20, 40, 80, 160, 320 ms.
+    const slow = { now: () => now } as unknown as SiteContext;
+    const slowCtx = (memory: ResourceMemory) =>
+      ({ site: slow, memory, options: { agentPollMs: 5000 } }) as unknown as StepContext;
+    const first = run(slowCtx({ secrets: { sshKeys: [] } } as ResourceMemory), 300);
+    assert.deepEqual(first, [10, 10, 20, 40, 80, 160]);
+    // The next one there is asked between the last miss (160) and the hit (320), then at the hit.
+    const next = run(slowCtx({ secrets: { sshKeys: [] } } as ResourceMemory), 300);
+    assert.deepEqual(next, [240, 80]);
   });
 });
