@@ -27,10 +27,10 @@
  *                                  [--child-node-options='--cpu-prof --cpu-prof-dir=DIR']
  *                                  [--heap-snapshot-dir DIR [--heap-snapshot-mb 200]]
  *                                  [--alloc-prof FILE.heapprofile]
- * (--child-node-options with `=`: its value starts with a dash.) Node flags and the environment
- * the CLI would be started with are measured so: --child-node-options='--max-semi-space-size=8
- * --heap-growing-percent=20', and MALLOC_ARENA_MAX=2 in this process's environment (the child
- * inherits it).
+ * (--child-node-options with `=`: its value starts with a dash.) The child sets V8's
+ * heap-growing-percent to 20 as the CLI does (src/cli/main.ts). Node flags and the environment
+ * the CLI cannot set for itself are measured so: --child-node-options='--max-semi-space-size=8',
+ * and MALLOC_ARENA_MAX=2 in this process's environment (the child inherits it).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -39,7 +39,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
-import { writeHeapSnapshot } from 'node:v8';
+import { setFlagsFromString, writeHeapSnapshot } from 'node:v8';
 import { parseProviderConfig } from '../src/api/provider-config.ts';
 import { applyCommand } from '../src/local/apply.ts';
 import type { startSimulator } from '../src/sim/index.ts';
@@ -278,6 +278,8 @@ if (values.child && values.warm) {
   process.stdout.write('{}\n');
   process.exit(0);
 } else if (values.child) {
+  // What the CLI sets first thing (src/cli/main.ts): the apply measured runs with the CLI's heap.
+  setFlagsFromString('--heap-growing-percent=20');
   const poll = values['task-poll-ms'] ? Number(values['task-poll-ms']) : undefined;
   const out = await child(values.dir!, Number(values['budget-s']) * 1000, poll);
   process.stdout.write(`${JSON.stringify(out)}\n`);

@@ -29,6 +29,12 @@ export interface ControllerOptions {
    * the Kubernetes controller, which starts over a cluster's whole fleet, says PRIORITY_LOW).
    */
   listPriority?: number;
+  /**
+   * The delay of a key's next poll after a reconcile that left nothing in flight (the reconciler's
+   * poll interval, `ms`), or undefined for none: `apply` does not poll a VM it saw Ready again
+   * (its run ends when every VM is; see src/local/runtime.ts). Default: `ms`.
+   */
+  pollOf?: (key: string, ms: number) => number | undefined;
 }
 
 export class Controller<R extends Managed = Managed> {
@@ -42,6 +48,7 @@ export class Controller<R extends Managed = Managed> {
   private readonly onResult: ControllerOptions['onResult'];
   private readonly pollJitter: number;
   private readonly listPriority: number;
+  private readonly pollOf: ControllerOptions['pollOf'];
   private readonly random: () => number;
   private unwatch: (() => void) | undefined;
   private running: Promise<void>[] = [];
@@ -57,6 +64,7 @@ export class Controller<R extends Managed = Managed> {
     this.pollJitter = Math.min(1, Math.max(0, opts.pollJitter ?? 0));
     this.listPriority = opts.listPriority ?? PRIORITY_EVENT;
     this.random = opts.random ?? Math.random;
+    this.pollOf = opts.pollOf;
     this.queue = new WorkQueue({
       ...(opts.backoff ? { backoff: opts.backoff } : {}),
       ...(opts.clock ? { clock: opts.clock } : {}),
@@ -121,7 +129,8 @@ export class Controller<R extends Managed = Managed> {
         else {
           // Without work in flight, a requeue is the next poll.
           this.queue.forget(key);
-          this.queue.addAfter(key, this.jittered(result.ms), PRIORITY_LOW);
+          const ms = this.pollOf ? this.pollOf(key, result.ms) : result.ms;
+          if (ms !== undefined) this.queue.addAfter(key, this.jittered(ms), PRIORITY_LOW);
         }
         break;
       case 'rateLimited':

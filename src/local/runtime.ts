@@ -70,6 +70,12 @@ export interface RuntimeOptions {
   taskPollMs?: number;
   /** How soon to ask the guest agent again while a running VM has no address yet (default 5 s). */
   agentPollMs?: number;
+  /**
+   * Whether a VM a reconcile of this runtime found Ready is polled again (every pollIntervalMs).
+   * apply says no: its run ends once every VM is Ready, and a poll of each Ready VM every minute
+   * made an apply of N VMs cost O(N x its duration), O(N^2). Default true.
+   */
+  pollReady?: boolean;
   /** Called after every reconcile. */
   onResult?: (key: string, result: ReconcileResult, failures: number) => void;
 }
@@ -189,6 +195,10 @@ export function settled(r: ProxmoxVM): boolean {
   );
 }
 
+function isSettled(r: ProxmoxVM | undefined): boolean {
+  return r !== undefined && !r.metadata.deletionTimestamp && settled(r);
+}
+
 export function failedPermanently(r: ProxmoxVM): boolean {
   const s = getCondition(r, 'Synced');
   if (s?.status === 'False' && STOP_REASONS.has(s.reason)) return true;
@@ -294,6 +304,10 @@ export class LocalRuntime {
     this.controller = new Controller(this.store, reconciler, {
       workers: opts.workers ?? 8,
       ...(opts.backoff ? { backoff: opts.backoff } : {}),
+      // A reconcile without work in flight that left the VM Ready (settled): stateOf's 'ready'.
+      ...(opts.pollReady === false
+        ? { pollOf: (key: string, ms: number) => (isSettled(this.store.getSync(key)) ? undefined : ms) }
+        : {}),
       onResult: (key, result, failures) => {
         this.failures.set(key, failures);
         this.lastResult.set(key, result);

@@ -112,6 +112,8 @@ export function openRuntime(
     ...(state ? { stateFile: state } : {}),
     secrets: manifestSecrets(others),
     ...(args.workers ? { workers: args.workers } : {}),
+    // What apply waits for is every VM Ready once; it does not watch them after (the controller does).
+    pollReady: false,
     ...(args.taskPollMs !== undefined ? { taskPollMs: args.taskPollMs } : {}),
     ...(args.agentPollMs !== undefined ? { agentPollMs: args.agentPollMs } : {}),
     ...(args.driftIntervalMs !== undefined ? { driftIntervalMs: args.driftIntervalMs } : {}),

@@ -8,7 +8,7 @@ import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { MarkedVm } from './inventory.ts';
-import { isVmEntry, listIndex } from './list-index.ts';
+import { isVmEntry, listIndex, unheldTagged } from './list-index.ts';
 import { markerNames, parseMarker, vmName } from './spec.ts';
 
 export interface ObservedVm {
@@ -51,17 +51,16 @@ export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<Observe
   const held = ctx.options.vmidHolders?.(ctx.site.name);
   const name = vmName(r);
   const named = index.byName.get(name) ?? [];
-  // Every entry of `tagged` and `named` is a VM that may carry the marker (mayBeMarked), if placed.
-  // A plain loop: at 10,000 VMs nearly all are tagged and held, and this runs once per create.
-  const candidates: ClusterResource[] = [];
-  const mayBeOwn = (e: ClusterResource) => {
-    if (!e.node || e.template === 1) return false;
+  // Every entry of the tagged and the named is a VM that may carry the marker (mayBeMarked), if
+  // placed. At 10,000 VMs nearly all are tagged and held, and this runs once per create: the
+  // tagged come from the list's index of those no other resource holds (unheldTagged).
+  const candidates = unheldTagged(index, held, r.metadata.uid);
+  const tagged = new Set(candidates);
+  for (const e of named) {
+    if (tagged.has(e) || !e.node || e.template === 1) continue;
     const holder = held?.get(Number(e.vmid));
-    return holder === undefined || holder === r.metadata.uid;
-  };
-  const byName = new Set(named);
-  for (const e of index.tagged) if (!byName.has(e) && mayBeOwn(e)) candidates.push(e);
-  for (const e of named) if (mayBeOwn(e)) candidates.push(e);
+    if (holder === undefined || holder === r.metadata.uid) candidates.push(e);
+  }
   const installation = ctx.site.installation;
   const own = (await ctx.site.markedVms(candidates, ctx.signal)).filter((v) => isOwnVm(v, r, installation));
   for (const v of own.sort((a, b) => a.vmid - b.vmid)) {

@@ -12,6 +12,76 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { heldVmids } from './connector.ts';
+import type { HoldingLog } from './list-index.ts';
+
+/** The changes a HeldVmids remembers; an index further behind than this is built again. */
+const MAX_LOG = 8192;
+
+/**
+ * One site's VMID -> holder uid (what holdersOf hands out), which also remembers which VMIDs
+ * changed holder lately and which VMIDs each uid holds: an index over a bulk list (list-index.ts
+ * unheldTagged) then follows the holders by what changed, not by a scan of every VM per question.
+ */
+export class HeldVmids extends Map<number, string> implements HoldingLog {
+  version = 0;
+  /** The VMIDs of the changes from version logStart on. */
+  private log: number[] = [];
+  private logStart = 0;
+  private byUid = new Map<string, number[]>();
+
+  override set(vmid: number, uid: string): this {
+    const old = super.get(vmid);
+    if (old === uid) return this;
+    if (old !== undefined) this.unlink(old, vmid);
+    const mine = this.byUid?.get(uid);
+    if (mine) mine.push(vmid);
+    else this.byUid?.set(uid, [vmid]);
+    this.note(vmid);
+    return super.set(vmid, uid);
+  }
+
+  override delete(vmid: number): boolean {
+    const old = super.get(vmid);
+    if (old === undefined) return false;
+    this.unlink(old, vmid);
+    this.note(vmid);
+    return super.delete(vmid);
+  }
+
+  override clear(): void {
+    for (const vmid of this.keys()) this.note(vmid);
+    this.byUid.clear();
+    super.clear();
+  }
+
+  changedSince(version: number): readonly number[] | undefined {
+    return version < this.logStart ? undefined : this.log.slice(version - this.logStart);
+  }
+
+  vmidsOf(uid: string): readonly number[] {
+    return this.byUid.get(uid) ?? [];
+  }
+
+  private unlink(uid: string, vmid: number): void {
+    const mine = this.byUid.get(uid);
+    if (!mine) return;
+    const i = mine.indexOf(vmid);
+    if (i >= 0) mine.splice(i, 1);
+    if (!mine.length) this.byUid.delete(uid);
+  }
+
+  private note(vmid: number): void {
+    // (Undefined only while Map's constructor runs, before the fields are set: no entries then.)
+    if (!this.log) return;
+    this.log.push(vmid);
+    this.version++;
+    if (this.log.length > MAX_LOG) {
+      const drop = this.log.length - MAX_LOG / 2;
+      this.log.splice(0, drop);
+      this.logStart += drop;
+    }
+  }
+}
 
 /** One resource's holdings: `site` -> the VMIDs it holds there. */
 type Holdings = Map<string, number[]>;
@@ -21,7 +91,7 @@ export class VmidHolderIndex {
   private readonly sites: ReadonlySet<string> | undefined;
   private readonly onlySite: string | undefined;
   /** Per site: VMID -> the uid of its holder (the view the connector reads). */
-  private readonly bySite = new Map<string, Map<number, string>>();
+  private readonly bySite = new Map<string, HeldVmids>();
   /** Per site and VMID: every resource key holding it (more than one only on a conflict). */
   private readonly claims = new Map<string, Map<number, Set<string>>>();
   /** Per resource key: its place in the store's order, uid and holdings. */
@@ -44,7 +114,7 @@ export class VmidHolderIndex {
   holdersOf(site: string): Map<number, string> {
     let held = this.bySite.get(site);
     if (!held) {
-      held = new Map();
+      held = new HeldVmids();
       if (!this.sites || this.sites.has(site)) this.bySite.set(site, held);
     }
     return held;

@@ -17,6 +17,7 @@ import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import type { VmState } from '../../src/sim/state.ts';
 import { VmConnector, vmidHoldersOf } from '../../src/vm/connector.ts';
 import { MARKER_PREFIX } from '../../src/vm/spec.ts';
+import { VmidHolderIndex } from '../../src/vm/vmid-holders.ts';
 import { ROOT_PASSWORD, raw, startTestSim, waitTask } from '../helpers/sim.ts';
 
 /** Generous: only a failing (or badly overloaded) run waits this long. */
@@ -70,6 +71,12 @@ export interface EngineOptions {
   wake?: boolean;
   /** How soon an in-flight task is looked at again without a wake (default 10 ms here). */
   taskPollMs?: number;
+  /**
+   * Where `vmidHolders` comes from: a scan of the store per question (vmidHoldersOf, the default),
+   * or the index the runtimes keep on every store write (src/vm/vmid-holders.ts), which the marker
+   * search follows by what changed (list-index.ts unheldTagged).
+   */
+  holders?: 'scan' | 'index';
 }
 
 export interface Attempt {
@@ -97,6 +104,9 @@ export class Engine {
       ? parseProviderConfig(opts.configYaml(stringifyConfig(sim, opts.auth)), 'test.yaml')
       : simConfig(sim, opts.auth);
     this.store = opts.store ?? new MemoryStore<ProxmoxVM>();
+    const sites = this.config.config.spec.sites;
+    const index = opts.holders === 'index' ? new VmidHolderIndex(sites.map((s) => s.name)) : undefined;
+    if (index) this.store.addIndex((k, r) => index.set(k, r));
     this.connector = new VmConnector(new FileConfigSource(this.config), {
       taskPollMs: opts.taskPollMs ?? 10,
       agentPollMs: 20,
@@ -104,7 +114,7 @@ export class Engine {
       siteTtlMs: opts.siteTtlMs ?? 5,
       unknownOutcomeWaitMs: opts.unknownOutcomeWaitMs ?? 300,
       vmidHolders: (site) => {
-        const sites = this.config.config.spec.sites;
+        if (index) return index.holdersOf(site);
         return vmidHoldersOf(this.store.listSync(), site, sites.length === 1 ? sites[0]!.name : undefined);
       },
       ...(opts.installation ? { installation: () => opts.installation! } : {}),
