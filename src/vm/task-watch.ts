@@ -21,6 +21,8 @@
 
 interface Watched {
   upid: string;
+  /** The task's type (the UPID's: qmcreate, qmresize, qmstart...), whose first look it shares. */
+  type: string;
   /** When the watch began (ms, this process's clock). */
   since: number;
   /** Whether a read has looked at it yet. */
@@ -42,7 +44,7 @@ const GROWTH = 0.25;
  */
 const WATCH_GROWTH = 0.1;
 
-/** The shortest floor the watcher adapts to (see TaskWatcher.floorMs). */
+/** The shortest floor the watcher adapts to (see TaskWatcher.floors). */
 const MIN_FLOOR_MS = 10;
 
 /**
@@ -81,16 +83,34 @@ export class TaskWatcher {
   /** Observed duration / estimated duration of this site's tasks (moving average), once known. */
   private scale: number | undefined;
   /**
-   * The wait before a task's first look, within [MIN_FLOOR_MS, minMs]: halved when a first look
-   * finds the task already ended, doubled when it finds it running. A site whose short tasks (a
-   * resize, a start) end within milliseconds (a fast simulator) is then looked at that soon, and a
-   * real cluster, whose tasks take a second, at minMs as before.
+   * Per type of task, the wait before a task's first look, within [MIN_FLOOR_MS, minMs]: halved
+   * when a first look finds the task already ended, doubled when it finds it running. A site whose
+   * short tasks (a resize, a start) end within milliseconds (a fast simulator) is then looked at
+   * that soon, and a real cluster, whose tasks take a second, at minMs as before. Per type: one
+   * floor for the site let the creates, which always run past it, hold every resize and start of
+   * a fast site at minMs (50 ms: 5 simulated seconds at speed 100, at each step of each VM).
    */
-  private floorMs: number;
+  private readonly floors = new Map<string, number>();
+  /**
+   * Per type of task, how long its tasks ran here (the mean of those seen end, by this watcher's
+   * looks). The later looks at a task are spaced by a share of its age (WATCH_GROWTH) but not less
+   * than minMs, unless the site's tasks of that type are so short that minMs is more than that
+   * share of them: then by the share of their duration, down to MIN_FLOOR_MS. A real cluster's
+   * creates (seconds, minutes) keep minMs; a fast simulator's 160 ms creates, looked at every
+   * 50 ms, were seen up to 50 ms (5 simulated seconds at speed 100) late.
+   */
+  private readonly durations = new Map<string, number>();
 
   constructor(opts: TaskWatcherOptions) {
     this.o = { maxMs: 2_000, now: Date.now, ...opts };
-    this.floorMs = this.o.minMs;
+  }
+
+  /** The floor of a task's next look: its type's first-look floor, then its type's spacing. */
+  private floorOf(t: Pick<Watched, 'type' | 'looked'>): number {
+    if (!t.looked) return this.floors.get(t.type) ?? this.o.minMs;
+    const ran = this.durations.get(t.type);
+    const lowest = Math.min(MIN_FLOOR_MS, this.o.minMs);
+    return ran === undefined ? this.o.minMs : Math.min(this.o.minMs, Math.max(lowest, ran * WATCH_GROWTH));
   }
 
   /** Wake `wake` once `upid` (a task on its node) is no longer running; `expectedMs`: its estimated duration. */
@@ -103,7 +123,8 @@ export class TaskWatcher {
       n = { tasks: new Map(), busy: false };
       this.nodes.set(node, n);
     }
-    n.tasks.set(upid, { upid, since: this.o.now(), expectedMs: Math.max(0, expectedMs), wake });
+    const type = upid.split(':')[5] ?? '';
+    n.tasks.set(upid, { upid, type, since: this.o.now(), expectedMs: Math.max(0, expectedMs), wake });
     this.schedule(node);
   }
 
@@ -129,8 +150,10 @@ export class TaskWatcher {
       return;
     }
     const now = this.o.now();
-    const opts = { floorMs: this.floorMs, maxMs: this.o.maxMs, scale: this.scale, growth: WATCH_GROWTH };
-    const wait = Math.min(...[...n.tasks.values()].map((t) => pollDelay(t, now, opts)));
+    const opts = { maxMs: this.o.maxMs, scale: this.scale, growth: WATCH_GROWTH };
+    const wait = Math.min(
+      ...[...n.tasks.values()].map((t) => pollDelay(t, now, { ...opts, floorMs: this.floorOf(t) })),
+    );
     n.timer = setTimeout(() => void this.poll(node), wait);
     n.timer.unref?.();
   }
@@ -146,12 +169,13 @@ export class TaskWatcher {
       const now = this.o.now();
       for (const t of [...n.tasks.values()]) {
         // Only a first look that waited the floor out says how the floor compares with the site's tasks.
-        if (!t.looked && now - t.since >= this.floorMs) this.adaptFloor(!active.has(t.upid));
+        if (!t.looked && now - t.since >= this.floorOf(t)) this.adaptFloor(t.type, !active.has(t.upid));
         t.looked = true;
         if (active.has(t.upid)) t.seenRunning = now;
         else {
           n.tasks.delete(t.upid);
           this.learn(t);
+          if (t.seenRunning !== undefined) this.ran(t.type, now - t.since);
           try {
             t.wake();
           } catch {
@@ -167,10 +191,18 @@ export class TaskWatcher {
     }
   }
 
-  private adaptFloor(endedAlready: boolean): void {
-    this.floorMs = endedAlready
-      ? Math.max(Math.min(MIN_FLOOR_MS, this.o.minMs), this.floorMs / 2)
-      : Math.min(this.o.minMs, this.floorMs * 2);
+  private adaptFloor(type: string, endedAlready: boolean): void {
+    const floor = this.floorOf({ type, looked: false });
+    this.floors.set(
+      type,
+      endedAlready ? Math.max(Math.min(MIN_FLOOR_MS, this.o.minMs), floor / 2) : Math.min(this.o.minMs, floor * 2),
+    );
+  }
+
+  /** A task of `type` was seen ended `ms` after it was watched, having been seen running before. */
+  private ran(type: string, ms: number): void {
+    const before = this.durations.get(type);
+    this.durations.set(type, before === undefined ? ms : (before + ms) / 2);
   }
 
   /** The site's scale from a task seen ended. */

@@ -37,7 +37,7 @@ describe('task watcher cadence', () => {
     assert.equal(pollDelay(t, 1000, { ...o, scale: 0.05 }), 1000);
     assert.equal(pollDelay(t, 1990, { ...o, scale: 0.05 }), 497.5, 'due now: geometric again');
   });
-  it("the watcher's first look follows the site: sooner while tasks end before it (to 10 ms), later again when one runs past it (to the floor given)", async () => {
+  it("the watcher's first look follows the site's tasks of a type: sooner while they end before it (to 10 ms), later again when one runs past it (to the floor given)", async () => {
     let clock = 0;
     const ends = new Map<string, number>();
     const timers: Array<{ at: number; fn: () => void }> = [];
@@ -57,8 +57,8 @@ describe('task watcher cadence', () => {
     try {
       let n = 0;
       /** A task of `ms` on pve1: when the watcher first woke it, after its start. */
-      const seenAfter = async (ms: number): Promise<number> => {
-        const upid = `UPID:pve1:0000${n}:00000000:00000000:qmstart:${100 + n++}:root@pam:`;
+      const seenAfter = async (ms: number, type = 'qmstart'): Promise<number> => {
+        const upid = `UPID:pve1:0000${n}:00000000:00000000:${type}:${100 + n++}:root@pam:`;
         ends.set(upid, clock + ms);
         const start = clock;
         let woke: number | undefined;
@@ -78,9 +78,20 @@ describe('task watcher cadence', () => {
       const short: number[] = [];
       for (let i = 0; i < 5; i++) short.push(await seenAfter(2));
       assert.deepEqual(short, [50, 25, 12.5, 10, 10]);
+      // A create runs past its first look: the starts keep theirs.
+      const create = await seenAfter(300, 'qmcreate');
+      assert.ok(create >= 300 && create <= 300 * 1.1 + 20, `a 300 ms create seen at ${create}`);
+      assert.equal(await seenAfter(2), 10, "another type's long task leaves the floor of the starts");
       const long = await seenAfter(300);
       assert.ok(long >= 300 && long <= 300 * 1.1 + 20, `a 300 ms task seen at ${long}`);
-      assert.equal(await seenAfter(2), 20, 'the long task was seen running at its first look: the floor doubled');
+      assert.equal(await seenAfter(2), 20, 'a start was seen running at its first look: the floor doubled');
+      // Clones of 160 ms: looked at every 50 ms (minMs) the first time, so seen 40 ms late; once
+      // the site's clones are known to take that long, every 10% of that (20 ms: the first one's
+      // 200 ms, averaged with the next ones').
+      const first = await seenAfter(160, 'qmclone');
+      const next = await seenAfter(160, 'qmclone');
+      assert.equal(first - 160, 40, 'the first clone');
+      assert.ok(next - 160 <= 20, `the next one seen ${next - 160} ms late`);
     } finally {
       globalThis.setTimeout = realSetTimeout;
       w.stop();
