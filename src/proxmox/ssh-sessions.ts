@@ -55,6 +55,19 @@ export class SshSessions {
     }
   }
 
+  /**
+   * Make the connection to `target` now, if there is none, for a use that is coming (a create's
+   * checks run meanwhile): its key exchange and login are then off that use's path. A failure is
+   * not reported here; the use that follows connects again and gets it.
+   */
+  warm(target: SshTarget): void {
+    if (this.closed) return;
+    const key = targetKey(target);
+    const s = this.acquire(key, target);
+    const done = () => this.release(key, s, false);
+    s.opened.then(done, done);
+  }
+
   /** End every connection (the site's context stops). */
   close(): void {
     this.closed = true;

@@ -13,7 +13,7 @@ import { hook, type StepContext, slotWait, slotWake } from './context.ts';
 import { listIndex } from './list-index.ts';
 import { findTemplate } from './lookup.ts';
 import { nodeFact } from './node-facts.ts';
-import { checkSnippetPossible, desiredSnippet, uploadSnippet } from './snippets.ts';
+import { checkSnippetPossible, desiredSnippet, uploadSnippet, warmSnippetConnection } from './snippets.ts';
 import { desiredNets, diskBytes, memoryBytes, vcpus } from './spec.ts';
 
 export type CreateSource =
@@ -41,6 +41,7 @@ export async function preflight(
   setStep(r, 'CheckingNode');
   const node = await resolveNode(ctx, r);
   atProvider(r).node = node;
+  readAhead(ctx, r, node);
   await desiredSnippet(ctx, r, node);
   setStep(r, 'CheckingBridge');
   await checkBridges(ctx, r, node);
@@ -85,6 +86,28 @@ export async function preflight(
     bytes: diskBytes(fp) ?? 0,
   });
   return { plan: { node, storage, ciStorage, source } };
+}
+
+/**
+ * Start at once the reads the checks below make one after another (the node's bridges and
+ * storages, the image's storage content, the PVE version) and the SSH connection a snippet will
+ * need: each check still awaits its own read in its order and fails as it did, but a create no
+ * longer waits for five round trips and a key exchange in a row before it is sent. The reads are
+ * the shared node facts (node-facts.ts): what is read here is what the checks get.
+ */
+function readAhead(ctx: StepContext, r: ProxmoxVM, node: string): void {
+  const fp = r.spec.forProvider;
+  const ignore = () => {};
+  nodeFact(ctx, 'bridges', node, (c) => c.bridges(node)).catch(ignore);
+  nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node)).catch(ignore);
+  if (fp.image && !fp.template && !fp.templateRef) {
+    ctx.client.capabilities().catch(ignore);
+    if (fp.image.includes(':')) {
+      const sid = fp.image.slice(0, fp.image.indexOf(':'));
+      nodeFact(ctx, 'content', node, (c) => c.storageContent(node, sid), sid).catch(ignore);
+    }
+  }
+  warmSnippetConnection(ctx, r, node);
 }
 
 /** Step 3 (+ placement when no node is given). */

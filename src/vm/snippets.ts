@@ -251,6 +251,33 @@ async function uploadFailed(e: unknown): Promise<Error> {
   return reason(why, `uploading the userData snippet: ${e.message}`, !permanent);
 }
 
+/**
+ * Connect to `node` ahead of an upload that is coming (the create's checks run meanwhile). Only
+ * where the resource needs a snippet and none is uploaded yet; a failure shows at the upload.
+ */
+export function warmSnippetConnection(ctx: StepContext, r: ProxmoxVM, node: string): void {
+  if (!ctx.site.ssh || !needsSnippet(r) || ctx.memory.snippet?.uploaded) return;
+  // Once a few seconds per node is enough (a target may cost a /cluster/status read).
+  let nodes = warmed.get(ctx.site);
+  if (!nodes) {
+    nodes = new Map();
+    warmed.set(ctx.site, nodes);
+  }
+  const now = ctx.site.now();
+  if (now - (nodes.get(node) ?? -Infinity) < WARM_EVERY_MS) return;
+  nodes.set(node, now);
+  void (async () => {
+    const t = await target(ctx, node);
+    const { SshSessions } = await import('../proxmox/ssh-sessions.ts');
+    ctx.site.sshSessions ??= new SshSessions();
+    ctx.site.sshSessions.warm(t);
+  })().catch(() => {});
+}
+
+/** When each node's connection was last warmed, per site. */
+const warmed = new WeakMap<object, Map<string, number>>();
+const WARM_EVERY_MS = 5_000;
+
 /** Upload the snippet computed by desiredSnippet (once per content and node). */
 export async function uploadSnippet(ctx: StepContext): Promise<void> {
   const s = ctx.memory.snippet;

@@ -133,6 +133,21 @@ describe('SshSessions', () => {
     }
   });
 
+  it('warm() connects ahead of a use, which then finds the connection made', async () => {
+    const sessions = new SshSessions();
+    try {
+      const start = accepted();
+      sessions.warm(target);
+      sessions.warm(target);
+      for (let i = 0; i < 200 && accepted() === start; i++) await new Promise((r) => setTimeout(r, 5));
+      assert.equal(accepted() - start, 1, 'one connection for two warms');
+      await sessions.use(target, (files) => files.list(DIR));
+      assert.equal(accepted() - start, 1, 'the use took the warmed connection');
+    } finally {
+      sessions.close();
+    }
+  });
+
   it('an idle connection is ended; close() refuses new uses', async () => {
     const sessions = new SshSessions({ idleMs: 20 });
     await sessions.use(target, (files) => files.list(DIR));
