@@ -329,6 +329,10 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
   installation: string | undefined;
   private lock: StateLock | undefined;
   private db: StateDatabase | undefined;
+  /** Set when a commit could not be made durable (see lost): every later write fails with it. */
+  private broken: Error | undefined;
+  /** A synchronous write (put, remove) was committed and not yet made durable (syncWritten). */
+  private unsynced = false;
   /** Before open() a FileStore is a MemoryStore; after close() it refuses writes (see database()). */
   private phase: 'new' | 'open' | 'closed' = 'new';
   /** Each event's row in the database, and the events not written yet. */
@@ -419,6 +423,7 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
    */
   private database(): StateDatabase | undefined {
     if (this.phase === 'new') return undefined;
+    if (this.broken) throw this.broken;
     if (this.phase === 'closed') throw new Error(`${this.dbFile}: the state is closed; this write was not stored`);
     if (!this.db) {
       createDatabase(this.dbFile, { installation: this.installation });
@@ -444,9 +449,10 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
    * committed together at the end of the event loop's turn: one transaction and one fsync for
    * every write made meanwhile by every reconcile, where each took one of its own (an fsync blocks
    * the process: at 10,000 resources, one per write was minutes of an apply spent waiting for the
-   * disk). Each write still resolves only after its commit, and only then is it visible in memory
-   * and to watchers: a write the engine was told is done is on disk, and one that was not is not
-   * in memory either. A failed commit rejects every write of the batch and changes nothing.
+   * disk). A write is visible in memory and to watchers once committed (so that the next one
+   * builds on it), and resolves only once the commit is durable (fsynced, off the event loop: see
+   * state-database.ts): a write the engine was told is done is on disk. A failed commit rejects
+   * every write of the batch and changes nothing.
    * apply and markDeleted (the runtime's, synchronous) commit the staged writes first, then
    * themselves, as before.
    */
@@ -465,7 +471,11 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
     });
   }
 
-  /** Commit the staged writes in one transaction, then make them visible and resolve them. */
+  /**
+   * Commit the staged writes in one transaction and make them visible; each resolves once the
+   * commit is durable (StateDatabase.durable: an fsync off the event loop), so that nothing the
+   * engine does after a write (a create after its VMID) comes before the write is on disk.
+   */
   flush(): void {
     if (this.flushTimer) clearImmediate(this.flushTimer);
     this.flushTimer = undefined;
@@ -474,8 +484,9 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
     this.batch = [];
     this.staged.clear();
     let events: StoredEvent[];
+    let db: StateDatabase;
     try {
-      const db = this.database()!;
+      db = this.database()!;
       events = this.writeEvents(db, () => {
         for (const { c } of batch)
           if (c.removed !== undefined) this.deleteRow(db, c.key, c.removed);
@@ -486,28 +497,60 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
       return;
     }
     this.written(events);
+    // Visible at once: a later write builds on it (committed, it is what the database holds).
+    const settle: Array<() => void> = [];
     this.committed = true;
     try {
       for (const b of batch) {
         try {
-          b.resolve(this.applyChange(b.c));
+          const stored = this.applyChange(b.c);
+          settle.push(() => b.resolve(stored));
         } catch (e) {
-          b.reject(e);
+          settle.push(() => b.reject(e));
         }
       }
     } finally {
       this.committed = false;
     }
+    db.durable().then(
+      () => {
+        for (const s of settle) s();
+      },
+      (e: unknown) => this.lost(e, batch),
+    );
+  }
+
+  /**
+   * The disk refused to make a commit durable (an fsync failed: what it wrote may be lost, and
+   * Linux does not report it again). Its writes are rejected, and the store takes no more: the
+   * run must stop rather than act on a state the disk may not hold.
+   */
+  private lost(e: unknown, batch: Array<{ reject: (e: unknown) => void }>): void {
+    const why = new Error(
+      `${this.dbFile}: the state could not be made durable (${e instanceof Error ? e.message : String(e)}); nothing more is written. Check the disk, then run the command again: it reads what the state file holds`,
+    );
+    this.broken = why;
+    for (const b of batch) b.reject(why);
   }
 
   override apply(desired: R): R {
     this.flush();
-    return super.apply(desired);
+    const out = super.apply(desired);
+    this.syncWritten();
+    return out;
   }
 
   override markDeleted(key: string): void {
     this.flush();
     super.markDeleted(key);
+    this.syncWritten();
+  }
+
+  /** The runtime's synchronous writes are durable when they return, as each was before. */
+  private syncWritten(): void {
+    if (!this.unsynced) return;
+    this.unsynced = false;
+    this.db?.durableSync();
   }
 
   private deleteRow(db: StateDatabase, key: string, uid: string): void {
@@ -522,13 +565,17 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
     if (db) {
       const doc = JSON.stringify(next);
       this.written(this.writeEvents(db, () => db.putObject(key, Number(next.metadata.resourceVersion), doc)));
+      this.unsynced = true;
     }
     super.put(key, deepFreeze(next));
   }
 
   protected override remove(key: string, uid: string): void {
     const db = this.committed ? undefined : this.database();
-    if (db) this.written(this.writeEvents(db, () => this.deleteRow(db, key, uid)));
+    if (db) {
+      this.written(this.writeEvents(db, () => this.deleteRow(db, key, uid)));
+      this.unsynced = true;
+    }
     super.remove(key, uid);
   }
 
