@@ -12,7 +12,9 @@
  * - `bundle`: the bundle of scripts/build.ts, built afresh into a temporary package laid out as
  *   `npm pack` ships it, run through its bin/provider-proxmox.js (an installed package).
  * `--main FILE` measures that one file instead (`--main dist/cli/main.js`: an existing build);
- * `--sources-only`, the first one.
+ * given more than once, each file (main1, main2...), their runs taking turns like the rest, which
+ * is how two builds are compared on a shared machine (a bin/provider-proxmox.js of a package laid
+ * out as above: before and after a change); `--sources-only`, the first one.
  *
  * Each command runs `runs` times as a fresh process, the commands taking turns so that the shared
  * machine's noise falls on all of them alike; the median wall time is reported. Three ways:
@@ -29,7 +31,7 @@
  * `targetMet` says per command whether the first run (`ms`) and later runs (`msDefault`) are
  * within 3x of it. Timings on a shared machine are noisy: compare runs taken together.
  *
- * Prints one JSON object. Usage: node bench/startup.ts [--runs 5] [--modules-list] [--main FILE]
+ * Prints one JSON object. Usage: node bench/startup.ts [--runs 5] [--modules-list] [--main FILE]...
  *   [--sources-only]
  */
 import { spawnSync } from 'node:child_process';
@@ -45,7 +47,7 @@ const { values } = parseArgs({
   options: {
     runs: { type: 'string', default: '5' },
     'modules-list': { type: 'boolean', default: false },
-    main: { type: 'string' },
+    main: { type: 'string', multiple: true },
     'sources-only': { type: 'boolean', default: false },
   },
 });
@@ -173,8 +175,9 @@ const COMMANDS: Array<{ name: string; args: string[] }> = [
 
 let output: unknown;
 try {
-  const programs: Program[] = values.main
-    ? [{ name: 'main', main: resolve(values.main), root: ROOT }]
+  const mains = values.main ?? [];
+  const programs: Program[] = mains.length
+    ? mains.map((m, i) => ({ name: mains.length > 1 ? `main${i + 1}` : 'main', main: resolve(m), root: ROOT }))
     : [
         { name: 'sources', main: join(ROOT, 'src/cli/main.ts'), root: ROOT },
         ...(values['sources-only'] ? [] : [sourcesBinProgram(), await bundleProgram()]),

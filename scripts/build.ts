@@ -33,7 +33,7 @@
  *
  * Usage: node scripts/build.ts [--outdir DIR]   (default: the outDir of tsconfig.build.json, dist/)
  */
-import { cpSync, existsSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { cpSync, existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -208,8 +208,48 @@ function deferredRequires(): esbuild.Plugin {
  * `import ... from 'node:fs'` in an ES module makes Node build the module's facade, which reads
  * every export of fs, among them the getters that load its streams and fs/promises: about 3 ms of
  * the start-up of any command, more than a tenth of Node's own. The bundle requires fs instead
- * (what its CommonJS dependencies do already): the same object, without the facade.
+ * (what its CommonJS dependencies do already): the same object, without the facade. The stand-in
+ * is an ES module that exports what src/ imports from fs (FS_IMPORT), each read once: a CommonJS
+ * stand-in made esbuild copy every property of fs onto a namespace object in each importing module
+ * (__toESM), and reading them all loads what fs loads on first use (fs.Dir: its internal/fs/dir),
+ * about 2 ms of `validate` together. An import of another name fails the build (no such export).
  */
+const FS_IMPORT = /^import\s+(type\s+)?\{([^}]*)\}\s*from\s*'(?:node:)?fs';/gm;
+const ANY_FS_IMPORT = /^import\b[^;]*?\bfrom\s*'(?:node:)?fs';/gm;
+
+/** The names src/ imports from node:fs; the build fails on any other form of import of it. */
+export function fsImportNames(): string[] {
+  const names = new Set<string>();
+  for (const f of readdirSync(SRC, { recursive: true, encoding: 'utf8' })) {
+    if (!f.endsWith('.ts')) continue;
+    const text = readFileSync(join(SRC, f), 'utf8');
+    const named = [...text.matchAll(FS_IMPORT)];
+    const all = [...text.matchAll(ANY_FS_IMPORT)];
+    const other = all.find((a) => !a[0].startsWith('import type ') && !named.some((m) => m.index === a.index));
+    if (other)
+      throw new Error(
+        `scripts/build.ts: src/${posix(f)}: \`${other[0]}\`: import fs's functions by name (fsByRequire)`,
+      );
+    for (const m of named) {
+      if (m[1]) continue;
+      for (const spec of m[2]!.split(',').map((s) => s.trim()))
+        if (spec && !spec.startsWith('type ')) names.add(spec.split(/\s+as\s+/)[0]!);
+    }
+  }
+  return [...names].sort();
+}
+
+/** The bundle's node:fs for ES modules: fs itself as the default export, and `names`. */
+export function fsStandIn(names: string[]): string {
+  return [
+    "// The bundle's node:fs for ES modules (scripts/build.ts, fsByRequire).",
+    "const fs = require('node:fs');",
+    'export default fs;',
+    `export const { ${names.join(', ')} } = fs;`,
+    '',
+  ].join('\n');
+}
+
 function fsByRequire(): esbuild.Plugin {
   return {
     name: 'fs-by-require',
@@ -218,7 +258,7 @@ function fsByRequire(): esbuild.Plugin {
         args.kind === 'import-statement' ? { path: 'node:fs', namespace: 'fs-by-require' } : undefined,
       );
       build.onLoad({ filter: /.*/, namespace: 'fs-by-require' }, () => ({
-        contents: "module.exports = require('node:fs');\n",
+        contents: fsStandIn(fsImportNames()),
         loader: 'js',
       }));
     },

@@ -17,7 +17,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symli
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type BuildResult, buildBundle, EXTERNAL, LAZY, lazyFile } from '../../scripts/build.ts';
+import { type BuildResult, buildBundle, EXTERNAL, fsImportNames, LAZY, lazyFile } from '../../scripts/build.ts';
 import { writeResolveHook } from '../../scripts/resolve-hook.ts';
 import { cliEnv, MAIN, ROOT, writeManifests } from '../helpers/cli.ts';
 
@@ -94,6 +94,15 @@ describe('the bundle (npm run build)', () => {
     for (const pkg of Object.keys(LAZY)) assert.ok(js.includes(`chunks/${lazyFile(pkg)}.js`), js.join(' '));
     // node:fs is required, not imported (scripts/build.ts, fsByRequire).
     for (const f of js) assert.doesNotMatch(readFileSync(join(build.outDir, f), 'utf8'), /from "node:fs"/, f);
+    // Its stand-in reads what src/ imports, not every property of fs (fs.Dir loads a module of its own).
+    const names = fsImportNames();
+    assert.ok(names.includes('readFileSync') && !names.includes('Dir'), names.join(' '));
+    const standIns = js.filter((f) => readFileSync(join(build.outDir, f), 'utf8').includes('// fs-by-require:node:fs'));
+    assert.equal(standIns.length, 1, standIns.join(' '));
+    assert.ok(
+      readFileSync(join(build.outDir, standIns[0]!), 'utf8').includes(`var { ${names.join(', ')} } = fs;`),
+      standIns[0],
+    );
     // The entry point loads nothing before the compile cache is on: the wiring is a chunk of its own.
     const entry = readFileSync(build.main, 'utf8');
     assert.match(entry, /enableCompileCache/);
