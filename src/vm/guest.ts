@@ -107,6 +107,7 @@ export async function observeGuest(
   if (how.guestPoll && m.agentAnswered && a.ipSource === 'agent' && a.step === 'WaitingForCloudInit') return undefined;
   const agentOn = cfg ? agentEnabled(cfg.agent) : m.lastFull?.agent === true;
   // (At uptime 0 no agent answers yet: the first ask waits for guest-timing.ts.)
+  const askedAt = ctx.site.now();
   const fromAgent = agentOn && !how.started ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
   if (fromAgent === 'vm-not-running') {
     if (cfg) return undefined; // read just now as running: the next observe sees what changed
@@ -115,8 +116,8 @@ export async function observeGuest(
   }
   if (fromAgent !== undefined) {
     ctx.memory.agentAnswered = true;
-    guestReached(ctx, r, 'agent');
-  } else if (agentOn && !how.started) guestMissed(ctx, 'agent');
+    guestReached(ctx, r, 'agent', askedAt);
+  } else if (agentOn && !how.started) guestMissed(ctx, 'agent', askedAt);
   const fixed = staticAddresses(r);
   if (fromAgent?.length) {
     a.ipAddresses = fromAgent;
@@ -296,13 +297,14 @@ async function cloudInitStatus(ctx: StepContext, found: ObservedVm): Promise<Sta
       return { kind: 'pending' };
     }
     const exec = m.cloudInitExec;
+    const askedAt = ctx.site.now();
     const st = await ctx.client.agentExecStatus(node, vmid, exec.pid);
     if (!st.exited) {
-      guestExecRunning(ctx, exec.at);
+      guestExecRunning(ctx, exec.at, askedAt);
       return { kind: 'pending' };
     }
     delete m.cloudInitExec;
-    guestExecExited(ctx, exec.at);
+    guestExecExited(ctx, exec.at, askedAt);
     const out = st['out-data'] ?? '';
     if (exec.json && st.exitcode === 2 && /usage|unrecognized|invalid choice/i.test(`${out}${st['err-data'] ?? ''}`)) {
       // cloud-init before 22.x has no --format: ask the long text form next time.

@@ -86,14 +86,17 @@ export class TaskWatcher {
    * Per type of task, the wait before a task's first look, within [MIN_FLOOR_MS, minMs]: halved
    * when a first look finds the task already ended, doubled when it finds it running. A site whose
    * short tasks (a resize, a start) end within milliseconds (a fast simulator) is then looked at
-   * that soon, and a real cluster, whose tasks take a second, at minMs as before. Per type: one
-   * floor for the site let the creates, which always run past it, hold every resize and start of
-   * a fast site at minMs (50 ms: 5 simulated seconds at speed 100, at each step of each VM).
+   * that soon, and a real cluster, whose tasks take a second, at minMs after its first few. Per
+   * type: one floor for the site let the creates, which always run past it, hold every resize and
+   * start of a fast site at minMs (50 ms: 5 simulated seconds at speed 100, at each step of each
+   * VM). A type starts at MIN_FLOOR_MS, not at minMs: a rollout's first resize, the one of each
+   * phase's first VM, was seen 50 ms (5 simulated seconds) after a 1.5 ms task, and climbing to
+   * minMs costs a real cluster two or three reads of a node's list per type, once.
    */
   private readonly floors = new Map<string, number>();
   /**
    * Per type of task, how long its tasks ran here (the mean of those seen end, by this watcher's
-   * looks). The later looks at a task are spaced by a share of its age (WATCH_GROWTH) but not less
+   * looks: at most that for one its first look found ended). The later looks at a task are spaced by a share of its age (WATCH_GROWTH) but not less
    * than minMs, unless the site's tasks of that type are so short that minMs is more than that
    * share of them: then by the share of their duration, down to MIN_FLOOR_MS. A real cluster's
    * creates (seconds, minutes) keep minMs; a fast simulator's 160 ms creates, looked at every
@@ -105,12 +108,17 @@ export class TaskWatcher {
     this.o = { maxMs: 2_000, now: Date.now, ...opts };
   }
 
-  /** The floor of a task's next look: its type's first-look floor, then its type's spacing. */
+  /**
+   * The floor of a task's next look: its type's first-look floor, then its type's spacing; while
+   * no task of the type was seen to end, the first-look floor again (which doubles with every
+   * first look that finds one running): a start of 25 ms was seen at the 50 ms of minMs.
+   */
   private floorOf(t: Pick<Watched, 'type' | 'looked'>): number {
-    if (!t.looked) return this.floors.get(t.type) ?? this.o.minMs;
-    const ran = this.durations.get(t.type);
     const lowest = Math.min(MIN_FLOOR_MS, this.o.minMs);
-    return ran === undefined ? this.o.minMs : Math.min(this.o.minMs, Math.max(lowest, ran * WATCH_GROWTH));
+    const first = this.floors.get(t.type) ?? lowest;
+    if (!t.looked) return first;
+    const ran = this.durations.get(t.type);
+    return ran === undefined ? first : Math.min(this.o.minMs, Math.max(lowest, ran * WATCH_GROWTH));
   }
 
   /** Wake `wake` once `upid` (a task on its node) is no longer running; `expectedMs`: its estimated duration. */
@@ -175,7 +183,9 @@ export class TaskWatcher {
         else {
           n.tasks.delete(t.upid);
           this.learn(t);
-          if (t.seenRunning !== undefined) this.ran(t.type, now - t.since);
+          // Ended by now: seen running before, about its duration; at its first look, at most
+          // that (a resize found ended at 10 ms spaces the next ones' looks as a 10 ms task's).
+          this.ran(t.type, now - t.since);
           try {
             t.wake();
           } catch {
@@ -199,7 +209,7 @@ export class TaskWatcher {
     );
   }
 
-  /** A task of `type` was seen ended `ms` after it was watched, having been seen running before. */
+  /** A task of `type` was seen ended `ms` after it was watched. */
   private ran(type: string, ms: number): void {
     const before = this.durations.get(type);
     this.durations.set(type, before === undefined ? ms : (before + ms) / 2);
