@@ -35,9 +35,12 @@ interface Waiter {
  * is done.
  *
  * A limit the ProviderConfig does not set adapts (AIMD, as TCP's window): it starts at the
- * default, grows by one each time an operation that held it ended well while others waited for it,
- * up to `adaptive.max`, and halves when one failed on contention (a storage lock that timed out:
- * PVE waits 10 s for it, storage-lock.ts in the simulator says where). More creates at once
+ * default, doubles each time an operation that held it ended well while others waited for it, up
+ * to `adaptive.max`, and halves when one failed on contention (a storage lock that timed out:
+ * PVE waits 10 s for it, storage-lock.ts in the simulator says where); from its first contention
+ * on, it grows by one instead (TCP's slow start, then congestion avoidance). Growing by one from
+ * the start, a phase of seven creates on one storage went in three waves (2, 4, 1), each wave
+ * starting only once a create of the one before had ended: a whole create's time per slot gained. More creates at once
  * cost nothing where the storage shares its bandwidth (a copy that ends leaves the others its
  * share at once), and hide the gap between one create's end and the next one's start; the halving
  * backs off where they queue on the storage's lock instead.
@@ -67,6 +70,8 @@ export class SlotLimiter {
   private readonly adaptive: { perNode: boolean; perStorage: boolean; max: number } | undefined;
   /** The adapted limit per slot key (node:x, storage:y), where it adapts. */
   private readonly adapted = new Map<string, number>();
+  /** The slot keys that saw contention once: they grow by one from then on (TCP's congestion avoidance). */
+  private readonly congested = new Set<string>();
   constructor(
     limits: { perNode: number; perStorage: number },
     opts: {
@@ -102,9 +107,11 @@ export class SlotLimiter {
   private adapt(key: string, outcome: SlotOutcome): void {
     if (!this.adaptive || !this.adapts(key)) return;
     const limit = this.limitOf(key);
-    if (outcome === 'contention') this.adapted.set(key, Math.max(1, Math.floor(limit / 2)));
-    else if (outcome === 'ok' && limit < this.adaptive.max && (this.wanted.get(key) ?? 0) > 0)
-      this.adapted.set(key, limit + 1);
+    if (outcome === 'contention') {
+      this.congested.add(key);
+      this.adapted.set(key, Math.max(1, Math.floor(limit / 2)));
+    } else if (outcome === 'ok' && limit < this.adaptive.max && (this.wanted.get(key) ?? 0) > 0)
+      this.adapted.set(key, Math.min(this.adaptive.max, this.congested.has(key) ? limit + 1 : limit * 2));
   }
 
   /** Resources waiting for a slot, oldest first. */

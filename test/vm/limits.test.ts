@@ -79,33 +79,37 @@ describe('slot limiter', () => {
     assert.deepEqual(woken, ['y', 'b']);
   });
 
-  it('a limit the config leaves out grows while there is demand, up to its max, and halves on lock contention', () => {
+  it('a limit the config leaves out doubles while there is demand, up to its max, halves on lock contention, then grows by one', () => {
     const l = new SlotLimiter(
       { perNode: 64, perStorage: 2 },
-      { adaptive: { perNode: false, perStorage: true, max: 4 } },
+      { adaptive: { perNode: false, perStorage: true, max: 6 } },
     );
     const key = 'storage:n1/local-lvm';
     const running: string[] = [];
-    // Six creates want the storage; each one that ends well with others waiting raises the limit.
+    // Ten creates want the storage; each one that ends well with others waiting raises the limit.
     const ask = () => {
-      for (let i = 0; i < 6; i++)
+      for (let i = 0; i < 10; i++)
         if (l.tryAcquire(`c${i}`, 'n1', ['local-lvm'])) running.includes(`c${i}`) || running.push(`c${i}`);
     };
     ask();
     assert.deepEqual(running, ['c0', 'c1'], 'it starts at the default');
     l.release(running.shift()!, 'ok');
-    assert.equal(l.limitOf(key), 3);
+    assert.equal(l.limitOf(key), 4, 'doubled');
     ask();
-    assert.equal(running.length, 3);
+    assert.equal(running.length, 4);
     l.release(running.shift()!, 'ok');
     ask();
-    assert.equal(l.limitOf(key), 4);
+    assert.equal(l.limitOf(key), 6, 'doubled, not past its max');
+    assert.equal(running.length, 6);
     l.release(running.shift()!, 'ok');
-    assert.equal(l.limitOf(key), 4, 'not past its max');
+    assert.equal(l.limitOf(key), 6, 'not past its max');
     l.release(running.shift()!, 'contention');
-    assert.equal(l.limitOf(key), 2, 'halved on a lock timeout');
+    assert.equal(l.limitOf(key), 3, 'halved on a lock timeout');
     l.release(running.shift()!, 'failed');
-    assert.equal(l.limitOf(key), 2, 'another failure does not move it');
+    assert.equal(l.limitOf(key), 3, 'another failure does not move it');
+    ask();
+    l.release(running.shift()!, 'ok');
+    assert.equal(l.limitOf(key), 4, 'after a contention, one more at a time');
     assert.equal(l.limitOf('node:n1'), 64, 'a limit the config sets is kept');
     // Without waiters an ending create does not raise it: nothing asked for more.
     const quiet = new SlotLimiter(
