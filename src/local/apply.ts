@@ -66,8 +66,14 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   // stdout: the table or, with -o json|yaml, the document alone; the human lines go to o.say (src/local/output.ts).
   const o = outputFor(args);
   let planned: ResourcePlan[];
+  const firstPhase = new Set(plan.phases[0]?.members ?? []);
   try {
-    planned = await rt.plan(keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)));
+    planned = await rt.plan(
+      keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)),
+      // Unless a confirmation stands between the plan and the changes, the reads of the creates
+      // that start at once (the first phase's, or all without --wait) start now.
+      { readAhead: (k) => !args.confirm && (args.noWait || firstPhase.has(k)) },
+    );
   } catch (e) {
     await rt.close();
     throw e;

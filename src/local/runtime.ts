@@ -378,9 +378,12 @@ export class LocalRuntime {
     }
   }
 
-  /** What reconciling each target would do, read from Proxmox through this runtime's connector. */
-  plan(targets: ProxmoxVM[]): Promise<ResourcePlan[]> {
-    return planResources(targets, (r) => this.connector.connect(r), keyOf);
+  /**
+   * What reconciling each target would do, read from Proxmox through this runtime's connector;
+   * `readAhead`: the ones carried out at once (apply), see planResource.
+   */
+  plan(targets: ProxmoxVM[], opts: { readAhead?: (key: string) => boolean } = {}): Promise<ResourcePlan[]> {
+    return planResources(targets, (r) => this.connector.connect(r), keyOf, undefined, opts);
   }
 
   markDeleted(keys: string[]): void {

@@ -97,8 +97,8 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   }
 
   /** What a reconcile would do, changing nothing (see plan.ts). */
-  planFor(r: ProxmoxVM, key: string): Promise<ResourcePlan> {
-    return this.guard(planResource(this.ctx(r), r, key)).catch((e) => {
+  planFor(r: ProxmoxVM, key: string, opts: { readAhead?: boolean } = {}): Promise<ResourcePlan> {
+    return this.guard(planResource(this.ctx(r), r, key, opts)).catch((e) => {
       if (e instanceof ReasonedError)
         return { key, action: 'refused' as const, changes: [], pending: [], reason: e.reason, message: e.message };
       throw e;

@@ -18,6 +18,7 @@ import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
 import { type Change, changes } from './drift.ts';
 import { observe } from './observe.ts';
+import { readAheadCreate } from './preflight.ts';
 import { driveSize, parseNetValue } from './spec.ts';
 
 export type PlanAction =
@@ -207,7 +208,12 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
  * it (the drift interval counts from it). A second `apply` of a fleet that has not changed reads
  * each VM once, not twice.
  */
-export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string): Promise<ResourcePlan> {
+export async function planResource(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  key: string,
+  opts: { readAhead?: boolean } = {},
+): Promise<ResourcePlan> {
   const copy = structuredClone(r);
   const lastFull = ctx.memory.lastFull;
   let observed: Awaited<ReturnType<typeof observe>>;
@@ -227,6 +233,8 @@ export async function planResource(ctx: StepContext, r: ProxmoxVM, key: string):
     else delete ctx.memory.lastFull;
   }
   const plan = await planObserved(ctx, r, key, copy, observed, read);
+  // An apply carries the plan out at once: its creates' first reads need not wait for it.
+  if (opts.readAhead && plan.action === 'create') readAheadCreate(ctx, r);
   if (planRead && plan.action === 'no-op' && observed.obs.upToDate && sameStatus(copy, r))
     ctx.memory.lastFull = planRead;
   return plan;
@@ -306,12 +314,18 @@ async function planObserved(
   return { key, action, vmid, node, state, changes: fields, pending };
 }
 
-/** Plans for many resources, a few at a time; each gets its own reconcile-like connection. */
+/**
+ * Plans for many resources, a few at a time; each gets its own reconcile-like connection.
+ * `readAhead`: the resources whose plan is carried out at once (apply), see planResource.
+ */
 export async function planResources(
   resources: ProxmoxVM[],
-  connect: (r: ProxmoxVM) => Promise<{ planFor(r: ProxmoxVM, key: string): Promise<ResourcePlan> }>,
+  connect: (
+    r: ProxmoxVM,
+  ) => Promise<{ planFor(r: ProxmoxVM, key: string, opts?: { readAhead?: boolean }): Promise<ResourcePlan> }>,
   keyOf: (r: ProxmoxVM) => string,
   parallel = 4,
+  opts: { readAhead?: (key: string) => boolean } = {},
 ): Promise<ResourcePlan[]> {
   const out: ResourcePlan[] = new Array(resources.length);
   let next = 0;
@@ -320,7 +334,8 @@ export async function planResources(
       const i = next++;
       const r = resources[i]!;
       try {
-        out[i] = await (await connect(r)).planFor(r, keyOf(r));
+        const key = keyOf(r);
+        out[i] = await (await connect(r)).planFor(r, key, { readAhead: opts.readAhead?.(key) ?? false });
       } catch (e) {
         const reason = e instanceof ReasonedError ? e.reason : 'PlanFailed';
         out[i] = {

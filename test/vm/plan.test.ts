@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { keyOf } from '../../src/engine/resource.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { planResources } from '../../src/vm/plan.ts';
-import { Engine, mutations, SITE1, startSim, vm } from './harness.ts';
+import { count, Engine, mutations, SITE1, startSim, vm } from './harness.ts';
 
 describe('plan: what a reconcile would do, from the live VMs', () => {
   let sim: Simulator;
@@ -89,5 +89,36 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     );
     assert.match(site!.changes[0]!.detail ?? '', /^remote migrate, online, storage local-lvm:local-lvm, about \d+ s$/);
     assert.equal(sim.cluster('site-2').state.vms.size, vmsThere, 'planning created nothing on site-2');
+  });
+
+  it("a plan carried out at once (apply) starts its creates' node reads; a plan alone reads none", async () => {
+    const c = sim.cluster(SITE1);
+    const nodeReads = () =>
+      ['GET /nodes/{node}/status', 'GET /nodes/{node}/network', 'GET /nodes/{node}/storage'].map((k) => count(c, k));
+    const fresh = { ...vm('plan-ahead'), metadata: { ...vm('plan-ahead').metadata, namespace: 'default', uid: 'u-3' } };
+    // Runtimes of their own: a site's node facts are shared by its resources, and these have none read yet.
+    const alone = new Engine(sim);
+    const before = nodeReads();
+    const [shown] = await planResources([fresh], (r) => alone.connector.connect(r), keyOf).finally(() => alone.stop());
+    assert.equal(shown!.action, 'create');
+    assert.deepEqual(nodeReads(), before, 'a plan alone (plan, apply before its confirmation) reads no node facts');
+    const applying = new Engine(sim);
+    const changes = JSON.stringify(mutations(c));
+    try {
+      const [carried] = await planResources([fresh], (r) => applying.connector.connect(r), keyOf, 4, {
+        readAhead: (key) => key === 'default/plan-ahead',
+      });
+      assert.equal(carried!.action, 'create');
+      // Started, not awaited: the plan returns without them; they arrive at once.
+      for (let i = 0; i < 200 && nodeReads().some((n, j) => n === before[j]); i++)
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.ok(
+        nodeReads().every((n, j) => n === before[j]! + 1),
+        `the node's status, bridges and storages read once each: ${before} -> ${nodeReads()}`,
+      );
+      assert.equal(JSON.stringify(mutations(c)), changes, 'reads only');
+    } finally {
+      await applying.stop();
+    }
   });
 });
