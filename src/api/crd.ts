@@ -20,11 +20,11 @@ import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts'
 import { ProviderConfigSpec } from './provider-config.ts';
 import { imageCrdSpec } from './proxmoximage.ts';
 import { templateCrdSpec } from './proxmoxtemplate.ts';
-import { type AtProvider, GROUP, LIMITS, MESSAGES, NAME_PATTERN, ProxmoxVMSpecSchema, VERSION } from './proxmoxvm.ts';
+import { type AtProvider, GROUP, LIMITS, MESSAGES, NAME_PATTERN, VERSION, vmSchemas } from './proxmoxvm.ts';
 import { formatBytes, GiB, MiB } from './quantity.ts';
 import { ProxmoxVMScaleSetSpecSchema, ProxmoxVMScaleSetStatusSchema } from './scaleset.ts';
 import { type JsonSchema, schemaAt, toStructural } from './structural.ts';
-import { ConditionsSchema, ProviderConfigUsageBodySchema } from './usage.ts';
+import { usageSchemas } from './usage.ts';
 
 // --- CEL rules ------------------------------------------------------------------------------------
 
@@ -346,7 +346,7 @@ export const AT_PROVIDER_IN_SYNC: Equals<Static<typeof ProxmoxVMAtProviderSchema
 const ManagedStatusSchema = Type.Object(
   {
     atProvider: Type.Optional(ProxmoxVMAtProviderSchema),
-    conditions: Type.Optional(ConditionsSchema),
+    conditions: Type.Optional(usageSchemas().ConditionsSchema),
     observedGeneration: Type.Optional(
       Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last reconciled.' }),
     ),
@@ -359,7 +359,7 @@ const ManagedStatusSchema = Type.Object(
 
 const ProviderConfigStatusSchema = Type.Object(
   {
-    conditions: Type.Optional(ConditionsSchema),
+    conditions: Type.Optional(usageSchemas().ConditionsSchema),
     users: Type.Optional(
       Type.Integer({
         format: 'int64',
@@ -496,7 +496,7 @@ function providerConfigCrd(cluster: boolean): CrdSpec {
 
 function usageCrd(cluster: boolean): CrdSpec {
   const kind = cluster ? 'ClusterProviderConfigUsage' : 'ProviderConfigUsage';
-  const body = toStructural(ProviderConfigUsageBodySchema, kind);
+  const body = toStructural(usageSchemas().ProviderConfigUsageBodySchema, kind);
   return {
     kind,
     plural: `${kind.toLowerCase()}s`,
@@ -521,7 +521,7 @@ function usageCrd(cluster: boolean): CrdSpec {
 
 /** The provider's kinds, as CRD specs (before rendering). */
 export function crdSpecs(): CrdSpec[] {
-  const vmSpec = managedSpec(toStructural(ProxmoxVMSpecSchema, 'ProxmoxVM.spec'));
+  const vmSpec = managedSpec(toStructural(vmSchemas().ProxmoxVMSpecSchema, 'ProxmoxVM.spec'));
   const ssSpec = toStructural(ProxmoxVMScaleSetSpecSchema, 'ProxmoxVMScaleSet.spec');
   managedSpec(schemaAt(ssSpec, 'template.spec'));
   return [

@@ -24,7 +24,7 @@ import type { Managed } from '../engine/resource.ts';
 import type { CrdSpec, PrinterColumn, ValidationRule } from './crd.ts';
 import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { type JsonSchema, schemaAt, toStructural } from './structural.ts';
-import { ConditionsSchema } from './usage.ts';
+import { usageSchemas } from './usage.ts';
 
 export const IMAGE_KIND = 'ProxmoxImage';
 
@@ -40,69 +40,7 @@ export const CHECKSUM_LENGTH = { sha256: 64, sha512: 128 } as const;
 export const ObjectNameSchema = (description: string) =>
   Type.String({ minLength: 1, maxLength: DNS1123_SUBDOMAIN_MAX, pattern: DNS1123_SUBDOMAIN_PATTERN, description });
 
-export const ImageForProviderSchema = Type.Object(
-  {
-    url: Type.String({
-      pattern: '^https?://.+',
-      description:
-        'Where Proxmox VE downloads the image from (http or https; the node itself fetches it, so it must reach the URL). A changed URL is a new image: the new file is downloaded under its own fileName, templates referring to this image are rebuilt from it, and the old file is kept until it is deleted by hand.',
-    }),
-    checksum: Type.Object(
-      {
-        algorithm: Type.Union([Type.Literal('sha256'), Type.Literal('sha512')], {
-          description: 'The hash algorithm of value.',
-        }),
-        value: Type.String({
-          pattern: '^[0-9a-fA-F]+$',
-          description:
-            'The expected checksum in hex (64 digits for sha256, 128 for sha512). Proxmox VE computes it after the download and refuses the file on a mismatch (ChecksumMismatch).',
-        }),
-      },
-      {
-        additionalProperties: false,
-        description:
-          "The image's expected checksum, passed to download-url (`checksum`, `checksum-algorithm`), so Proxmox VE itself verifies the file before it keeps it.",
-      },
-    ),
-    storage: Type.Optional(
-      Type.String({
-        minLength: 1,
-        description:
-          'A file-based storage (dir, nfs, cifs, cephfs...) that holds the content type on every node. On a shared storage the image is downloaded once. Default: local.',
-      }),
-    ),
-    content: Type.Optional(
-      Type.Union([Type.Literal('import'), Type.Literal('iso')], {
-        description:
-          "The content type of the file. import (PVE >= 8.3) is what import-from takes with an API token; iso can be imported only with root@pam password credentials. Default: import where the site's PVE version has it, else iso.",
-      }),
-    ),
-    fileName: Type.Optional(
-      Type.String({
-        minLength: 1,
-        maxLength: 255,
-        pattern: '^[a-zA-Z0-9+=_.-]+$',
-        description:
-          'The file name on the storage (the volume is <storage>:<content>/<fileName>). An import file must end in .qcow2, .raw or .vmdk (an Ubuntu cloud .img is a qcow2 image: name it .qcow2), an iso file in .img or .iso. A file of that name already on the storage is adopted, not downloaded again. Default: the last segment of url.',
-      }),
-    ),
-    nodes: Type.Optional(
-      Type.Array(Type.String({ minLength: 1 }), {
-        description: 'The nodes to download the image to. Default: every online node of the site.',
-      }),
-    ),
-    site: Type.Optional(
-      Type.String({
-        minLength: 1,
-        description:
-          "The site (a spec.sites[].name of the ProviderConfig); required when the ProviderConfig has several sites. Default: the ProviderConfig's only site.",
-      }),
-    ),
-  },
-  { additionalProperties: false, description: 'The image and where Proxmox VE should hold it.' },
-);
-
-export type ImageForProvider = Static<typeof ImageForProviderSchema>;
+export type ImageForProvider = Static<ReturnType<typeof imageSpecSchemas>['ImageForProviderSchema']>;
 
 /** The Crossplane fields of a managed resource's spec beside forProvider (as ProxmoxVM's). */
 export function managedSpecFields() {
@@ -141,70 +79,154 @@ export function managedSpecFields() {
   };
 }
 
-export const ProxmoxImageSpecSchema = Type.Object(
-  { forProvider: ImageForProviderSchema, ...managedSpecFields() },
-  { additionalProperties: false, description: "The desired state: the image (forProvider) and Crossplane's fields." },
-);
-
-export const ImageAtProviderSchema = Type.Object(
-  {
-    volid: Type.Optional(Type.String({ description: 'The volume id, <storage>:<content>/<fileName>.' })),
-    content: Type.Optional(Type.String({ description: 'The content type used (import or iso).' })),
-    size: Type.Optional(Type.Integer({ format: 'int64', minimum: 0, description: 'Size of the file in bytes.' })),
-    nodes: Type.Optional(
-      Type.Array(Type.String(), { description: 'The nodes the file is present on (readable by the site).' }),
-    ),
-    targetNodes: Type.Optional(Type.Array(Type.String(), { description: 'The nodes the file should be on.' })),
-    shared: Type.Optional(Type.Boolean({ description: 'The storage is shared: one download serves every node.' })),
-    downloaded: Type.Optional(
-      Type.Array(Type.String(), {
-        description: 'Nodes where this resource downloaded the file (its checksum verified by Proxmox VE).',
-      }),
-    ),
-    adopted: Type.Optional(
-      Type.Array(Type.String(), {
+/**
+ * The forProvider and spec schemas of a ProxmoxImage, built on first use (proxmoxvm.ts's
+ * vmSchemas says why).
+ */
+function buildSpecSchemas() {
+  const ImageForProviderSchema = Type.Object(
+    {
+      url: Type.String({
+        pattern: '^https?://.+',
         description:
-          'Nodes where a file of that name was already there and was adopted. Proxmox VE has no API that hashes a stored file, so the checksum of an adopted file is not verified.',
+          'Where Proxmox VE downloads the image from (http or https; the node itself fetches it, so it must reach the URL). A changed URL is a new image: the new file is downloaded under its own fileName, templates referring to this image are rebuilt from it, and the old file is kept until it is deleted by hand.',
       }),
-    ),
-    tasks: Type.Optional(
-      Type.Array(
-        Type.Object({
-          node: Type.String({ description: 'The node the task runs on.' }),
-          upid: Type.String({ description: 'The task (UPID).' }),
-          action: Type.String({ description: 'download or delete.' }),
-        }),
-        { description: 'Proxmox VE tasks in flight.' },
-      ),
-    ),
-    lastFailure: Type.Optional(
-      Type.Object(
+      checksum: Type.Object(
         {
-          for: Type.String({ description: 'The url, checksum and file name the download was for (a hash).' }),
-          reason: Type.String({ description: 'ChecksumMismatch or DownloadFailed.' }),
-          message: Type.String({ description: "The task's error, with the fix." }),
-          at: Type.String({ description: 'When it failed (RFC 3339).' }),
-          attempts: Type.Integer({ minimum: 1, description: 'Failed downloads in a row for this spec.' }),
+          algorithm: Type.Union([Type.Literal('sha256'), Type.Literal('sha512')], {
+            description: 'The hash algorithm of value.',
+          }),
+          value: Type.String({
+            pattern: '^[0-9a-fA-F]+$',
+            description:
+              'The expected checksum in hex (64 digits for sha256, 128 for sha512). Proxmox VE computes it after the download and refuses the file on a mismatch (ChecksumMismatch).',
+          }),
         },
         {
+          additionalProperties: false,
           description:
-            'The last failed download. A checksum mismatch is not retried until the spec changes; another failure is retried after 30 s, doubling up to 10 min.',
+            "The image's expected checksum, passed to download-url (`checksum`, `checksum-algorithm`), so Proxmox VE itself verifies the file before it keeps it.",
         },
       ),
-    ),
-    users: Type.Optional(
-      Type.Array(Type.String(), {
-        description:
-          'The ProxmoxTemplates and ProxmoxVMs that refer to this image (Kind namespace/name): while there are any, a deletion waits (ImageInUse).',
-      }),
-    ),
-    step: Type.Optional(Type.String({ description: 'What the provider is doing now.' })),
-    site: Type.Optional(Type.String({ description: 'The site of the image.' })),
-  },
-  { description: 'The observed state of the image.' },
-);
+      storage: Type.Optional(
+        Type.String({
+          minLength: 1,
+          description:
+            'A file-based storage (dir, nfs, cifs, cephfs...) that holds the content type on every node. On a shared storage the image is downloaded once. Default: local.',
+        }),
+      ),
+      content: Type.Optional(
+        Type.Union([Type.Literal('import'), Type.Literal('iso')], {
+          description:
+            "The content type of the file. import (PVE >= 8.3) is what import-from takes with an API token; iso can be imported only with root@pam password credentials. Default: import where the site's PVE version has it, else iso.",
+        }),
+      ),
+      fileName: Type.Optional(
+        Type.String({
+          minLength: 1,
+          maxLength: 255,
+          pattern: '^[a-zA-Z0-9+=_.-]+$',
+          description:
+            'The file name on the storage (the volume is <storage>:<content>/<fileName>). An import file must end in .qcow2, .raw or .vmdk (an Ubuntu cloud .img is a qcow2 image: name it .qcow2), an iso file in .img or .iso. A file of that name already on the storage is adopted, not downloaded again. Default: the last segment of url.',
+        }),
+      ),
+      nodes: Type.Optional(
+        Type.Array(Type.String({ minLength: 1 }), {
+          description: 'The nodes to download the image to. Default: every online node of the site.',
+        }),
+      ),
+      site: Type.Optional(
+        Type.String({
+          minLength: 1,
+          description:
+            "The site (a spec.sites[].name of the ProviderConfig); required when the ProviderConfig has several sites. Default: the ProviderConfig's only site.",
+        }),
+      ),
+    },
+    { additionalProperties: false, description: 'The image and where Proxmox VE should hold it.' },
+  );
 
-export type ImageAtProvider = Static<typeof ImageAtProviderSchema>;
+  const ProxmoxImageSpecSchema = Type.Object(
+    { forProvider: ImageForProviderSchema, ...managedSpecFields() },
+    { additionalProperties: false, description: "The desired state: the image (forProvider) and Crossplane's fields." },
+  );
+
+  return { ImageForProviderSchema, ProxmoxImageSpecSchema };
+}
+
+let specSchemas: ReturnType<typeof buildSpecSchemas> | undefined;
+
+/** ImageForProviderSchema and ProxmoxImageSpecSchema, built once. */
+export function imageSpecSchemas(): ReturnType<typeof buildSpecSchemas> {
+  specSchemas ??= buildSpecSchemas();
+  return specSchemas;
+}
+
+/**
+ * The observed state's schema, built when a CRD is written: validate reads no status, and
+ * TypeBox's builders are a part of every cold start that builds them (src/api/usage.ts says more).
+ */
+export function imageAtProviderSchema() {
+  return Type.Object(
+    {
+      volid: Type.Optional(Type.String({ description: 'The volume id, <storage>:<content>/<fileName>.' })),
+      content: Type.Optional(Type.String({ description: 'The content type used (import or iso).' })),
+      size: Type.Optional(Type.Integer({ format: 'int64', minimum: 0, description: 'Size of the file in bytes.' })),
+      nodes: Type.Optional(
+        Type.Array(Type.String(), { description: 'The nodes the file is present on (readable by the site).' }),
+      ),
+      targetNodes: Type.Optional(Type.Array(Type.String(), { description: 'The nodes the file should be on.' })),
+      shared: Type.Optional(Type.Boolean({ description: 'The storage is shared: one download serves every node.' })),
+      downloaded: Type.Optional(
+        Type.Array(Type.String(), {
+          description: 'Nodes where this resource downloaded the file (its checksum verified by Proxmox VE).',
+        }),
+      ),
+      adopted: Type.Optional(
+        Type.Array(Type.String(), {
+          description:
+            'Nodes where a file of that name was already there and was adopted. Proxmox VE has no API that hashes a stored file, so the checksum of an adopted file is not verified.',
+        }),
+      ),
+      tasks: Type.Optional(
+        Type.Array(
+          Type.Object({
+            node: Type.String({ description: 'The node the task runs on.' }),
+            upid: Type.String({ description: 'The task (UPID).' }),
+            action: Type.String({ description: 'download or delete.' }),
+          }),
+          { description: 'Proxmox VE tasks in flight.' },
+        ),
+      ),
+      lastFailure: Type.Optional(
+        Type.Object(
+          {
+            for: Type.String({ description: 'The url, checksum and file name the download was for (a hash).' }),
+            reason: Type.String({ description: 'ChecksumMismatch or DownloadFailed.' }),
+            message: Type.String({ description: "The task's error, with the fix." }),
+            at: Type.String({ description: 'When it failed (RFC 3339).' }),
+            attempts: Type.Integer({ minimum: 1, description: 'Failed downloads in a row for this spec.' }),
+          },
+          {
+            description:
+              'The last failed download. A checksum mismatch is not retried until the spec changes; another failure is retried after 30 s, doubling up to 10 min.',
+          },
+        ),
+      ),
+      users: Type.Optional(
+        Type.Array(Type.String(), {
+          description:
+            'The ProxmoxTemplates and ProxmoxVMs that refer to this image (Kind namespace/name): while there are any, a deletion waits (ImageInUse).',
+        }),
+      ),
+      step: Type.Optional(Type.String({ description: 'What the provider is doing now.' })),
+      site: Type.Optional(Type.String({ description: 'The site of the image.' })),
+    },
+    { description: 'The observed state of the image.' },
+  );
+}
+
+export type ImageAtProvider = Static<ReturnType<typeof imageAtProviderSchema>>;
 export type ProxmoxImage = Managed<ImageForProvider, ImageAtProvider>;
 
 /** The content type a spec asks for, given what the site's version has (`import` from 8.3). */
@@ -275,8 +297,8 @@ export function statusSchema(atProvider: unknown, kind: string): JsonSchema {
   return toStructural(
     Type.Object(
       {
-        atProvider: Type.Optional(atProvider as typeof ImageAtProviderSchema),
-        conditions: Type.Optional(ConditionsSchema),
+        atProvider: Type.Optional(atProvider as ReturnType<typeof imageAtProviderSchema>),
+        conditions: Type.Optional(usageSchemas().ConditionsSchema),
         observedGeneration: Type.Optional(
           Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last reconciled.' }),
         ),
@@ -291,7 +313,7 @@ export function statusSchema(atProvider: unknown, kind: string): JsonSchema {
 }
 
 export function imageCrdSpec(categories: string[]): CrdSpec {
-  const spec = toStructural(ProxmoxImageSpecSchema, 'ProxmoxImage.spec');
+  const spec = toStructural(imageSpecSchemas().ProxmoxImageSpecSchema, 'ProxmoxImage.spec');
   managedCrdDefaults(spec);
   const fp = schemaAt(spec, 'forProvider');
   addRule(schemaAt(fp, 'checksum'), {
@@ -313,7 +335,7 @@ export function imageCrdSpec(categories: string[]): CrdSpec {
     categories,
     description:
       'A ProxmoxImage is a cloud image that Proxmox VE downloads onto a storage of each node (download-url, checksum verified), for ProxmoxTemplates and ProxmoxVMs to import.',
-    properties: { spec, status: statusSchema(ImageAtProviderSchema, 'ProxmoxImage') },
+    properties: { spec, status: statusSchema(imageAtProviderSchema(), 'ProxmoxImage') },
     required: ['spec'],
     columns: [
       READY_COLUMN,

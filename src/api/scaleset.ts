@@ -20,8 +20,8 @@
  * credentials and the site's nodes through that spec's `providerConfigRef`.
  */
 import Type, { type Static } from 'typebox';
-import { ProxmoxVMSpecSchema } from './proxmoxvm.ts';
-import { ConditionsSchema } from './usage.ts';
+import { vmSchemas } from './proxmoxvm.ts';
+import { usageSchemas } from './usage.ts';
 
 export const SCALESET_KIND = 'ProxmoxVMScaleSet';
 
@@ -57,7 +57,7 @@ export const ScaleSetTemplateSchema = Type.Object(
         { description: 'Labels and annotations of the replicas.' },
       ),
     ),
-    spec: ProxmoxVMSpecSchema,
+    spec: vmSchemas().ProxmoxVMSpecSchema,
   },
   {
     description:
@@ -93,7 +93,7 @@ export const ProxmoxVMScaleSetStatusSchema = Type.Object(
     observedGeneration: Type.Optional(
       Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last acted on.' }),
     ),
-    conditions: Type.Optional(ConditionsSchema),
+    conditions: Type.Optional(usageSchemas().ConditionsSchema),
   },
   { description: 'The replicas as the controller last saw them.' },
 );

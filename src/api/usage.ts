@@ -28,71 +28,93 @@ export const LABEL_PROVIDER_CONFIG = 'crossplane.io/provider-config';
 /** Finalizer on a provider config while usages refer to it (Crossplane's key). */
 export const FINALIZER_IN_USE = 'in-use.crossplane.io';
 
-/** One entry of `status.conditions` (crossplane-runtime `xpv1.Condition`). */
-export const ConditionSchema = Type.Object({
-  type: Type.String({
-    minLength: 1,
-    description: 'Type of this condition (Ready, Synced, ...). At most one of each type applies at a time.',
-  }),
-  status: Type.Union([Type.Literal('True'), Type.Literal('False'), Type.Literal('Unknown')], {
-    description: 'Status of this condition: True, False or Unknown.',
-  }),
-  reason: Type.String({ description: "A machine-readable reason for the condition's last transition." }),
-  message: Type.Optional(Type.String({ description: "Details about the condition's last transition, if any." })),
-  lastTransitionTime: Type.String({
-    format: 'date-time',
-    description: 'When this condition last changed status.',
-  }),
-  observedGeneration: Type.Optional(
-    Type.Integer({
-      format: 'int64',
-      minimum: 0,
-      description: 'The metadata.generation the condition was set for.',
+/**
+ * The schemas of this file, built on first use. validate loads this module (proxmoximage.ts's
+ * status refers to the conditions) but reads no status and no usage: TypeBox's builders run
+ * interpreted in a fresh process, and every schema left unbuilt shortens its start.
+ */
+function buildSchemas() {
+  /** One entry of `status.conditions` (crossplane-runtime `xpv1.Condition`). */
+  const ConditionSchema = Type.Object({
+    type: Type.String({
+      minLength: 1,
+      description: 'Type of this condition (Ready, Synced, ...). At most one of each type applies at a time.',
     }),
-  ),
-});
-
-/** `status.conditions`: a list map keyed by `type` (server-side apply merges by type). */
-export const ConditionsSchema = Type.Array(ConditionSchema, {
-  'x-kubernetes-list-type': 'map',
-  'x-kubernetes-list-map-keys': ['type'],
-  description: 'Conditions of the resource.',
-});
-
-export type ConditionT = Static<typeof ConditionSchema>;
-
-/** A reference to a ProviderConfig (namespaced, same namespace) or a ClusterProviderConfig. */
-export const ProviderConfigReferenceSchema = Type.Object(
-  {
-    kind: Type.Union([Type.Literal('ProviderConfig'), Type.Literal('ClusterProviderConfig')], {
-      description: 'ProviderConfig (in the namespace of the user) or ClusterProviderConfig.',
+    status: Type.Union([Type.Literal('True'), Type.Literal('False'), Type.Literal('Unknown')], {
+      description: 'Status of this condition: True, False or Unknown.',
     }),
-    name: Type.String({ minLength: 1, description: 'Name of the provider config.' }),
-  },
-  { description: 'The provider config the resource uses.' },
-);
+    reason: Type.String({ description: "A machine-readable reason for the condition's last transition." }),
+    message: Type.Optional(Type.String({ description: "Details about the condition's last transition, if any." })),
+    lastTransitionTime: Type.String({
+      format: 'date-time',
+      description: 'When this condition last changed status.',
+    }),
+    observedGeneration: Type.Optional(
+      Type.Integer({
+        format: 'int64',
+        minimum: 0,
+        description: 'The metadata.generation the condition was set for.',
+      }),
+    ),
+  });
 
-/** A reference to a Kubernetes object by API version, kind, name and UID. */
-export const TypedReferenceSchema = Type.Object(
-  {
-    apiVersion: Type.String({ minLength: 1, description: 'API version of the referenced object.' }),
-    kind: Type.String({ minLength: 1, description: 'Kind of the referenced object.' }),
-    name: Type.String({ minLength: 1, description: 'Name of the referenced object.' }),
-    uid: Type.Optional(Type.String({ description: 'UID of the referenced object.' })),
-  },
-  { description: 'The resource that uses the provider config (a ProxmoxVM); the usage is named after its UID.' },
-);
+  /** `status.conditions`: a list map keyed by `type` (server-side apply merges by type). */
+  const ConditionsSchema = Type.Array(ConditionSchema, {
+    'x-kubernetes-list-type': 'map',
+    'x-kubernetes-list-map-keys': ['type'],
+    description: 'Conditions of the resource.',
+  });
 
-/** The body of a (Cluster)ProviderConfigUsage: everything but apiVersion, kind and metadata. */
-export const ProviderConfigUsageBodySchema = Type.Object({
-  providerConfigRef: ProviderConfigReferenceSchema,
-  resourceRef: TypedReferenceSchema,
-});
+  /** A reference to a ProviderConfig (namespaced, same namespace) or a ClusterProviderConfig. */
+  const ProviderConfigReferenceSchema = Type.Object(
+    {
+      kind: Type.Union([Type.Literal('ProviderConfig'), Type.Literal('ClusterProviderConfig')], {
+        description: 'ProviderConfig (in the namespace of the user) or ClusterProviderConfig.',
+      }),
+      name: Type.String({ minLength: 1, description: 'Name of the provider config.' }),
+    },
+    { description: 'The provider config the resource uses.' },
+  );
 
-export type ProviderConfigReference = Static<typeof ProviderConfigReferenceSchema>;
-export type TypedReference = Static<typeof TypedReferenceSchema>;
+  /** A reference to a Kubernetes object by API version, kind, name and UID. */
+  const TypedReferenceSchema = Type.Object(
+    {
+      apiVersion: Type.String({ minLength: 1, description: 'API version of the referenced object.' }),
+      kind: Type.String({ minLength: 1, description: 'Kind of the referenced object.' }),
+      name: Type.String({ minLength: 1, description: 'Name of the referenced object.' }),
+      uid: Type.Optional(Type.String({ description: 'UID of the referenced object.' })),
+    },
+    { description: 'The resource that uses the provider config (a ProxmoxVM); the usage is named after its UID.' },
+  );
 
-export interface ProviderConfigUsage extends Static<typeof ProviderConfigUsageBodySchema> {
+  /** The body of a (Cluster)ProviderConfigUsage: everything but apiVersion, kind and metadata. */
+  const ProviderConfigUsageBodySchema = Type.Object({
+    providerConfigRef: ProviderConfigReferenceSchema,
+    resourceRef: TypedReferenceSchema,
+  });
+  return {
+    ConditionSchema,
+    ConditionsSchema,
+    ProviderConfigReferenceSchema,
+    TypedReferenceSchema,
+    ProviderConfigUsageBodySchema,
+  };
+}
+
+type UsageSchemas = ReturnType<typeof buildSchemas>;
+let built: UsageSchemas | undefined;
+
+/** The conditions, provider config reference and usage body schemas (see buildSchemas). */
+export function usageSchemas(): UsageSchemas {
+  built ??= buildSchemas();
+  return built;
+}
+
+export type ConditionT = Static<UsageSchemas['ConditionSchema']>;
+export type ProviderConfigReference = Static<UsageSchemas['ProviderConfigReferenceSchema']>;
+export type TypedReference = Static<UsageSchemas['TypedReferenceSchema']>;
+
+export interface ProviderConfigUsage extends Static<UsageSchemas['ProviderConfigUsageBodySchema']> {
   apiVersion: string;
   kind: UsageKind;
   metadata: {

@@ -16,9 +16,9 @@ import {
 } from '../api/metadata.ts';
 import { IMAGE_KIND, imageSpecProblems, type ProxmoxImage } from '../api/proxmoximage.ts';
 import { type ProxmoxTemplate, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
-import { API_VERSION, ForProviderSchema, GROUP, type ProxmoxVM, ProxmoxVMSpecSchema } from '../api/proxmoxvm.ts';
+import { API_VERSION, GROUP, type ProxmoxVM, vmSchemas } from '../api/proxmoxvm.ts';
 import { type ManifestDoc, type ManifestProblem, readManifestFile } from './documents.ts';
-import { type CheckedKind, SPEC_SCHEMAS, specPasses } from './spec-check.ts';
+import { type CheckedKind, specPasses, specSchemas } from './spec-check.ts';
 
 export type { ManifestDoc, ManifestProblem } from './documents.ts';
 export { readManifestFile } from './documents.ts';
@@ -94,10 +94,8 @@ function levenshtein(a: string, b: string): number {
   return dp[b.length]!;
 }
 
-const FOR_PROVIDER_KEYS = Object.keys(ForProviderSchema.properties);
-
 /** The sub-schema an error's schemaPath (`#/properties/forProvider/properties/cpu`) points at. */
-function schemaAt(schemaPath: string, root: unknown = ProxmoxVMSpecSchema): Record<string, unknown> | undefined {
+function schemaAt(schemaPath: string, root: unknown): Record<string, unknown> | undefined {
   let s: unknown = root;
   for (const seg of schemaPath.replace(/^#/, '').split('/').filter(Boolean)) {
     s =
@@ -155,7 +153,7 @@ export function checkProxmoxVM(d: ManifestDoc): ManifestProblem[] {
   return checkManaged(d, 'ProxmoxVM');
 }
 
-/** What the forProvider of each of our managed kinds describes (their schemas: SPEC_SCHEMAS). */
+/** What the forProvider of each of our managed kinds describes (their schemas: specSchemas()). */
 const MANAGED_KINDS: Record<CheckedKind, string> = {
   ProxmoxVM: 'the VM to create',
   [IMAGE_KIND]: 'the image to download',
@@ -173,7 +171,6 @@ export function checkImageKind(d: ManifestDoc): ManifestProblem[] {
 }
 
 function checkManaged(d: ManifestDoc, kind: CheckedKind): ManifestProblem[] {
-  const specSchema = SPEC_SCHEMAS[kind];
   const what = MANAGED_KINDS[kind];
   const out: ManifestProblem[] = [];
   const v = d.value;
@@ -201,8 +198,9 @@ function checkManaged(d: ManifestDoc, kind: CheckedKind): ManifestProblem[] {
     });
     return out;
   }
-  // Errors walks and describes; a spec that passes has nothing to describe (src/workspace/spec-check.ts).
-  for (const e of specPasses(kind, spec) ? [] : Value.Errors(specSchema, spec)) {
+  // A spec that passes has nothing to describe, and reads no schema (src/workspace/spec-check.ts).
+  const specSchema = specPasses(kind, spec) ? undefined : specSchemas()[kind];
+  for (const e of specSchema ? Value.Errors(specSchema, spec) : []) {
     const path = e.instancePath
       .split('/')
       .slice(1)
@@ -222,7 +220,10 @@ function checkManaged(d: ManifestDoc, kind: CheckedKind): ManifestProblem[] {
         const hint = didYouMean(k, allowed);
         // `spec.cpu`: a forProvider field one level too high (forProvider: forgotten or mis-indented).
         const misplaced =
-          !hint && path.length === 0 && specSchema === ProxmoxVMSpecSchema && FOR_PROVIDER_KEYS.includes(k);
+          !hint &&
+          path.length === 0 &&
+          kind === 'ProxmoxVM' &&
+          Object.hasOwn(vmSchemas().ForProviderSchema.properties, k);
         out.push({
           file: d.file,
           ...at(f, true),

@@ -5,28 +5,34 @@
  * dearest part of reading manifests: interpreted, and cold in a fresh process.
  *
  * In the sources this is TypeBox's Value.Check. In the bundle, src/workspace/spec-check-compiled.ts
- * holds checks that TypeBox's Code() generated at build time from these SPEC_SCHEMAS
+ * holds checks that TypeBox's Code() generated at build time from these specSchemas()
  * (scripts/build.ts): what Compile() would build at run time, without building it at every
  * start-up, and nothing cached that could go stale, since a build generates from the schemas it
  * bundles. test/workspace/spec-check.test.ts holds the generated checks to Value.Check.
  */
 import { Value } from 'typebox/value';
-import { IMAGE_KIND, ProxmoxImageSpecSchema } from '../api/proxmoximage.ts';
-import { ProxmoxTemplateSpecSchema, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
-import { ProxmoxVMSpecSchema } from '../api/proxmoxvm.ts';
+import { IMAGE_KIND, imageSpecSchemas } from '../api/proxmoximage.ts';
+import { TEMPLATE_KIND, templateSpecSchemas } from '../api/proxmoxtemplate.ts';
+import { vmSchemas } from '../api/proxmoxvm.ts';
 import { COMPILED } from './spec-check-compiled.ts';
 
-/** The spec schema of each kind whose documents src/workspace/manifests.ts checks one by one. */
-export const SPEC_SCHEMAS = {
-  ProxmoxVM: ProxmoxVMSpecSchema,
-  [IMAGE_KIND]: ProxmoxImageSpecSchema,
-  [TEMPLATE_KIND]: ProxmoxTemplateSpecSchema,
-} as const;
+/**
+ * The spec schema of each kind whose documents src/workspace/manifests.ts checks one by one. A
+ * function, so that the schemas are built only when one is read (src/api/proxmoxvm.ts, vmSchemas):
+ * in the bundle a spec that passes reads none.
+ */
+export function specSchemas() {
+  return {
+    ProxmoxVM: vmSchemas().ProxmoxVMSpecSchema,
+    [IMAGE_KIND]: imageSpecSchemas().ProxmoxImageSpecSchema,
+    [TEMPLATE_KIND]: templateSpecSchemas().ProxmoxTemplateSpecSchema,
+  } as const;
+}
 
-export type CheckedKind = keyof typeof SPEC_SCHEMAS;
+export type CheckedKind = keyof ReturnType<typeof specSchemas>;
 
 /** True when `spec` passes the spec schema of `kind`: then Value.Errors would find nothing. */
 export function specPasses(kind: CheckedKind, spec: unknown): boolean {
   const compiled = COMPILED[kind];
-  return compiled ? compiled(spec) : Value.Check(SPEC_SCHEMAS[kind], spec);
+  return compiled ? compiled(spec) : Value.Check(specSchemas()[kind], spec);
 }

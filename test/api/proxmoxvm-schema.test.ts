@@ -2,13 +2,16 @@
  * The ProxmoxVM spec schema's initProvider is built field by field from forProvider rather than
  * with Type.Partial (src/api/proxmoxvm.ts says why): it must be the very schema Type.Partial
  * returns, TypeBox's own non-enumerable markers (`~kind`, `~optional`) included, since the CRD
- * generator, Value.Check, Value.Errors and the bundle's generated checks all read it.
+ * generator, Value.Check, Value.Errors and the bundle's generated checks all read it. The schemas
+ * are built on first use (vmSchemas), once.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import Type from 'typebox';
 import { Value } from 'typebox/value';
-import { ForProviderSchema, ProxmoxVMSpecSchema } from '../../src/api/proxmoxvm.ts';
+import { vmSchemas } from '../../src/api/proxmoxvm.ts';
+
+const { ForProviderSchema, ProxmoxVMSpecSchema } = vmSchemas();
 
 /** `v` with every own property, enumerable or not, keyed with whether it is enumerable. */
 function allProperties(v: unknown): unknown {
@@ -38,5 +41,14 @@ describe('ProxmoxVM spec schema: initProvider', () => {
         JSON.stringify(value),
       );
     }
+  });
+});
+
+describe('ProxmoxVM spec schemas: built on first use, once', () => {
+  it('every call gives the very same objects (the CRD generator and Value read the one schema)', () => {
+    const a = vmSchemas();
+    const b = vmSchemas();
+    for (const k of Object.keys(a) as Array<keyof typeof a>) assert.equal(a[k], b[k], k);
+    assert.equal(a.ProxmoxVMSpecSchema.properties.forProvider, a.ForProviderSchema);
   });
 });

@@ -7,9 +7,9 @@
  * stdout and stderr must be the same: `--help`, `plan --help`, `validate` of the seed fleet and of
  * broken manifests, a usage error, and `controller` against an unreachable cluster (the external
  * Kubernetes client). validate of the seed fleet must load neither the packages the bundle loads on
- * first use (scripts/build.ts, LAZY) nor node:child_process, and `-o yaml` must load yaml on use and
- * print what the sources print. Then `demo` from the bundle runs the simulator on its default
- * topology (read from the copied default-topology.yaml) and deploys two VMs.
+ * first use (scripts/build.ts, LAZY) nor node:child_process nor node:v8, and `-o yaml` must load
+ * yaml on use and print what the sources print, as must a manifest left to js-yaml load js-yaml. Then `demo` from the bundle runs the simulator on
+ * its default topology (read from the copied default-topology.yaml) and deploys two VMs.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -97,10 +97,15 @@ describe('the bundle (npm run build)', () => {
     // Its stand-in reads what src/ imports, not every property of fs (fs.Dir loads a module of its own).
     const names = fsImportNames();
     assert.ok(names.includes('readFileSync') && !names.includes('Dir'), names.join(' '));
-    const standIns = js.filter((f) => readFileSync(join(build.outDir, f), 'utf8').includes('// fs-by-require:node:fs'));
+    // The output is minified (scripts/build.ts, MINIFY): the stand-in is found by esbuild's account.
+    const standIns = Object.entries(build.metafile.outputs)
+      .filter(([f, o]) => f.endsWith('.js') && 'fs-by-require:node:fs' in o.inputs)
+      .map(([f]) => f);
     assert.equal(standIns.length, 1, standIns.join(' '));
     assert.ok(
-      readFileSync(join(build.outDir, standIns[0]!), 'utf8').includes(`var { ${names.join(', ')} } = fs;`),
+      readFileSync(join(ROOT, standIns[0]!), 'utf8')
+        .replace(/\s+/g, '')
+        .includes(`var{${names.join(',')}}=fs;`),
       standIns[0],
     );
     // The entry point loads nothing before the compile cache is on: the wiring is a chunk of its own.
@@ -125,7 +130,7 @@ describe('the bundle (npm run build)', () => {
     assert.match(b.stdout, /^30 ProxmoxVM\(s\) in 30 file\(s\): valid$/m);
   });
 
-  it('validate of the seed fleet loads neither the lazy packages nor node:child_process; -o yaml loads yaml', async () => {
+  it('validate of the seed fleet loads neither the lazy packages nor node:child_process; -o yaml loads yaml, a quoted key js-yaml', async () => {
     // Every URL the run resolves, ES modules and require() alike, written at exit.
     const seen = join(tmp, 'resolved.json');
     const hook = writeResolveHook(tmp, seen);
@@ -143,6 +148,8 @@ describe('the bundle (npm run build)', () => {
     for (const u of urls) {
       assert.doesNotMatch(u, /\/chunks\/lazy-/);
       assert.notEqual(u, 'node:child_process');
+      // Nor node:v8: validate leaves the heap's sizing alone (src/cli/program.ts, BRIEF_COMMANDS).
+      assert.notEqual(u, 'node:v8');
     }
     // What the stand-in loads on first use: the same document as from the sources.
     const asYaml = await loaded(['validate', '-f', fleet, '-o', 'yaml']);
@@ -151,6 +158,23 @@ describe('the bundle (npm run build)', () => {
       asYaml.urls.join('\n'),
     );
     assert.deepEqual(asYaml.r, await sources(['validate', '-f', fleet, '-o', 'yaml']));
+    // A manifest that src/workspace/plain-yaml.ts leaves to js-yaml (a quoted key): js-yaml is
+    // loaded on use, yaml is not, and the run is the sources' run.
+    const quoted = join(tmp, 'quoted-key');
+    mkdirSync(quoted);
+    const basic = readFileSync(join(fleet, 'basic-vm.yaml'), 'utf8');
+    assert.match(basic, /\n {4}proxmox\.sankofa\.io\/phase: /);
+    writeFileSync(
+      join(quoted, 'basic-vm.yaml'),
+      basic.replace(/\n {4}proxmox\.sankofa\.io\/phase: /, '\n    "proxmox.sankofa.io/phase": '),
+    );
+    const byJsYaml = await loaded(['validate', '-f', quoted]);
+    assert.ok(
+      byJsYaml.urls.some((u) => u.endsWith(`/chunks/${lazyFile('js-yaml')}.js`)),
+      byJsYaml.urls.join('\n'),
+    );
+    assert.ok(!byJsYaml.urls.some((u) => u.endsWith(`/chunks/${lazyFile('yaml')}.js`)), byJsYaml.urls.join('\n'));
+    assert.deepEqual(byJsYaml.r, await sources(['validate', '-f', quoted]));
   });
 
   it('validate of broken manifests: the same problems with file:line:column (yaml and TypeBox bundled)', async () => {

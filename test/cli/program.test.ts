@@ -4,11 +4,12 @@
  * each register function adds, every command but `completion` is in it, and each command's help
  * (its usage, options, choices and defaults, which its parsing and its errors come from) is the
  * same from its group alone as from the whole program. Anything else gets the whole program.
+ * Before its action every command but validate sizes V8's heap for a long run.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Command } from 'commander';
-import { buildProgram, COMMAND_GROUPS } from '../../src/cli/program.ts';
+import { buildProgram, COMMAND_GROUPS, sizeHeapForLongRuns } from '../../src/cli/program.ts';
 
 const argv = (...args: string[]) => ['node', 'provider-proxmox', ...args];
 const names = (p: Command) => p.commands.map((c) => c.name()).sort();
@@ -48,5 +49,27 @@ describe('the program: a named command registers its group alone', () => {
       ['__proto__'],
     ])
       assert.deepEqual(names(buildProgram(argv(...args))), names(whole), args.join(' '));
+  });
+});
+
+describe('the heap: sized for long runs before every action but a brief command', () => {
+  it('every command of the program but validate sets the heap growth flag', () => {
+    const p = buildProgram(argv('--help'));
+    const sized: string[] = [];
+    const real = process.getBuiltinModule;
+    process.getBuiltinModule = ((id: string) =>
+      id === 'node:v8'
+        ? { setFlagsFromString: (flag: string) => sized.push(flag) }
+        : real(id)) as typeof process.getBuiltinModule;
+    try {
+      for (const c of p.commands) sizeHeapForLongRuns(p, c);
+    } finally {
+      process.getBuiltinModule = real;
+    }
+    assert.equal(sized.length, p.commands.length - 1);
+    assert.ok(
+      sized.every((f) => f === '--heap-growing-percent=20'),
+      sized.join(' '),
+    );
   });
 });

@@ -5,6 +5,8 @@
  * values or leaves the file to `yaml`, and it never takes a file `yaml` rejects. Then the whole
  * of reading and validating, fast path on and off: the same documents, lines, field positions
  * and problems for the seed fleet, the seed's broken manifests and mutated copies of them.
+ * src/workspace/plain-yaml.ts, the fast path's first reader, and js-yaml, its second, are each
+ * held to the same promise; plain-yaml also on what manifests are written with and what it leaves.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -17,8 +19,9 @@ import { dump } from 'js-yaml';
 import { parseAllDocuments, stringify } from 'yaml';
 import { validateManifests } from '../../src/fleet/validate.ts';
 import { type ManifestDoc, type ManifestProblem, readManifestFile } from '../../src/workspace/documents.ts';
-import { fastDocuments } from '../../src/workspace/fast-yaml.ts';
+import { fastDocuments, jsYamlDocuments } from '../../src/workspace/fast-yaml.ts';
 import { manifestFiles } from '../../src/workspace/manifests.ts';
+import { plainDocuments } from '../../src/workspace/plain-yaml.ts';
 import { ROOT } from '../helpers/cli.ts';
 
 const PRODUCTION = join(ROOT, 'examples/production');
@@ -37,13 +40,25 @@ function yamlRead(text: string): { values: unknown[] } | { errors: string[] } {
   return { values };
 }
 
-/** The fast path's promise: yaml's values exactly (deepStrictEqual: -0, NaN, key order), or nothing. */
+/**
+ * The fast path's promise, kept by each of its readers (plain-yaml, js-yaml) and by both in turn:
+ * yaml's values exactly (deepStrictEqual: -0, NaN, key order), or nothing.
+ */
 function agrees(text: string): boolean {
-  const fast = fastDocuments(text);
-  if (!fast) return true;
-  const slow = yamlRead(text);
-  assert.ok('values' in slow, `fast path took a text yaml rejects (${'errors' in slow ? slow.errors : ''}):\n${text}`);
-  assert.deepStrictEqual(fast, slow.values, text);
+  for (const [reader, read] of [
+    ['fast path', fastDocuments],
+    ['plain-yaml', plainDocuments],
+    ['js-yaml', jsYamlDocuments],
+  ] as const) {
+    const fast = read(text);
+    if (!fast) continue;
+    const slow = yamlRead(text);
+    assert.ok(
+      'values' in slow,
+      `${reader} took a text yaml rejects (${'errors' in slow ? slow.errors : ''}):\n${text}`,
+    );
+    assert.deepStrictEqual(fast, slow.values, `${reader}:\n${text}`);
+  }
   return true;
 }
 
@@ -64,8 +79,9 @@ describe('fast-yaml: yaml values or none', () => {
       .split('\n');
     assert.ok(files.length > 50, `${files.length} files`);
     for (const f of files) quiet(() => agrees(readFileSync(join(ROOT, f), 'utf8')));
+    // By plain-yaml itself: js-yaml is not even loaded then (the bundle loads it on first use).
     for (const f of manifestFiles([PRODUCTION]))
-      assert.ok(fastDocuments(readFileSync(f, 'utf8')), `${f}: left to yaml, so validate is slow again`);
+      assert.ok(plainDocuments(readFileSync(f, 'utf8')), `${f}: left to js-yaml or yaml, so validate is slow again`);
   });
 
   it('left to yaml: where the two read alike only by chance, or not at all', () => {
@@ -88,6 +104,8 @@ describe('fast-yaml: yaml values or none', () => {
       'a scalar document': 'a: 1\n---\njust text\n',
       'a syntax error': 'a: [1, 2\n',
       'an overflowing number': `a: ${'9'.repeat(400)}\n`,
+      // js-yaml keeps the last line (spaces beyond the indicated indentation) where yaml drops it.
+      'an indentation indicator': 'a: |1\n   #\n   \n',
     };
     for (const [what, text] of Object.entries(cases)) assert.equal(fastDocuments(text), undefined, what);
     // And what it does take, next to those: the same without the construct.
@@ -220,6 +238,94 @@ describe('fast-yaml: yaml values or none', () => {
     );
     // Most mutations still parse: the comparison above was not vacuous.
     assert.ok(taken > 300, `${taken} mutated files taken by the fast path`);
+  });
+});
+
+describe('plain-yaml: the subset it reads, as yaml reads it', () => {
+  it('what manifests are written with: read, and read as yaml reads it', () => {
+    const cases: Record<string, string> = {
+      'nested mappings, comments, a document marker': '# c\n---\na:\n  b: 1 # one\n  c: x y\n\n  # more\nd: true\n',
+      "a sequence at its key's indentation": 'a:\n- x\n- y\nb: ~\n',
+      'mappings in a sequence': 'a:\n  - name: x\n    groups: [sudo, adm]\n  -   name: y\n      n: -3\n',
+      'literals, clipped and stripped, in a sequence too':
+        'a: |\n  #cloud-config\n    x: 1\n\n  y\n\nb: |-\n  z\nc:\n  - d: |\n      e\n',
+      'quotes and empty collections': "a: \"it's # not\"\nb: 'it''s'\nc: []\nd: {}\ne: ''\n",
+      'numbers as yaml reads them': 'a: 0\nb: -12\nc: 1.5\nd: 4Gi\ne: 1.2.3\nf: 12:30\n',
+      'two documents and an empty one': 'a: 1\n---\n---\nb: 2\n',
+    };
+    for (const [what, text] of Object.entries(cases)) {
+      assert.ok(plainDocuments(text), `${what}: left to another reader`);
+      agrees(text);
+    }
+  });
+
+  it('left to the other readers: what it does not know for certain', () => {
+    const cases: Record<string, string> = {
+      'a tab': 'a:\n\tb: 1\n',
+      'a carriage return': 'a: 1\r\n',
+      'a quoted key': '"a": 1\n',
+      'an escape': 'a: "x\\ty"\n',
+      'a folded scalar': 'a: >\n  x\n',
+      'a kept literal': 'a: |+\n  x\n',
+      'a scalar over two lines': 'a: x\n  y\n',
+      'a flow mapping': 'a: {b: 1}\n',
+      'a duplicate key': 'a: 1\na: 2\n',
+      'a number that is not read exactly': 'a: 1e3\nb: 007\n',
+      'a number key': '1: a\n',
+      'a __proto__ key': '__proto__: 1\n',
+      'an anchor': 'a: &x 1\n',
+      'a list document': '- a\n',
+      'a directive': '%YAML 1.2\n---\na: 1\n',
+      'a document end marker': 'a: 1\n...\n',
+    };
+    for (const [what, text] of Object.entries(cases)) assert.equal(plainDocuments(text), undefined, what);
+  });
+
+  it('generated manifests of plain words, numbers and literals, written by yaml and by js-yaml', () => {
+    const word = fc.stringMatching(/^[a-zA-Z0-9_./-][a-zA-Z0-9 _.:#/-]{0,10}$/);
+    const literal = fc.stringMatching(/^([a-z #:-]{1,8}\n){1,4}\n?$/);
+    const value = fc.letrec((tie) => ({
+      any: fc.oneof(
+        { depthSize: 'small' },
+        word,
+        literal,
+        fc.integer(),
+        fc.constantFrom(1.5, -2.25, 0),
+        fc.boolean(),
+        fc.constant(null),
+        fc.array(tie('any'), { maxLength: 3 }),
+        tie('object'),
+      ),
+      object: fc.dictionary(fc.stringMatching(/^[a-z][a-z0-9_./-]{0,6}$/), tie('any'), { maxKeys: 4 }),
+    }));
+    let read = 0;
+    fc.assert(
+      fc.property(
+        fc.array(value.object, { minLength: 1, maxLength: 3 }),
+        fc.integer({ min: 1, max: 4 }),
+        fc.constantFrom('PLAIN', 'QUOTE_DOUBLE', 'QUOTE_SINGLE', 'BLOCK_LITERAL'),
+        fc.boolean(),
+        (docs, indent, scalar, indentSeq) => {
+          const byYaml = docs
+            .map((d) =>
+              stringify(d, {
+                indent: Math.max(2, indent),
+                lineWidth: 0,
+                indentSeq,
+                defaultStringType: scalar as never,
+              }),
+            )
+            .join('---\n');
+          const byJsYaml = docs.map((d) => dump(d, { indent, lineWidth: -1 })).join('---\n');
+          for (const text of [byYaml, byJsYaml]) {
+            agrees(text);
+            if (plainDocuments(text)) read++;
+          }
+        },
+      ),
+      { seed: 16, numRuns: 400 },
+    );
+    assert.ok(read > 100, `${read} generated texts read by plain-yaml`);
   });
 });
 

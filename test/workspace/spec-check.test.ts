@@ -15,8 +15,10 @@ import { Value } from 'typebox/value';
 import { parseAllDocuments } from 'yaml';
 import { specCheckModules } from '../../scripts/build.ts';
 import { manifestFiles } from '../../src/workspace/manifests.ts';
-import { type CheckedKind, SPEC_SCHEMAS, specPasses } from '../../src/workspace/spec-check.ts';
+import { type CheckedKind, specPasses, specSchemas } from '../../src/workspace/spec-check.ts';
 import { ROOT } from '../helpers/cli.ts';
+
+const SPEC_SCHEMAS = specSchemas();
 
 /** Every spec of a checked kind in examples/ and the seed's broken manifests, with its kind. */
 const SPECS: Array<{ kind: CheckedKind; spec: unknown }> = manifestFiles([
