@@ -105,7 +105,7 @@ export const ConcurrencyConfig = Type.Object(
         minimum: 1,
         maximum: 64,
         description:
-          'Creates (blank, import or clone) and disk resizes at once per node, each held until its Proxmox VE task ends. Set, it is kept. Left out, it adapts: it starts at 2, grows by one each time one of them ended well while others waited, up to 8, and halves when one failed on a storage lock that timed out.',
+          'Creates (blank, import or clone) and disk resizes at once per node, each held until its Proxmox VE task ends. Set, it is kept. Left out, it adapts: it starts at 2, doubles each time one of them ended well while others waited, up to 8, halves when one failed on a storage lock that timed out, and from then on grows by one at a time.',
       }),
     ),
     perStorage: Type.Optional(
