@@ -48,6 +48,9 @@ export function staticAddresses(r: ProxmoxVM): string[] {
     .map((c) => c.address!.split('/')[0]!);
 }
 
+/** The resolution of PVE's uptime (whole seconds). */
+const UPTIME_RESOLUTION_MS = 1000;
+
 /**
  * The addresses of a running VM into status: the agent's when it answers (undefined from
  * agentAddresses means it did not), else the static ones. `status` (read on a full observe) dates
@@ -93,8 +96,12 @@ export async function observeGuest(
           ? Math.max(m.uptimeMs + (now - m.uptimeAt), listed)
           : undefined;
   if (up !== undefined) {
-    // A new boot (the uptime went back, or the VM was seen stopped): agent and cloud-init are asked again.
-    if (m.uptimeMs === undefined || up < m.uptimeMs || how.started) {
+    // A new boot (the uptime went back, or the VM was seen stopped): agent and cloud-init are asked
+    // again. PVE's uptime is whole seconds (qemu-server PVE/QemuServer.pm vmstatus: int of the QEMU
+    // process's age), and counted on by this process's clock it runs up to a second ahead of the
+    // next one PVE gives: only a step back of a second or more is a new boot. A step back within it read as one, and
+    // the guest's cloud-init status was asked again of a VM that had not restarted.
+    if (m.uptimeMs === undefined || up + UPTIME_RESOLUTION_MS <= m.uptimeMs || how.started) {
       m.boot = (m.boot ?? 0) + 1;
       delete m.agentAnswered;
       guestBooted(ctx);
