@@ -219,7 +219,7 @@ function runChild(args: string[]): Promise<Record<string, unknown>> {
 
 /**
  * Run `f` (a child's apply) and add what the simulator served meanwhile: its CPU (this process's,
- * where it runs) and the API requests by route, the most frequent first.
+ * where it runs), the API requests by route, the most frequent first, and the bulk lists.
  */
 async function withSimulator(
   sim: Awaited<ReturnType<typeof startSimulator>>,
@@ -234,7 +234,15 @@ async function withSimulator(
     for (const [route, k] of c.faults.counters) byRoute.set(route, (byRoute.get(route) ?? 0) + k);
   const requests = [...byRoute.values()].reduce((a, b) => a + b, 0);
   const top = Object.fromEntries([...byRoute].sort((a, b) => b[1] - a[1]).slice(0, 12));
-  return { ...r, simCpuMs: Math.round((cpu.user + cpu.system) / 1000), simRequests: requests, simTopRoutes: top };
+  return {
+    ...r,
+    simCpuMs: Math.round((cpu.user + cpu.system) / 1000),
+    simRequests: requests,
+    // The bulk lists apart: each is O(VMs) on both sides, so their number per create is what makes
+    // a rollout quadratic or not.
+    simBulkLists: byRoute.get('GET /cluster/resources') ?? 0,
+    simTopRoutes: top,
+  };
 }
 
 async function measure(n: number): Promise<Record<string, unknown>> {

@@ -10,6 +10,10 @@
  * marker search's candidates. Holders change with every create of a rollout; the set follows the
  * VMIDs that changed holder since it was last asked (HoldingLog), so a search costs what it finds
  * plus those changes, where a scan of every tagged VM per create made a rollout O(N^2).
+ *
+ * A list with one VM's entry replaced (a resource's own view, see site-cache.ts ownView) gets an
+ * index derived from its list's (patchedList): what the entry changed, over the list's maps, with
+ * no scan of the list, as such a view is made after every task of a rollout.
  */
 import type { ClusterResource } from '../proxmox/types.ts';
 import { hasOwnerTag, isPlaceholderLock } from './spec.ts';
@@ -113,4 +117,109 @@ export function unheldTagged(index: ListIndex, held: Map<number, string> | undef
     if (e && isTagged(e) && searchable(e)) out.push(e);
   }
   return out;
+}
+
+/**
+ * A read-only Map over `base` with the keys of `patch` changed (to undefined: absent): get and has
+ * cost what a Map's do; anything that walks every entry (rare: lookups do not) walks a merged copy.
+ */
+class PatchedMap<K, V> extends Map<K, V> {
+  private readonly base: ReadonlyMap<K, V>;
+  private readonly patch: ReadonlyMap<K, V | undefined>;
+  private merged: Map<K, V> | undefined;
+
+  constructor(base: ReadonlyMap<K, V>, patch: ReadonlyMap<K, V | undefined>) {
+    super();
+    this.base = base;
+    this.patch = patch;
+  }
+
+  override get(k: K): V | undefined {
+    return this.patch.has(k) ? this.patch.get(k) : this.base.get(k);
+  }
+
+  override has(k: K): boolean {
+    return this.patch.has(k) ? this.patch.get(k) !== undefined : this.base.has(k);
+  }
+
+  private all(): Map<K, V> {
+    if (!this.merged) {
+      this.merged = new Map(this.base);
+      for (const [k, v] of this.patch) {
+        if (v === undefined) this.merged.delete(k);
+        else this.merged.set(k, v);
+      }
+    }
+    return this.merged;
+  }
+
+  override get size(): number {
+    return this.all().size;
+  }
+  override [Symbol.iterator](): MapIterator<[K, V]> {
+    return this.all()[Symbol.iterator]();
+  }
+  override entries(): MapIterator<[K, V]> {
+    return this.all().entries();
+  }
+  override keys(): MapIterator<K> {
+    return this.all().keys();
+  }
+  override values(): MapIterator<V> {
+    return this.all().values();
+  }
+  override forEach(f: (v: V, k: K, m: Map<K, V>) => void, thisArg?: unknown): void {
+    for (const [k, v] of this.all()) f.call(thisArg, v, k, this);
+  }
+  override set(): this {
+    throw new Error('a list index is read-only');
+  }
+  override delete(): boolean {
+    throw new Error('a list index is read-only');
+  }
+  override clear(): void {
+    throw new Error('a list index is read-only');
+  }
+}
+
+/**
+ * `base` with `entry` (a VM) in place of the entry at its VMID (or added), and its index derived
+ * from `base`'s: O(1) maps over the list's, the tagged VMs made only if asked for. The list itself
+ * is a copy of `base` (pointers: lists are handed out as arrays, and never changed).
+ */
+export function patchedList(base: readonly ClusterResource[], entry: ClusterResource): ClusterResource[] {
+  const bi = listIndex(base);
+  const vmid = Number(entry.vmid);
+  const old = bi.byVmid.get(vmid);
+  const list = base.slice();
+  const at = old ? list.indexOf(old) : -1;
+  if (at >= 0) list[at] = entry;
+  else list.push(entry);
+  const names = new Map<string, ClusterResource[] | undefined>();
+  for (const name of [old && isVmEntry(old) ? old.name : undefined, entry.name]) {
+    if (name === undefined || names.has(name)) continue;
+    const same = (bi.byName.get(name) ?? []).filter((e) => e !== old);
+    if (entry.name === name) {
+      // In the list's order, as listIndex has it (a name is rarely on more than one VM).
+      const pos = at >= 0 ? at : list.length - 1;
+      const i = same.findIndex((e) => list.indexOf(e) > pos);
+      same.splice(i < 0 ? same.length : i, 0, entry);
+    }
+    names.set(name, same.length ? same : undefined);
+  }
+  let tagged: ClusterResource[] | undefined;
+  const index: ListIndex = {
+    byVmid: new PatchedMap(bi.byVmid, new Map([[vmid, entry]])),
+    byName: new PatchedMap(bi.byName, names),
+    get tagged() {
+      if (!tagged) {
+        tagged = bi.tagged.filter((e) => e !== old);
+        if (isTagged(entry)) tagged.push(entry);
+      }
+      return tagged;
+    },
+    nodes: bi.nodes,
+  };
+  indexes.set(list, index);
+  return list;
 }

@@ -4,7 +4,7 @@
  * never recorded or lost: Proxmox, not the state, says which VM is the resource's.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
+import type { ClusterResource, VmConfig, VmStatus } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { MarkedVm } from './inventory.ts';
@@ -19,12 +19,55 @@ export interface ObservedVm {
 }
 
 export async function locate(ctx: StepContext, vmid: number, fresh: boolean): Promise<ObservedVm | undefined> {
-  const entry = listIndex(await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory)).byVmid.get(vmid);
+  // After its own mutation, a resource looks at its VM with a read of that VM over the site's list
+  // (site-cache.ts ownView), not a whole list of the site begun after it. Not for a replacement
+  // or a move to another site: those mutate another VM too.
+  const view =
+    fresh || ctx.previous || ctx.target
+      ? undefined
+      : await ctx.site.ownView(
+          ctx.memory,
+          vmid,
+          ctx.memory.lastFull?.node ?? ctx.memory.planned?.node,
+          (node) => readEntry(ctx, node, vmid),
+          ctx.signal,
+        );
+  const list = view ?? (await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory));
+  const entry = listIndex(list).byVmid.get(vmid);
   if (entry && isVmEntry(entry) && entry.node) return { vmid, node: entry.node, entry };
   if (entry?.type === 'lxc') {
     throw reason('VMIDConflict', `VMID ${vmid} is used by a container; it will never be modified or deleted`);
   }
   return undefined;
+}
+
+/**
+ * VM `vmid` on `node` as a bulk-list entry, from its status (`status/current`: PVE's vmstatus, the
+ * same fields as pvestatd's row the list shows, but current); undefined when it is not there, or
+ * the read failed (the caller goes to the list instead; an aborted reconcile stops).
+ */
+async function readEntry(ctx: StepContext, node: string, vmid: number): Promise<ClusterResource | undefined> {
+  let s: (VmStatus & { maxdisk?: number; disk?: number }) | undefined;
+  try {
+    s = await ctx.client.findVmStatus(node, vmid);
+  } catch {
+    ctx.signal?.throwIfAborted();
+    return undefined;
+  }
+  if (!s) return undefined;
+  const e: ClusterResource = { id: `qemu/${vmid}`, type: 'qemu', vmid, node, status: s.status };
+  if (s.name !== undefined) e.name = s.name;
+  e.template = s.template === 1 ? 1 : 0;
+  if (s.lock) e.lock = s.lock;
+  if (s.tags) e.tags = s.tags;
+  if (s.cpus !== undefined) e.maxcpu = s.cpus;
+  if (s.cpu !== undefined) e.cpu = s.cpu;
+  if (s.maxmem !== undefined) e.maxmem = s.maxmem;
+  if (s.mem !== undefined) e.mem = s.mem;
+  if (s.maxdisk !== undefined) e.maxdisk = s.maxdisk;
+  if (s.disk !== undefined) e.disk = s.disk;
+  if (s.uptime !== undefined) e.uptime = s.uptime;
+  return e;
 }
 
 /**

@@ -6,13 +6,14 @@
  * the asking resource included, by others excluded, containers, templates, unplaced and untagged
  * VMs never, a create's placeholder (locked, untagged) always, and past the end of the change log.
  * The search itself (twins, other installations, an operator's copies) runs through the index in
- * test/vm/adoption.test.ts.
+ * test/vm/adoption.test.ts. A list with one VM's entry put in (patchedList, a resource's own view
+ * of the list) answers every lookup as the index of the same list built from scratch.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { ClusterResource } from '../../src/proxmox/types.ts';
-import { listIndex, unheldTagged } from '../../src/vm/list-index.ts';
+import { listIndex, patchedList, unheldTagged } from '../../src/vm/list-index.ts';
 import { HeldVmids } from '../../src/vm/vmid-holders.ts';
 
 const VMIDS = 12;
@@ -104,5 +105,46 @@ describe('unheldTagged', () => {
     held.delete(101);
     assert.deepEqual(vmids(unheldTagged(index, held, 'me')), [101, 102]);
     assert.deepEqual(held.vmidsOf('other'), [100]);
+  });
+});
+
+describe('patchedList', () => {
+  /** A VM entry at one of the VMIDs (or past them: added), with any name, tags and lock. */
+  const patch = fc
+    .tuple(entry, fc.nat(VMIDS + 1))
+    .map(
+      ([e, i]) =>
+        ({ ...e, type: 'qemu', id: `qemu/${100 + i}`, vmid: 100 + i, node: e.node ?? 'n2' }) as ClusterResource,
+    );
+
+  it('answers every lookup as the index of the same list built from scratch', () => {
+    fc.assert(
+      fc.property(list, patch, fc.nat(2), (base, e, who) => {
+        // A VM (not a container) is what a view puts in: a VMID is a VM's or a container's.
+        const from = base.filter((x) => !(x.vmid === e.vmid && x.type !== 'qemu'));
+        const got = patchedList(from, e);
+        const at = from.findIndex((x) => x.vmid === e.vmid);
+        const want = at >= 0 ? from.map((x, i) => (i === at ? e : x)) : [...from, e];
+        assert.deepEqual(got, want);
+        assert.equal(from.includes(e), false, 'the list it came from is unchanged');
+        const a = listIndex(got);
+        const b = listIndex([...want]);
+        for (let v = 99; v <= 100 + VMIDS + 1; v++) {
+          assert.equal(a.byVmid.get(v), b.byVmid.get(v));
+          assert.equal(a.byVmid.has(v), b.byVmid.has(v));
+        }
+        for (const n of ['a', 'b', 'c']) {
+          assert.deepEqual(a.byName.get(n), b.byName.get(n));
+          assert.equal(a.byName.has(n), b.byName.has(n));
+        }
+        assert.deepEqual(new Map(a.byVmid), b.byVmid);
+        assert.equal(a.byName.size, b.byName.size);
+        assert.deepEqual(vmids(a.tagged), vmids(b.tagged));
+        assert.deepEqual(a.nodes, b.nodes);
+        const held = new Map([[100 + who, UIDS[who]!]]);
+        assert.deepEqual(vmids(unheldTagged(a, held, UIDS[0]!)), vmids(unheldTagged(b, held, UIDS[0]!)));
+      }),
+      { numRuns: 500, seed: 16 },
+    );
   });
 });
