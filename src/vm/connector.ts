@@ -36,6 +36,8 @@ export interface ConnectorOptions extends VmClientOptions {
   clientHooks?: ClientHooks;
   /** Cache TTL of the per-site bulk observation (default 1 s). */
   siteTtlMs?: number;
+  /** The fewest entries of a site's list for which a resource reads its own VM after a mutation (site-cache.ts OWN_VIEW_FROM). */
+  ownViewFrom?: number;
   /**
    * The installation of a config without `spec.installation` (the runtime's default: the
    * controller's cluster, the CLI's config name). Default: cliInstallation.
@@ -170,6 +172,7 @@ export class VmConnector implements Connector<ProxmoxVM> {
         ssh,
         access: { endpoint: s.endpoints[0]!, fingerprints: siteFingerprints(s), credentials },
         ...(this.opts.siteTtlMs !== undefined ? { ttlMs: this.opts.siteTtlMs } : {}),
+        ...(this.opts.ownViewFrom !== undefined ? { ownViewFrom: this.opts.ownViewFrom } : {}),
       }),
     };
     this.sites.set(siteKey, site);

@@ -103,7 +103,11 @@ export class Process {
   readonly rec: ManagedReconciler<ProxmoxVM>;
   interrupt: (Interrupt & { seen: number; fired: boolean }) | undefined;
 
-  constructor(name: string, shared: MemoryStore<ProxmoxVM>, config: LoadedProviderConfig) {
+  /**
+   * `ownViewFrom`: from how many list entries the process's resources read their own VM after a
+   * mutation (site-cache.ts ownView); the search's sites are small, so 0 is how that path is searched.
+   */
+  constructor(name: string, shared: MemoryStore<ProxmoxVM>, config: LoadedProviderConfig, ownViewFrom?: number) {
     this.name = name;
     this.store = new ProcessStore(shared);
     const hooks = {
@@ -129,6 +133,7 @@ export class Process {
       // poll interval). Its age is measured on the run's clock, so a stale list is seen at the
       // same reconciles in every replay; and a stale list is what real PVE serves (pvestatd).
       siteTtlMs: SITE_TTL_MS,
+      ...(ownViewFrom !== undefined ? { ownViewFrom } : {}),
       vmidHolders: (site) => vmidHoldersOf(shared.listSync(), site, onlySite),
     });
     this.rec = new ManagedReconciler<ProxmoxVM>(this.store, this.connector, { hooks });

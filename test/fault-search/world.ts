@@ -222,7 +222,16 @@ export class World {
   proc(i: 0 | 1 | 2): Process {
     let p = this.procs[i];
     if (!p || p.dead) {
-      p = new Process(`${i === 2 ? 'q' : `p${i}`}.${++this.generation}`, this.storeOf(i), this.config);
+      // Every other start reads its own VM after a mutation at any list size (a large site's way,
+      // site-cache.ts ownView), the others wait for a list as a small site does: both, and the two
+      // side by side, are searched.
+      const generation = ++this.generation;
+      p = new Process(
+        `${i === 2 ? 'q' : `p${i}`}.${generation}`,
+        this.storeOf(i),
+        this.config,
+        generation % 2 === 0 ? 0 : undefined,
+      );
       this.procs[i] = p;
     }
     return p;
