@@ -28,7 +28,7 @@
  *                                  [--heap-snapshot-dir DIR [--heap-snapshot-mb 200]]
  *                                  [--alloc-prof FILE.heapprofile]
  * (--child-node-options with `=`: its value starts with a dash.) The child sets V8's
- * heap-growing-percent to 20 as the CLI does (src/cli/main.ts). Node flags and the environment
+ * heap-growing-percent to 20 as the CLI does (src/cli/program.ts, before a command runs). Node flags and the environment
  * the CLI cannot set for itself are measured so: --child-node-options='--max-semi-space-size=8',
  * and MALLOC_ARENA_MAX=2 in this process's environment (the child inherits it).
  */
@@ -286,7 +286,7 @@ if (values.child && values.warm) {
   process.stdout.write('{}\n');
   process.exit(0);
 } else if (values.child) {
-  // What the CLI sets first thing (src/cli/main.ts): the apply measured runs with the CLI's heap.
+  // What the CLI sets before a command runs (src/cli/program.ts sizeHeapForLongRuns): the apply measured runs with the CLI's heap.
   setFlagsFromString('--heap-growing-percent=20');
   const poll = values['task-poll-ms'] ? Number(values['task-poll-ms']) : undefined;
   const out = await child(values.dir!, Number(values['budget-s']) * 1000, poll);
