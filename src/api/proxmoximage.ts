@@ -21,6 +21,7 @@
  */
 import Type, { type Static } from 'typebox';
 import type { Managed } from '../engine/resource.ts';
+import { builtOnce } from './built-once.ts';
 import type { CrdSpec, PrinterColumn, ValidationRule } from './crd.ts';
 import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { type JsonSchema, schemaAt, toStructural } from './structural.ts';
@@ -154,13 +155,8 @@ function buildSpecSchemas() {
   return { ImageForProviderSchema, ProxmoxImageSpecSchema };
 }
 
-let specSchemas: ReturnType<typeof buildSpecSchemas> | undefined;
-
 /** ImageForProviderSchema and ProxmoxImageSpecSchema, built once. */
-export function imageSpecSchemas(): ReturnType<typeof buildSpecSchemas> {
-  specSchemas ??= buildSpecSchemas();
-  return specSchemas;
-}
+export const imageSpecSchemas: () => ReturnType<typeof buildSpecSchemas> = builtOnce(buildSpecSchemas);
 
 /**
  * The observed state's schema, built when a CRD is written: validate reads no status, and

@@ -18,6 +18,7 @@
  */
 import Type, { type Static } from 'typebox';
 import type { Managed } from '../engine/resource.ts';
+import { builtOnce } from './built-once.ts';
 import type { CrdSpec } from './crd.ts';
 import {
   AGE_COLUMN,
@@ -110,13 +111,8 @@ function buildSpecSchemas() {
   return { TemplateForProviderSchema, ProxmoxTemplateSpecSchema };
 }
 
-let specSchemas: ReturnType<typeof buildSpecSchemas> | undefined;
-
 /** TemplateForProviderSchema and ProxmoxTemplateSpecSchema, built once. */
-export function templateSpecSchemas(): ReturnType<typeof buildSpecSchemas> {
-  specSchemas ??= buildSpecSchemas();
-  return specSchemas;
-}
+export const templateSpecSchemas: () => ReturnType<typeof buildSpecSchemas> = builtOnce(buildSpecSchemas);
 
 /**
  * The observed state's schemas, built when a CRD is written: validate reads no status

@@ -5,6 +5,7 @@
  */
 import Type from 'typebox';
 import type { Managed } from '../engine/resource.ts';
+import { builtOnce } from './built-once.ts';
 import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { QUANTITY_PATTERN } from './quantity.ts';
 
@@ -473,13 +474,9 @@ function buildSchemas() {
 }
 
 type VMSchemas = ReturnType<typeof buildSchemas>;
-let built: VMSchemas | undefined;
 
 /** NetworkSchema, DiskSchema, CloudInitSchema, ForProviderSchema and ProxmoxVMSpecSchema, built once. */
-export function vmSchemas(): VMSchemas {
-  built ??= buildSchemas();
-  return built;
-}
+export const vmSchemas: () => VMSchemas = builtOnce(buildSchemas);
 
 export type ForProvider = Type.Static<VMSchemas['ForProviderSchema']>;
 

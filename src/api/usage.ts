@@ -19,6 +19,7 @@
  * cannot be deleted.
  */
 import Type, { type Static } from 'typebox';
+import { builtOnce } from './built-once.ts';
 
 export const USAGE_KINDS = ['ProviderConfigUsage', 'ClusterProviderConfigUsage'] as const;
 export type UsageKind = (typeof USAGE_KINDS)[number];
@@ -102,13 +103,9 @@ function buildSchemas() {
 }
 
 type UsageSchemas = ReturnType<typeof buildSchemas>;
-let built: UsageSchemas | undefined;
 
 /** The conditions, provider config reference and usage body schemas (see buildSchemas). */
-export function usageSchemas(): UsageSchemas {
-  built ??= buildSchemas();
-  return built;
-}
+export const usageSchemas: () => UsageSchemas = builtOnce(buildSchemas);
 
 export type ConditionT = Static<UsageSchemas['ConditionSchema']>;
 export type ProviderConfigReference = Static<UsageSchemas['ProviderConfigReferenceSchema']>;

@@ -104,7 +104,6 @@ export async function preflight(
 function readAhead(ctx: StepContext, r: ProxmoxVM, node: string): void {
   const fp = r.spec.forProvider;
   const ignore = () => {};
-  if (ctx.site.ssh && needsSnippet(r)) snippetStore(ctx, node).catch(ignore);
   nodeFact(ctx, 'bridges', node, (c) => c.bridges(node)).catch(ignore);
   nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node)).catch(ignore);
   if (fp.image && !fp.template && !fp.templateRef) {
@@ -118,8 +117,8 @@ function readAhead(ctx: StepContext, r: ProxmoxVM, node: string): void {
 }
 
 /**
- * What a create's preflight on its node will read, started now: the node's health and the reads
- * of readAhead, and the SSH connection of its snippet. For a plan that an apply carries out at
+ * What a create's preflight on its node will read, started now: the node's health, the storage
+ * its snippet goes to, the reads of readAhead and the SSH connection of its snippet. For a plan that an apply carries out at
  * once (LocalRuntime.plan with readAhead): the first creates of a rollout otherwise began these
  * only once the plan was shown and the resources stored and queued, a fifth of a phase's ideal
  * time at speed 100. Best effort: a read that fails here is read again by the check that needs it.
@@ -128,8 +127,16 @@ function readAhead(ctx: StepContext, r: ProxmoxVM, node: string): void {
 export function readAheadCreate(ctx: StepContext, r: ProxmoxVM): void {
   const node = r.spec.forProvider.node;
   if (!node) return;
-  nodeFact(ctx, 'status', node, (c) => c.nodeStatus(node)).catch(() => {});
+  const ignore = () => {};
+  nodeStatus(ctx, node).catch(ignore);
+  // (Not in readAhead: in preflight, desiredSnippet reads it at once.)
+  if (ctx.site.ssh && needsSnippet(r)) snippetStore(ctx, node).catch(ignore);
   readAhead(ctx, r, node);
+}
+
+/** The node's status (whether it answers), shared by the site's resources (node-facts.ts). */
+function nodeStatus(ctx: StepContext, node: string): Promise<unknown> {
+  return nodeFact(ctx, 'status', node, (c) => c.nodeStatus(node));
 }
 
 /** Step 3 (+ placement when no node is given). */
@@ -181,7 +188,7 @@ async function checkNodeHealth(ctx: StepContext, node: string, entry: ClusterRes
       true,
     );
   try {
-    await nodeFact(ctx, 'status', node, (c) => c.nodeStatus(node));
+    await nodeStatus(ctx, node);
   } catch (e) {
     if (e instanceof PveError && e.kind === 'permission') throw explain(ctx.site.name, e);
     throw reason(
