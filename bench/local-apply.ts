@@ -27,10 +27,11 @@
  *                                  [--child-node-options='--cpu-prof --cpu-prof-dir=DIR']
  *                                  [--heap-snapshot-dir DIR [--heap-snapshot-mb 200]]
  *                                  [--alloc-prof FILE.heapprofile]
- * (--child-node-options with `=`: its value starts with a dash.) The child sets V8's
- * heap-growing-percent to 20 as the CLI does (src/cli/program.ts, before a command runs). Node flags and the environment
- * the CLI cannot set for itself are measured so: --child-node-options='--max-semi-space-size=8',
- * and MALLOC_ARENA_MAX=2 in this process's environment (the child inherits it).
+ * (--child-node-options with `=`: its value starts with a dash.) The child runs with V8's heap and
+ * glibc's malloc as the CLI's apply does: the young generation bounded and MALLOC_ARENA_MAX as
+ * src/cli/young-generation.ts restarts it (unless --child-node-options sets a semi-space size of
+ * its own, as the CLI leaves one alone), and heap-growing-percent 20 (src/cli/program.ts, before a
+ * command runs).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -41,6 +42,7 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { setFlagsFromString, writeHeapSnapshot } from 'node:v8';
 import { parseProviderConfig } from '../src/api/provider-config.ts';
+import { boundedRestartArgs, boundedRestartEnv } from '../src/cli/young-generation.ts';
 import { applyCommand } from '../src/local/apply.ts';
 import type { startSimulator } from '../src/sim/index.ts';
 import { dirBytes, wchar } from './proc-io.ts';
@@ -197,9 +199,12 @@ async function warmCompileCache(): Promise<void> {
 function runChild(args: string[]): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     const nodeOptions = values['child-node-options'].split(' ').filter(Boolean);
-    const c = spawn(process.execPath, [...nodeOptions, new URL(import.meta.url).pathname, '--child', ...args], {
+    const script = new URL(import.meta.url).pathname;
+    // What the CLI's apply restarts with, unless the options name a semi-space size of their own.
+    const restart = boundedRestartArgs([process.execPath, script, 'apply'], nodeOptions, undefined);
+    const c = spawn(process.execPath, [...(restart?.slice(1, -2) ?? nodeOptions), script, '--child', ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, NODE_COMPILE_CACHE: COMPILE_CACHE },
+      env: { ...(restart ? boundedRestartEnv(process.env) : process.env), NODE_COMPILE_CACHE: COMPILE_CACHE },
     });
     let out = '';
     let err = '';

@@ -7,9 +7,17 @@
 // which alone takes longer than Node's own start-up (bench/startup.ts, `sources-bin`). main.ts
 // turns the cache on as well, for `node src/cli/main.ts`; a second call changes nothing. fs is
 // taken with getBuiltinModule, not imported: an import of node:fs builds its ES module facade,
-// which loads fs's streams and fs/promises, about 3 ms (scripts/build.ts, fsByRequire).
-import { enableCompileCache } from 'node:module';
-
+// which loads fs's streams and fs/promises, about 3 ms (scripts/build.ts, fsByRequire). node:module
+// is taken so too, so that an older Node reaches the version check below instead of failing to
+// link a name it lacks.
+const [major, minor] = process.versions.node.split('.').map(Number);
+if (major < 22 || (major === 22 && minor < 19)) {
+  process.stderr.write(
+    `provider-proxmox: needs Node.js 22.19 or later (package.json "engines"); this is ${process.version}\n`,
+  );
+  process.exit(1);
+}
+const { enableCompileCache } = process.getBuiltinModule('node:module');
 const { existsSync } = process.getBuiltinModule('node:fs');
 
 enableCompileCache?.();
