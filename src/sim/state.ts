@@ -241,6 +241,12 @@ export class ClusterState {
   readonly nodes = new Map<string, NodeState>();
   readonly vms = new Map<number, VmState>();
   readonly tasks = new Map<string, TaskState>();
+  /**
+   * The running tasks of each node, as PVE's active task file holds them: `GET .../tasks?source=active`
+   * reads these, not every task kept (up to MAX_TASKS), as pveproxy reads only that file. TaskRunner
+   * adds a task when it starts and takes it out when it stops.
+   */
+  readonly runningTasks = new Map<string, Set<TaskState>>();
   readonly users = new Map<string, UserState>();
   readonly tokens = new Map<string, TokenState>();
   readonly acls: AclEntry[] = [];
@@ -489,9 +495,12 @@ export class ClusterState {
     if (kind === 'cloudinit') name = `vm-${vmid}-cloudinit`;
     else {
       let i = 0;
-      const used = new Set(
-        [...s.volumes.values()].map((v) => v.volname.replace(/^.*\//, '').replace(/\.[a-z0-9]+$/, '')),
-      );
+      // Only this VMID's names can collide; testing each name first keeps an allocation O(volumes)
+      // with a small constant, where two replaces per volume made a rollout's allocations O(N^2).
+      const mine = `-${vmid}-disk-`;
+      const used = new Set<string>();
+      for (const v of s.volumes.values())
+        if (v.volname.includes(mine)) used.add(v.volname.replace(/^.*\//, '').replace(/\.[a-z0-9]+$/, ''));
       while (used.has(`vm-${vmid}-disk-${i}`) || used.has(`base-${vmid}-disk-${i}`)) i++;
       name = `${kind === 'base' ? 'base' : 'vm'}-${vmid}-disk-${i}`;
     }

@@ -175,6 +175,8 @@ export class TaskRunner {
       },
     };
     c.tasks.set(upid, task);
+    const running = c.runningTasks.get(node) ?? new Set<TaskState>();
+    c.runningTasks.set(node, running.add(task));
     // Like PVE's task archive rotation: keep the newest finished tasks, never a running one.
     if (c.tasks.size > MAX_TASKS) {
       for (const [id, t] of c.tasks) {
@@ -209,6 +211,7 @@ export class TaskRunner {
         }
       }
       task.status = 'stopped';
+      c.runningTasks.get(node)?.delete(task);
       task.endtime = c.clock.epoch();
       task.endSeq = ++c.taskEnds;
       try {

@@ -114,19 +114,16 @@ export function listTasks(
     !(opts.since !== undefined && t.starttime < opts.since) &&
     !(opts.until !== undefined && t.starttime > opts.until) &&
     types.has(statusType(t));
-  const onNode = [...c.tasks.values()].filter((t) => t.node === node);
   const candidates: Array<[TaskState, 'active' | 'archive']> = [];
   if (source === 'active' || source === 'all') {
-    for (const t of onNode
-      .filter((x) => x.status === 'running')
-      .sort((a, b) => a.starttime - b.starttime || a.pid - b.pid)) {
+    for (const t of [...(c.runningTasks.get(node) ?? [])].sort((a, b) => a.starttime - b.starttime || a.pid - b.pid)) {
       // The active file holds the UPID's user: only that exact identity (or an auditor) sees it.
       if (matches(t, upidUser(t), upidUser(t) === auth.authid)) candidates.push([t, 'active']);
     }
   }
   if (source !== 'active') {
-    for (const t of onNode
-      .filter((x) => x.status === 'stopped')
+    for (const t of [...c.tasks.values()]
+      .filter((x) => x.node === node && x.status === 'stopped')
       .sort((a, b) => (b.endSeq ?? 0) - (a.endSeq ?? 0) || b.starttime - a.starttime)) {
       if (matches(t, t.user, visible(c, auth, t))) candidates.push([t, 'archive']);
     }
