@@ -247,6 +247,12 @@ export class ClusterState {
    * adds a task when it starts and takes it out when it stops.
    */
   readonly runningTasks = new Map<string, Set<TaskState>>();
+  /**
+   * Each node's finished tasks in the order they ended, as PVE's task index lists them (newest
+   * last): the archive listing walks it backwards instead of sorting every task kept, and skips a
+   * task rotated out of `tasks` (MAX_TASKS) until TaskRunner drops those from here.
+   */
+  readonly endedTasks = new Map<string, TaskState[]>();
   readonly users = new Map<string, UserState>();
   readonly tokens = new Map<string, TokenState>();
   readonly acls: AclEntry[] = [];

@@ -212,6 +212,11 @@ export class TaskRunner {
       }
       task.status = 'stopped';
       c.runningTasks.get(node)?.delete(task);
+      const ended = c.endedTasks.get(node) ?? [];
+      ended.push(task);
+      // Rotated-out tasks (MAX_TASKS) are dropped from the index once it holds twice what the
+      // cluster keeps: amortized O(1) per task, never more than 2 x MAX_TASKS entries.
+      c.endedTasks.set(node, ended.length > 2 * MAX_TASKS ? ended.filter((t) => c.tasks.get(t.upid) === t) : ended);
       task.endtime = c.clock.epoch();
       task.endSeq = ++c.taskEnds;
       try {

@@ -9,7 +9,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import type { AuthInfo } from '../../src/sim/auth.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
+import { MAX_TASKS } from '../../src/sim/tasks.ts';
 import { createVmAndWait, data, finish, login, NODE, ticketHeaders } from '../helpers/fidelity.ts';
 import { type RawResponse, raw, startTestSim } from '../helpers/sim.ts';
 
@@ -149,5 +151,33 @@ describe('task history: GET /nodes/{node}/tasks', () => {
       [upid],
     );
     assert.deepEqual(data<Entry[]>(await raw(url, 'GET', '/cluster/tasks', { headers: token })), []);
+  });
+
+  it('the archive lists tasks newest-ended first, and the ones rotated out (MAX_TASKS) are gone from it', async () => {
+    const root: AuthInfo = { authid: 'root@pam', userid: 'root@pam', kind: 'ticket' };
+    // Two tasks that end in the other order than they began: the archive follows the end.
+    let endFirst = () => {};
+    let endSecond = () => {};
+    const first = c.tasks.start(NODE, 'rotatetest', 'a', root, () => new Promise<void>((r) => (endSecond = r)));
+    const second = c.tasks.start(NODE, 'rotatetest', 'b', root, () => new Promise<void>((r) => (endFirst = r)));
+    endFirst();
+    await finish(url, second);
+    endSecond();
+    await finish(url, first);
+    assert.deepEqual(
+      (await entries(url, '?typefilter=rotatetest')).map((e) => e.upid),
+      [first, second],
+    );
+    // Enough quick tasks to rotate those two (and every task before them) out of the archive.
+    let last = '';
+    for (let i = 0; i < MAX_TASKS; i++) last = c.tasks.start(NODE, 'filler', String(i), root, async () => {});
+    await finish(url, last);
+    assert.equal(c.state.tasks.has(first) || c.state.tasks.has(second), false);
+    assert.deepEqual(await entries(url, '?typefilter=rotatetest'), []);
+    const page = await list(url, '?typefilter=filler&limit=3');
+    assert.equal(data<Entry[]>(page).length, 3);
+    assert.equal(data<Entry[]>(page)[0]!.upid, last);
+    const fillers = [...c.state.tasks.values()].filter((t) => t.type === 'filler').length;
+    assert.equal((page.json as { total: number }).total, fillers);
   });
 });

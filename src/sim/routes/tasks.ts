@@ -114,25 +114,31 @@ export function listTasks(
     !(opts.since !== undefined && t.starttime < opts.since) &&
     !(opts.until !== undefined && t.starttime > opts.until) &&
     types.has(statusType(t));
-  const candidates: Array<[TaskState, 'active' | 'archive']> = [];
+  // Every match counts in `total`; only the page's are rendered.
+  const entries: Record<string, unknown>[] = [];
+  let total = 0;
+  const offer = (entry: () => Record<string, unknown>) => {
+    if (total >= start && entries.length < limit) entries.push(entry());
+    total++;
+  };
   if (source === 'active' || source === 'all') {
     for (const t of [...(c.runningTasks.get(node) ?? [])].sort((a, b) => a.starttime - b.starttime || a.pid - b.pid)) {
       // The active file holds the UPID's user: only that exact identity (or an auditor) sees it.
-      if (matches(t, upidUser(t), upidUser(t) === auth.authid)) candidates.push([t, 'active']);
+      if (matches(t, upidUser(t), upidUser(t) === auth.authid)) offer(() => activeEntry(t));
     }
   }
   if (source !== 'active') {
-    for (const t of [...c.tasks.values()]
-      .filter((x) => x.node === node && x.status === 'stopped')
-      .sort((a, b) => (b.endSeq ?? 0) - (a.endSeq ?? 0) || b.starttime - a.starttime)) {
-      if (matches(t, t.user, visible(c, auth, t))) candidates.push([t, 'archive']);
+    // Newest first: the node's ended tasks are kept in the order they ended (ClusterState.endedTasks).
+    const ended = c.endedTasks.get(node) ?? [];
+    for (let i = ended.length - 1; i >= 0; i--) {
+      const t = ended[i]!;
+      // Every task further back ended before this one, so began before `since` too: none matches.
+      if (opts.since !== undefined && (t.endtime ?? 0) < opts.since) break;
+      if (c.tasks.get(t.upid) !== t) continue; // rotated out of the archive (MAX_TASKS)
+      if (matches(t, t.user, visible(c, auth, t))) offer(() => archiveEntry(t));
     }
   }
-  const page = candidates.slice(start, start + limit);
-  return {
-    entries: page.map(([t, from]) => (from === 'active' ? activeEntry(t) : archiveEntry(t))),
-    total: candidates.length,
-  };
+  return { entries, total };
 }
 
 /**
