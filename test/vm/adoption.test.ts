@@ -16,6 +16,7 @@ import { raw, waitTask } from '../helpers/sim.ts';
 import { count, Engine, getConfig, guests, NODE1, putConfig, SITE1, startSim, vm, waitUntil } from './harness.ts';
 
 const CREATE = 'POST /nodes/{node}/qemu';
+const DESTROY = 'DELETE /nodes/{node}/qemu/{vmid}';
 
 /** The VMs whose marker names `default/<name>` (any uid, any installation). */
 function named(sim: Simulator, name: string) {
@@ -64,10 +65,7 @@ for (const holders of ['scan', 'index'] as const)
       const a = await new Engine(sim, { holders }).start();
       const b = await new Engine(sim, { holders }).start();
       const creates = count(c, CREATE);
-      let most = 0;
-      const watch = setInterval(() => {
-        most = Math.max(most, named(sim, 'race-1').length);
-      }, 5);
+      const destroys = count(c, DESTROY);
       try {
         const ka = a.apply(vm('race-1'));
         const kb = b.apply(vm('race-1'));
@@ -85,10 +83,12 @@ for (const holders of ['scan', 'index'] as const)
         assert.equal(rA.status!.atProvider!.vmId, kept);
         assert.equal(rB.status!.atProvider!.vmId, kept);
         assert.ok(ra && rb);
-        assert.equal(most, 2, 'there was a duplicate to clean up');
+        // Counted from the requests, not sampled: a timer sampling the VMs missed the duplicate's
+        // life when the event loop was held longer than that under a loaded full run.
+        // (Both runtimes may ask to destroy it: one is refused, or finds it gone.)
+        assert.ok(count(c, DESTROY) > destroys, 'there was a duplicate, and it was cleaned up');
         assert.equal(count(c, CREATE), creates + 2, 'no third VM');
       } finally {
-        clearInterval(watch);
         c.removeFault(slow);
         await a.stop();
         await b.stop();
