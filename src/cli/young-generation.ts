@@ -4,7 +4,7 @@
  * anything else is loaded. V8 grows each semi-space up to 64 MB under an apply's allocation rate,
  * 128 MB of new space, and the flag is read only when the heap is set up: `v8.setFlagsFromString`
  * after start-up changes nothing (bench/local-apply.ts measured the same RSS either way). The
- * installed CLI, applying 3,000 VMs: peak RSS 319 -> 190 MB; 10,000 VMs: 403 -> 274 MB (see
+ * installed CLI, applying 3,000 VMs: peak RSS 319 -> 186-189 MB; 10,000 VMs: 403 -> 278-283 MB (see
  * docs/architecture.md). The controller's image passes the same flag itself (Dockerfile), and so
  * does anyone who gives Node a semi-space size of their own (on its command line or in
  * NODE_OPTIONS): then nothing is restarted. Where Node has no execve (Windows), the command runs
