@@ -42,7 +42,7 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { setFlagsFromString, writeHeapSnapshot } from 'node:v8';
 import { parseProviderConfig } from '../src/api/provider-config.ts';
-import { boundedRestartArgs, boundedRestartEnv } from '../src/cli/young-generation.ts';
+import { boundedNodeOptions, boundedRestartEnv } from '../src/cli/young-generation.ts';
 import { applyCommand } from '../src/local/apply.ts';
 import type { startSimulator } from '../src/sim/index.ts';
 import { dirBytes, wchar } from './proc-io.ts';
@@ -199,13 +199,16 @@ async function warmCompileCache(): Promise<void> {
 function runChild(args: string[]): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     const nodeOptions = values['child-node-options'].split(' ').filter(Boolean);
-    const script = new URL(import.meta.url).pathname;
     // What the CLI's apply restarts with, unless the options name a semi-space size of their own.
-    const restart = boundedRestartArgs([process.execPath, script, 'apply'], nodeOptions, undefined);
-    const c = spawn(process.execPath, [...(restart?.slice(1, -2) ?? nodeOptions), script, '--child', ...args], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...(restart ? boundedRestartEnv(process.env) : process.env), NODE_COMPILE_CACHE: COMPILE_CACHE },
-    });
+    const bounded = boundedNodeOptions(nodeOptions, undefined);
+    const c = spawn(
+      process.execPath,
+      [...(bounded ?? nodeOptions), new URL(import.meta.url).pathname, '--child', ...args],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...(bounded ? boundedRestartEnv(process.env) : process.env), NODE_COMPILE_CACHE: COMPILE_CACHE },
+      },
+    );
     let out = '';
     let err = '';
     c.stdout.setEncoding('utf8').on('data', (d: string) => {

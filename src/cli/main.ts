@@ -2,11 +2,12 @@
  * The `provider-proxmox` entry point (`node src/cli/main.ts`, bin/provider-proxmox.js, and the
  * bundle's dist/cli/main.js): turns on Node's compile cache, restarts a long-running command with
  * V8's young generation bounded, then loads the commander wiring (src/cli/program.ts) and runs it
- * (which sizes V8's old generation for the commands that run long). Nothing else is imported statically here, because every
- * module of the static graph is compiled before the first line of this file runs: only what is
- * loaded after enableCompileCache() is cached. This file itself is not (it is compiled before it
- * can ask), so `node src/cli/main.ts` still starts Node's type stripper on every run; the bin,
- * which turns the cache on first, and the bundle, which has no TypeScript, do not.
+ * (which sizes V8's old generation for the commands that run long). Nothing else is imported
+ * statically here, because every module of the static graph is compiled before the first line of
+ * this file runs: only what is loaded after enableCompileCache() is cached. This file itself is
+ * not (it is compiled before it can ask), so `node src/cli/main.ts` still starts Node's type
+ * stripper on every run; the bin, which turns the cache on first, and the bundle, which has no
+ * TypeScript, do not.
  */
 import { enableCompileCache } from 'node:module';
 

@@ -21,6 +21,16 @@ export const LONG_RUNNING_COMMANDS: ReadonlySet<string> = new Set(['apply', 'del
 const FLAG = '--max-semi-space-size';
 
 /**
+ * Node's options with the semi-space bounded, or undefined when Node's semi-space size is set
+ * already (in `execArgv` or in NODE_OPTIONS): what a long-running command runs with.
+ */
+export function boundedNodeOptions(execArgv: readonly string[], nodeOptions: string | undefined): string[] | undefined {
+  const set = (a: string) => a === FLAG || a.startsWith(`${FLAG}=`);
+  if (execArgv.some(set) || (nodeOptions ?? '').split(/\s+/).some(set)) return undefined;
+  return [`${FLAG}=${SEMI_SPACE_MB}`, ...execArgv];
+}
+
+/**
  * The argv to restart this process with (Node and its options first), or undefined when the command
  * is brief or Node's semi-space size is set already. `argv` is process.argv: node, the script, then
  * the command's arguments.
@@ -32,9 +42,8 @@ export function boundedRestartArgs(
 ): string[] | undefined {
   const command = argv[2];
   if (command === undefined || !LONG_RUNNING_COMMANDS.has(command)) return undefined;
-  const set = (a: string) => a === FLAG || a.startsWith(`${FLAG}=`);
-  if (execArgv.some(set) || (nodeOptions ?? '').split(/\s+/).some(set)) return undefined;
-  return [argv[0]!, `${FLAG}=${SEMI_SPACE_MB}`, ...execArgv, ...argv.slice(1)];
+  const options = boundedNodeOptions(execArgv, nodeOptions);
+  return options && [argv[0]!, ...options, ...argv.slice(1)];
 }
 
 /**

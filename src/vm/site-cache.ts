@@ -328,10 +328,10 @@ export class SiteContext {
 
   /**
    * Start a list read (the one in flight until it ends). The next one starts no sooner than this
-   * one's own duration after it ends (real time; a list under 20 ms, a few hundred VMs, is not
-   * paced): a site spends at most half of its time listing for us, and the list's cost (O(VMs),
-   * on pveproxy and on this process) stays a share of the rollout's time, whatever the number of
-   * VMs (6,000 VMs at speed 1000: a list every 40 ms, back to back, before).
+   * one's own duration after it ends, nor, for a long list, its own pace (listPaceMs; real time; a
+   * pause under 20 ms is not taken): a site spends at most half of its time listing for us, and
+   * the list's cost (O(VMs), on pveproxy and on this process) stays a share of the rollout's time,
+   * whatever the number of VMs (6,000 VMs at speed 1000: a list every 40 ms, back to back, before).
    */
   private beginList(): Promise<ClusterResource[]> {
     const began = this.paceClock();
