@@ -248,6 +248,8 @@ Examples:
       new URL('../../examples/production', import.meta.url).pathname,
     ])
     .action((o: { speed: number; filename: string[]; profile: '8.4' }) =>
-      run(async () => (await local()).demoCommand({ speed: o.speed, files: o.filename, profile: o.profile })),
+      run(async () =>
+        (await import('../local/demo.ts')).demoCommand({ speed: o.speed, files: o.filename, profile: o.profile }),
+      ),
     );
 }

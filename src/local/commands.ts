@@ -1,7 +1,9 @@
 /**
  * The cluster-less commands that run the engine (the CLI only wires options to these): `apply`,
- * `delete`, `status`, `demo`, and what they share (setup.ts). What they read from the operator's
- * disk (manifests, phases, --config, the state file) is src/workspace, shared with src/fleet.
+ * `delete`, `status`, and what they share (setup.ts). What they read from the operator's disk
+ * (manifests, phases, --config, the state file) is src/workspace, shared with src/fleet. `demo`
+ * (demo.ts) is loaded on its own: it starts the simulator, which the others must not load (ssh2
+ * alone, with its WebAssembly, costs an apply about 16 MB of memory).
  */
 import { ConfigError } from '../api/provider-config.ts';
 import { formatProblem, ManifestError } from '../workspace/manifests.ts';
@@ -9,7 +11,6 @@ import { StateFileError } from '../workspace/state-file.ts';
 
 export * from './apply.ts';
 export * from './delete.ts';
-export * from './demo.ts';
 export * from './setup.ts';
 export * from './status.ts';
 

@@ -8,8 +8,10 @@
  * broken manifests, a usage error, and `controller` against an unreachable cluster (the external
  * Kubernetes client). validate of the seed fleet must load neither the packages the bundle loads on
  * first use (scripts/build.ts, LAZY) nor node:child_process nor node:v8, and `-o yaml` must load
- * yaml on use and print what the sources print, as must a manifest left to js-yaml load js-yaml. Then `demo` from the bundle runs the simulator on
- * its default topology (read from the copied default-topology.yaml) and deploys two VMs.
+ * yaml on use and print what the sources print, as must a manifest left to js-yaml load js-yaml.
+ * `apply` of a VM with no snippet to upload must load neither the simulator (demo's) nor ssh2. Then
+ * `demo` from the bundle runs the simulator on its default topology (read from the copied
+ * default-topology.yaml) and deploys two VMs.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -19,6 +21,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { type BuildResult, buildBundle, EXTERNAL, fsImportNames, LAZY, lazyFile } from '../../scripts/build.ts';
 import { writeResolveHook } from '../../scripts/resolve-hook.ts';
+import { startSimulator } from '../../src/sim/index.ts';
+import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { cliEnv, MAIN, ROOT, writeManifests } from '../helpers/cli.ts';
 
 interface Run {
@@ -218,6 +222,38 @@ describe('the bundle (npm run build)', () => {
     assert.deepEqual(b, s);
     assert.equal(b.code, 1, b.stdout + b.stderr);
     assert.match(b.stderr, /kube-system/);
+  });
+
+  it('apply of a VM with no snippet loads neither the simulator nor ssh2', async () => {
+    // ssh2 alone, with its WebAssembly, cost a 3,000-VM apply 18 MB of its peak memory when the
+    // local commands' module still brought in demo's simulator.
+    const sim = await startSimulator({ speed: 200, ephemeralPorts: true });
+    try {
+      const dir = join(tmp, 'apply-lean');
+      mkdirSync(dir);
+      writeFileSync(join(dir, 'providerconfig.yaml'), providerConfigYaml(sim, { ssh: false }));
+      mkdirSync(join(dir, 'manifests'));
+      writeManifests(join(dir, 'manifests'), [{ name: 'lean-1' }]);
+      const seen = join(dir, 'resolved.json');
+      const hook = writeResolveHook(dir, seen);
+      const args = ['apply', '-f', join(dir, 'manifests'), '--config', join(dir, 'providerconfig.yaml')];
+      const r = await node(
+        ['--import', hook, join(pkg, 'bin/provider-proxmox.js'), ...args, '--state', join(dir, 'state.db'), '--yes'],
+        work,
+      );
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      const urls = JSON.parse(readFileSync(seen, 'utf8')) as string[];
+      assert.ok(
+        urls.some((u) => u.includes('/dist/chunks/')),
+        urls.join('\n'),
+      );
+      for (const u of urls) {
+        assert.doesNotMatch(u, /\/node_modules\/ssh2\//);
+        assert.doesNotMatch(u, /\/chunks\/demo-/);
+      }
+    } finally {
+      await sim.close();
+    }
   });
 
   it('demo: the simulator on its default topology deploys two VMs; the default -f is the package examples/', async () => {
