@@ -25,7 +25,7 @@
  * right to watch CRDs is needed). Its first successful list emits every object as ADDED.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { internString } from '../engine/intern.ts';
+import { internString, internStrings } from '../engine/intern.ts';
 import { type KubeApi, KubeError, type WatchEvent } from './api.ts';
 
 export interface KubeObject {
@@ -95,27 +95,8 @@ class TrackedMap<T> extends Map<string, T> {
   }
 }
 
-/**
- * `v` with every string value in it (at any depth, in place) replaced by its interned copy: the
- * same values, one copy of each among all the cached objects.
- */
-export function internStrings<V>(v: V): V {
-  if (typeof v === 'string') return internString(v) as V;
-  if (typeof v !== 'object' || v === null) return v;
-  if (Array.isArray(v)) {
-    for (let i = 0; i < v.length; i++) v[i] = internStrings(v[i]);
-    return v;
-  }
-  const o = v as Record<string, unknown>;
-  for (const k in o) {
-    const x = o[k];
-    if (typeof x === 'string' || (typeof x === 'object' && x !== null)) o[k] = internStrings(x);
-  }
-  return v;
-}
-
 export function objectKey(o: KubeObject): string {
-  return o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name;
+  return internString(o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name);
 }
 
 export class Informer<T extends KubeObject> {

@@ -11,6 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { internString } from '../engine/intern.ts';
 
 export const PHASE_ANNOTATION = 'proxmox.sankofa.io/phase';
 export const DEPENDS_ANNOTATION = 'proxmox.sankofa.io/depends-on';
@@ -36,9 +37,9 @@ export interface FleetFile {
 
 export class RolloutError extends Error {}
 
-/** A manifest's key, `namespace/name` (namespace `default` when it names none). */
+/** A manifest's key, `namespace/name` (namespace `default` when it names none), interned as keyOf's. */
 export function manifestKey(vm: { metadata: { name: string; namespace?: string } }): string {
-  return `${vm.metadata.namespace ?? 'default'}/${vm.metadata.name}`;
+  return internString(`${vm.metadata.namespace ?? 'default'}/${vm.metadata.name}`);
 }
 
 /** The names in a `depends-on` annotation value (comma-separated). */

@@ -1,14 +1,16 @@
 /**
- * The informer cache's string interning (src/kube/informer.ts internStrings, applied by trim): the
- * cached objects keep exactly the values the apiserver sent, and the many copies JSON.parse makes
- * of a value repeated across objects become one. No API server: objects are parsed here.
+ * The informer cache's string interning (src/engine/intern.ts internStrings, applied by the
+ * informer): the cached objects keep exactly the values the apiserver sent, and the many copies
+ * JSON.parse makes of a value repeated across objects become one. No API server: objects are
+ * parsed here.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { internStrings } from '../../src/engine/intern.ts';
 import type { KubeApi } from '../../src/kube/api.ts';
-import { Informer, internStrings, type KubeObject } from '../../src/kube/informer.ts';
+import { Informer, type KubeObject } from '../../src/kube/informer.ts';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
