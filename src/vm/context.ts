@@ -87,6 +87,8 @@ export function stepContext(
     target?: SiteContext | undefined;
     previous?: SiteContext | undefined;
     elsewhere?: (() => Promise<SiteContext[]>) | undefined;
+    /** Only look at this site: the resource's memory here if it has one, none kept otherwise. */
+    lookOnly?: boolean;
   } = {},
 ): StepContext {
   return {
@@ -96,7 +98,7 @@ export function stepContext(
     ...(others.elsewhere ? { elsewhere: others.elsewhere } : {}),
     client: site.client.withSignal(signal),
     options,
-    memory: site.remember(r.metadata.uid),
+    memory: others.lookOnly ? site.peekMemory(r.metadata.uid) : site.remember(r.metadata.uid),
     signal,
     taskPollMs: options.taskPollMs ?? 2000,
   };

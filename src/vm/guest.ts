@@ -77,9 +77,9 @@ export async function observeGuest(
   if (state !== 'running') {
     delete a.ipAddresses;
     delete a.ipSource;
-    delete m.uptimeMs;
-    delete m.uptimeAt;
-    delete m.agentAnswered;
+    m.uptimeMs = undefined;
+    m.uptimeAt = undefined;
+    m.agentAnswered = undefined;
     guestStopped(m);
     return undefined;
   }
@@ -103,7 +103,7 @@ export async function observeGuest(
     // the guest's cloud-init status was asked again of a VM that had not restarted.
     if (m.uptimeMs === undefined || up + UPTIME_RESOLUTION_MS <= m.uptimeMs || how.started) {
       m.boot = (m.boot ?? 0) + 1;
-      delete m.agentAnswered;
+      m.agentAnswered = undefined;
       guestBooted(ctx);
     }
     m.uptimeMs = up;
@@ -118,7 +118,7 @@ export async function observeGuest(
   const fromAgent = agentOn && !how.started ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
   if (fromAgent === 'vm-not-running') {
     if (cfg) return undefined; // read just now as running: the next observe sees what changed
-    delete m.lastFull;
+    m.lastFull = undefined;
     return 'vm-not-running';
   }
   if (fromAgent !== undefined) {
@@ -310,7 +310,7 @@ async function cloudInitStatus(ctx: StepContext, found: ObservedVm): Promise<Sta
       guestExecRunning(ctx, exec.at, askedAt);
       return { kind: 'pending' };
     }
-    delete m.cloudInitExec;
+    m.cloudInitExec = undefined;
     guestExecExited(ctx, exec.at, askedAt);
     const out = st['out-data'] ?? '';
     if (exec.json && st.exitcode === 2 && /usage|unrecognized|invalid choice/i.test(`${out}${st['err-data'] ?? ''}`)) {
@@ -325,7 +325,7 @@ async function cloudInitStatus(ctx: StepContext, found: ObservedVm): Promise<Sta
     if (!parsed) return { kind: 'unavailable', why: `unreadable cloud-init status output: ${out.slice(0, 200)}` };
     return { kind: 'done', ...parsed };
   } catch (e) {
-    delete m.cloudInitExec;
+    m.cloudInitExec = undefined;
     if (e instanceof PermissionError)
       return {
         kind: 'unavailable',

@@ -46,7 +46,7 @@ function stateAfter(plan: PlannedChanges): string {
  * task ends, if that task's success tells its outcome; else keep nothing.
  */
 export function planAfter(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, list: Change[], state: string): void {
-  delete ctx.memory.planned;
+  ctx.memory.planned = undefined;
   const [head, ...rest] = list;
   const last = ctx.memory.lastFull;
   if (!head || !TASK_OF[head.kind] || !last) return;
@@ -72,7 +72,7 @@ export function knownOutcome(
   found: ObservedVm,
 ): KnownOutcome | undefined {
   const plan = ctx.memory.planned;
-  delete ctx.memory.planned;
+  ctx.memory.planned = undefined;
   const task = parseUpid(upid);
   if (!task) return undefined;
   // A create or clone of ours: the VM is there, stopped (its config is still read: it confirms whose it is).
@@ -100,7 +100,7 @@ export function knownOutcome(
 export function plannedWait(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): KnownOutcome | undefined {
   const plan = ctx.memory.planned;
   if (!plan || r.status?.atProvider?.step !== 'WaitingForSlot' || !holds(plan, r, found) || !ctx.memory.lastFull) {
-    delete ctx.memory.planned;
+    ctx.memory.planned = undefined;
     return undefined;
   }
   return { state: plan.before, planned: true, next: plan.head };

@@ -433,7 +433,9 @@ async function adoptOwn(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | un
 async function adoptElsewhere(ctx: StepContext, r: ProxmoxVM): Promise<Observed | undefined> {
   if (!ctx.elsewhere) return undefined;
   for (const site of await ctx.elsewhere()) {
-    const own = await findOwnVm(stepContext(site, r, ctx.options, ctx.signal), r);
+    // (lookOnly: every new resource looks on every other site; memory kept there for each was half
+    // of all resource memory)
+    const own = await findOwnVm(stepContext(site, r, ctx.options, ctx.signal, { lookOnly: true }), r);
     // A replacement's old VM is replaced, not adopted back (replace.ts).
     const old = r.status?.atProvider?.replacing;
     if (!own || (old?.site === site.name && old.vmid === own.vmid)) continue;

@@ -230,7 +230,7 @@ export async function planResource(
     return { key, action: 'refused', changes: [], pending: [], reason: e.reason, message: e.message };
   } finally {
     if (lastFull) ctx.memory.lastFull = lastFull;
-    else delete ctx.memory.lastFull;
+    else ctx.memory.lastFull = undefined;
   }
   const plan = await planObserved(ctx, r, key, copy, observed, read);
   // An apply carries the plan out at once: its creates' first reads need not wait for it.

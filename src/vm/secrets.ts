@@ -17,7 +17,7 @@ export async function loadSecrets(ctx: StepContext, r: ProxmoxVM): Promise<void>
   const m = ctx.memory;
   if (refs.length && m.secretsLoaded?.refs === refKey && ctx.site.now() - m.secretsLoaded.at < SECRET_TTL_MS) return;
   m.secrets = { sshKeys: [] };
-  delete m.secretsLoaded;
+  m.secretsLoaded = undefined;
   if (!refs.length) return;
   const source = ctx.options.secret;
   if (!source)

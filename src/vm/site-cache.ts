@@ -104,6 +104,29 @@ export interface ResourceMemory {
 }
 
 /**
+ * A resource's empty memory, with every field present from the start: V8 then keeps one compact
+ * shape for all of them. A field added later, or deleted, turns an object into a dictionary of
+ * about 450 bytes more (10,000 resources: 4.5 MB), so a field is cleared by setting it undefined.
+ */
+export function newResourceMemory(): ResourceMemory {
+  return {
+    lastFull: undefined,
+    secrets: { sshKeys: [] },
+    secretsLoaded: undefined,
+    snippet: undefined,
+    uptimeMs: undefined,
+    boot: undefined,
+    cloudInitBoot: undefined,
+    mutatedEpoch: undefined,
+    agentAnswered: undefined,
+    cloudInitExec: undefined,
+    uptimeAt: undefined,
+    planned: undefined,
+    view: undefined,
+  };
+}
+
+/**
  * A site's bulk list with this resource's own VM as a read of that VM begun after the resource's
  * last mutation showed it (see SiteContext.ownView): `epoch`, the site's epoch when that read
  * began; `at`, when the list under it was begun.
@@ -468,7 +491,7 @@ export class SiteContext {
     let k = 0;
     for (const { memory, view } of this.views) {
       if (memory.view === view && view.epoch > epoch && view.epoch >= this.floor && t - view.at < this.ttlMs) break;
-      if (memory.view === view) delete memory.view;
+      if (memory.view === view) memory.view = undefined;
       k++;
     }
     if (k) this.views.splice(0, k);
@@ -602,11 +625,16 @@ export class SiteContext {
     this.sshSessions = undefined;
   }
 
+  /** The resource's memory if it has one here, else an empty one that is not kept. */
+  peekMemory(uid: string): ResourceMemory {
+    return this.memory.get(uid) ?? newResourceMemory();
+  }
+
   /** The resource's memory (created on first use). */
   remember(uid: string): ResourceMemory {
     let m = this.memory.get(uid);
     if (!m) {
-      m = { secrets: { sshKeys: [] } };
+      m = newResourceMemory();
       this.memory.set(uid, m);
     }
     return m;
@@ -668,7 +696,7 @@ export class SiteContext {
     this.releaseCreate(uid);
     this.unreserve(uid);
     const m = this.memory.get(uid);
-    if (m) delete m.view;
+    if (m) m.view = undefined;
     this.memory.delete(uid);
   }
 }

@@ -182,7 +182,7 @@ export async function desiredSnippet(
   node: string,
 ): Promise<{ volid: string } | undefined> {
   if (!needsSnippet(r)) {
-    delete ctx.memory.snippet;
+    ctx.memory.snippet = undefined;
     return undefined;
   }
   checkSnippetPossible(ctx, r);

@@ -163,7 +163,7 @@ export async function applyChange(
     default:
       return {};
   }
-  delete ctx.memory.lastFull;
+  ctx.memory.lastFull = undefined;
   ctx.site.invalidate(ctx.memory);
   if (upid) a.task = upid;
   await hook(ctx, `update-${change.kind}`, r);
