@@ -331,8 +331,8 @@ export class Progress {
   private readonly color: boolean;
   private rows: Row[] = [];
   private header = '';
-  private readonly last = new Map<string, string>();
-  private readonly lastRow = new Map<string, Row>();
+  /** Per resource: the row last seen and the line it printed. */
+  private readonly last = new Map<string, { row: Row; desc: string }>();
   private lastLog = '';
   private readonly started = Date.now();
 
@@ -354,13 +354,11 @@ export class Progress {
     if (this.screen) return this.screen.draw();
     for (const r of rows) {
       // The runtime hands back the same row object while a resource is unchanged (runtime.ts rows).
-      if (this.lastRow.get(r.key) === r) continue;
-      this.lastRow.set(r.key, r);
+      const seen = this.last.get(r.key);
+      if (seen?.row === r) continue;
       const desc = `${r.step}${r.vmid ? ` vmid=${r.vmid}` : ''}${r.node ? ` node=${r.node}` : ''}${r.state ? ` state=${r.state}` : ''}${r.ip ? ` ip=${r.ip}` : ''}${r.pendingChanges.length ? ` pending=${r.pendingChanges.join(',')}` : ''}${r.reason ? ` ${r.reason}: ${r.message}` : ''}`;
-      if (this.last.get(r.key) !== desc) {
-        this.last.set(r.key, desc);
-        this.out.write(`${stamp(this.started)} ${r.name}: ${desc}\n`);
-      }
+      this.last.set(r.key, { row: r, desc });
+      if (seen?.desc !== desc) this.out.write(`${stamp(this.started)} ${r.name}: ${desc}\n`);
     }
   }
 

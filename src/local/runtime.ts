@@ -230,7 +230,12 @@ export class LocalRuntime {
   readonly installation: string;
   /** The VMIDs the store's resources hold per site (the connector's vmidHolders). */
   private readonly vmidHolders: VmidHolderIndex;
+  /** Failures in a row of the resources whose last reconcile failed (none: not here). */
   private readonly failures = new Map<string, number>();
+  private noteFailures(key: string, failures: number): void {
+    if (failures) this.failures.set(key, failures);
+    else this.failures.delete(key);
+  }
   /**
    * The last reconcile result of each resource in this runtime. What the store says about a
    * resource nobody reconciled yet is the state file's memory of an earlier run, not what Proxmox
@@ -309,7 +314,7 @@ export class LocalRuntime {
         ? { pollOf: (key: string, ms: number) => (isSettled(this.store.getSync(key)) ? undefined : ms) }
         : {}),
       onResult: (key, result, failures) => {
-        this.failures.set(key, failures);
+        this.noteFailures(key, failures);
         this.lastResult.set(key, result);
         this.settledNow(key);
         opts.onResult?.(key, result, failures);
@@ -334,7 +339,7 @@ export class LocalRuntime {
             this.controller.queue.add(keyOf(vm));
       },
       onResult: (kind, key, result, failures) => {
-        this.failures.set(`${kind}/${key}`, failures);
+        this.noteFailures(`${kind}/${key}`, failures);
         this.lastResult.set(`${kind}/${key}`, result);
       },
     });

@@ -83,8 +83,11 @@ export class HeldVmids extends Map<number, string> implements HoldingLog {
   }
 }
 
-/** One resource's holdings: `site` -> the VMIDs it holds there. */
-type Holdings = Map<string, number[]>;
+/**
+ * One resource's holdings: each site and VMID it holds, once (one pair but during a site move). An
+ * array, not a map per resource: the index holds one entry for every resource of the runtime.
+ */
+type Holdings = Array<{ site: string; vmid: number }>;
 
 export class VmidHolderIndex {
   /** The sites asked about, or any (undefined). */
@@ -92,8 +95,11 @@ export class VmidHolderIndex {
   private readonly onlySite: string | undefined;
   /** Per site: VMID -> the uid of its holder (the view the connector reads). */
   private readonly bySite = new Map<string, HeldVmids>();
-  /** Per site and VMID: every resource key holding it (more than one only on a conflict). */
-  private readonly claims = new Map<string, Map<number, Set<string>>>();
+  /**
+   * Per site and VMID: the key of the resource holding it, or on a conflict the set of every key
+   * holding it (a set per VMID would cost 10,000 resources 2 MB for the rare conflict).
+   */
+  private readonly claims = new Map<string, Map<number, string | Set<string>>>();
   /** Per resource key: its place in the store's order, uid and holdings. */
   private readonly byKey = new Map<string, { order: number; uid: string; holdings: Holdings }>();
   private nextOrder = 0;
@@ -123,21 +129,20 @@ export class VmidHolderIndex {
   /** The resource at `key` was stored as `r`, or left the store (undefined). */
   set(key: string, r: ProxmoxVM | undefined): void {
     const prev = this.byKey.get(key);
-    const holdings: Holdings = new Map();
+    const holdings: Holdings = [];
     for (const h of r ? heldVmids(r, this.onlySite) : []) {
       if (this.sites && !this.sites.has(h.site)) continue;
-      const held = holdings.get(h.site);
-      if (!held) holdings.set(h.site, [h.vmid]);
-      else if (!held.includes(h.vmid)) held.push(h.vmid);
+      if (!holdings.some((x) => x.site === h.site && x.vmid === h.vmid)) holdings.push(h);
     }
-    if (prev) for (const [s, vmids] of prev.holdings) for (const v of vmids) this.unclaim(s, v, key);
+    if (prev) for (const h of prev.holdings) this.unclaim(h.site, h.vmid, key);
     if (!r) {
       this.byKey.delete(key);
       return;
     }
-    const entry = { order: prev?.order ?? this.nextOrder++, uid: r.metadata.uid, holdings };
+    // (slice: an array grown by push keeps room for 17 elements; 10,000 entries held 1.5 MB of it)
+    const entry = { order: prev?.order ?? this.nextOrder++, uid: r.metadata.uid, holdings: holdings.slice() };
     this.byKey.set(key, entry);
-    for (const [s, vmids] of holdings) for (const v of vmids) this.claim(s, v, key);
+    for (const h of holdings) this.claim(h.site, h.vmid, key);
   }
 
   private claim(site: string, vmid: number, key: string): void {
@@ -146,27 +151,34 @@ export class VmidHolderIndex {
       claims = new Map();
       this.claims.set(site, claims);
     }
-    const keys = claims.get(vmid) ?? new Set<string>();
-    claims.set(vmid, keys);
-    keys.add(key);
-    this.resolve(site, vmid, keys);
+    const held = claims.get(vmid);
+    if (held === undefined || held === key) claims.set(vmid, key);
+    else if (typeof held === 'string') claims.set(vmid, new Set([held, key]));
+    else held.add(key);
+    this.resolve(site, vmid, claims.get(vmid)!);
   }
 
   private unclaim(site: string, vmid: number, key: string): void {
     const claims = this.claims.get(site)!;
-    const keys = claims.get(vmid);
-    if (!keys) return;
-    keys.delete(key);
-    if (!keys.size) {
-      claims.delete(vmid);
-      this.bySite.get(site)?.delete(vmid);
-    } else this.resolve(site, vmid, keys);
+    const held = claims.get(vmid);
+    if (held === undefined || held === key) {
+      if (held !== undefined) {
+        claims.delete(vmid);
+        this.bySite.get(site)?.delete(vmid);
+      }
+      return;
+    }
+    if (typeof held === 'string' || !held.delete(key)) return;
+    // Back to one holder: a plain key again.
+    const left = held.size === 1 ? held.values().next().value! : held;
+    claims.set(vmid, left);
+    this.resolve(site, vmid, left);
   }
 
   /** The holder of a VMID claimed by `keys`: the latest of them in the store's order. */
-  private resolve(site: string, vmid: number, keys: Set<string>): void {
+  private resolve(site: string, vmid: number, keys: string | Set<string>): void {
     let best: { order: number; uid: string } | undefined;
-    for (const k of keys) {
+    for (const k of typeof keys === 'string' ? [keys] : keys) {
       const e = this.byKey.get(k);
       if (e && (!best || e.order > best.order)) best = e;
     }
