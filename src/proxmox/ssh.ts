@@ -126,7 +126,9 @@ export async function openSftp(target: SshTarget, signal?: AbortSignal): Promise
           err ? reject(new SshError('io', `${where}: SFTP refused: ${err.message}`)) : resolve(s),
         );
       });
-      conn.once('error', (e: Error & { level?: string; code?: string }) => reject(connectError(e, where, presented)));
+      // `on`, not `once`: a refused host key is an error, and the reset of the socket closed after
+      // it can be a second one, which without a listener would end the process.
+      conn.on('error', (e: Error & { level?: string; code?: string }) => reject(connectError(e, where, presented)));
       conn.once('close', () => reject(signal?.reason ?? new SshError('unreachable', `${where}: connection closed`)));
       try {
         conn.connect(config);

@@ -154,7 +154,7 @@ export async function probeCertificate(
         selfSigned: name(c.subject) === name(c.issuer),
       });
     });
-    socket.once('error', (e) => {
+    socket.on('error', (e) => {
       clearTimeout(timer);
       reject(e);
     });
