@@ -1,11 +1,73 @@
 /**
  * The concurrency slots: per node, and per storage where the storage is (a node's local storage
  * per node, a shared one per site). Issue 16 measured a 4-node site running 2 creates at once
- * instead of 8, because `local-lvm` was counted once for the whole site.
+ * instead of 8, because `local-lvm` was counted once for the whole site. The waiters are handed
+ * freed slots oldest first: fast-check holds the limiter (which looks only at the head of each
+ * group of waiters wanting the same slots) to a plain walk of the FIFO, wake by wake.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { SlotLimiter } from '../../src/vm/limits.ts';
+import fc from 'fast-check';
+import { SlotLimiter, type SlotStorage } from '../../src/vm/limits.ts';
+
+/** The FIFO as a walk of every waiter, oldest first: what SlotLimiter's grants must equal. */
+class FifoWalk {
+  private readonly held = new Map<string, Set<string>>();
+  private readonly owner = new Map<string, string[]>();
+  private readonly waiters: Array<{ holder: string; keys: string[]; wake: () => void }> = [];
+  private readonly limit: { perNode: number; perStorage: number };
+  constructor(limit: { perNode: number; perStorage: number }) {
+    this.limit = limit;
+  }
+  private fits(keys: string[]): boolean {
+    return keys.every(
+      (k) => (this.held.get(k)?.size ?? 0) < (k.startsWith('storage:') ? this.limit.perStorage : this.limit.perNode),
+    );
+  }
+  private take(holder: string, keys: string[]): void {
+    for (const k of keys) this.held.set(k, (this.held.get(k) ?? new Set()).add(holder));
+    this.owner.set(holder, keys);
+  }
+  tryAcquire(holder: string, node: string, storages: SlotStorage[], wake: () => void, resize: boolean): boolean {
+    if (this.owner.has(holder)) return true;
+    const keys = resize
+      ? [`resize:${node}`]
+      : [
+          `node:${node}`,
+          ...storages.map((s) =>
+            typeof s === 'string'
+              ? `storage:${node}/${s}`
+              : s.shared
+                ? `storage:${s.storage}`
+                : `storage:${node}/${s.storage}`,
+          ),
+        ];
+    const i = this.waiters.findIndex((w) => w.holder === holder);
+    if (this.fits(keys)) {
+      this.take(holder, keys);
+      if (i >= 0) this.waiters.splice(i, 1);
+      return true;
+    }
+    if (i >= 0) Object.assign(this.waiters[i]!, { keys, wake });
+    else this.waiters.push({ holder, keys, wake });
+    return false;
+  }
+  release(holder: string): void {
+    for (const k of this.owner.get(holder) ?? []) this.held.get(k)?.delete(holder);
+    this.owner.delete(holder);
+    const i = this.waiters.findIndex((w) => w.holder === holder);
+    if (i >= 0) this.waiters.splice(i, 1);
+    for (const w of [...this.waiters])
+      if (this.fits(w.keys)) {
+        this.take(w.holder, w.keys);
+        this.waiters.splice(this.waiters.indexOf(w), 1);
+        w.wake();
+      }
+  }
+  get waiting(): string[] {
+    return this.waiters.map((w) => w.holder);
+  }
+}
 
 describe('slot limiter', () => {
   it('counts a local storage per node: four nodes with local-lvm take 2 creates each', () => {
@@ -168,5 +230,63 @@ describe('slot limiter', () => {
     l.release('n1-0');
     assert.deepEqual(woken, ['n2-0', 'n1-0', 'n1-1']);
     assert.equal(l.waiting.length, 49, 'n1-2..n1-49 and n2-1 still wait');
+  });
+
+  it('hands freed slots out as a walk of the FIFO does: the same grants, wakes and waiters (fast-check)', () => {
+    const holder = fc.constantFrom('a', 'b', 'c', 'd', 'e', 'f');
+    const storage = fc.constantFrom<SlotStorage>('local-lvm', 'ssd', { storage: 'ceph', shared: true });
+    const op = fc.oneof(
+      fc.record({
+        kind: fc.constant('acquire' as const),
+        holder,
+        node: fc.constantFrom('n1', 'n2'),
+        storages: fc.array(storage, { maxLength: 2 }),
+        resize: fc.constantFrom(false, false, false, true),
+      }),
+      fc.record({ kind: fc.constant('release' as const), holder }),
+    );
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 2 }),
+        fc.integer({ min: 1, max: 2 }),
+        fc.array(op, { minLength: 4, maxLength: 60 }),
+        (perNode, perStorage, ops) => {
+          // A clock that never moves: no grant expires and no waiter goes stale, in either.
+          const real = new SlotLimiter({ perNode, perStorage }, { now: () => 0 });
+          const walk = new FifoWalk({ perNode, perStorage });
+          const woken: { real: string[]; walk: string[] } = { real: [], walk: [] };
+          for (const o of ops) {
+            if (o.kind === 'acquire') {
+              const got = real.tryAcquire(o.holder, o.node, o.storages, () => woken.real.push(o.holder), {
+                resize: o.resize,
+              });
+              const want = walk.tryAcquire(o.holder, o.node, o.storages, () => woken.walk.push(o.holder), o.resize);
+              assert.equal(got, want, JSON.stringify(o));
+            } else {
+              real.release(o.holder);
+              walk.release(o.holder);
+            }
+            assert.deepEqual(woken.real, woken.walk);
+            assert.deepEqual(real.waiting, walk.waiting);
+          }
+        },
+      ),
+      {
+        numRuns: 500,
+        // Two waiters for one node, the older also wanting a storage: the older gets the node.
+        examples: [
+          [
+            1,
+            1,
+            [
+              { kind: 'acquire', holder: 'a', node: 'n1', storages: [], resize: false },
+              { kind: 'acquire', holder: 'b', node: 'n1', storages: ['ssd'], resize: false },
+              { kind: 'acquire', holder: 'c', node: 'n1', storages: [], resize: false },
+              { kind: 'release', holder: 'a' },
+            ],
+          ],
+        ],
+      },
+    );
   });
 });
