@@ -152,13 +152,16 @@ export class SlotLimiter {
       return true;
     }
     if (mine) {
+      // Asking again (every reconcile of a waiting resource does): its place stays, and only
+      // other keys move it to another group.
+      const moved = mine.keys.join(' ') !== keys.join(' ');
       this.count(mine.keys, -1);
-      this.ungroup(mine);
+      if (moved) this.ungroup(mine);
       mine.keys = keys;
       mine.at = this.now();
       mine.wake = wake;
       this.count(keys, 1);
-      this.group(mine);
+      if (moved) this.group(mine);
     } else {
       const w = { holder, keys, seq: this.seq++, at: this.now(), wake };
       this.waiters.set(holder, w);
