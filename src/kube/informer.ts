@@ -25,7 +25,8 @@
  * right to watch CRDs is needed). Its first successful list emits every object as ADDED.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { internString, internStrings } from '../engine/intern.ts';
+import { internStrings } from '../engine/intern.ts';
+import { keyOf } from '../engine/resource.ts';
 import { type KubeApi, KubeError, type WatchEvent } from './api.ts';
 
 export interface KubeObject {
@@ -95,8 +96,9 @@ class TrackedMap<T> extends Map<string, T> {
   }
 }
 
+/** The cache's key of an object: the engine's resource key (keyOf), `namespace/name`, interned. */
 export function objectKey(o: KubeObject): string {
-  return internString(o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : o.metadata.name);
+  return keyOf(o);
 }
 
 export class Informer<T extends KubeObject> {
