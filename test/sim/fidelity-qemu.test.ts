@@ -224,6 +224,9 @@ for (const profile of ALL_PROFILES) {
 
     it(`#20 shrinking a disk fails ${is8(profile) ? 'in the resize task' : 'synchronously'}`, async () => {
       await createVmAndWait(url, { vmid: '160', scsi0: 'local-lvm:4' });
+      const maxdisk = async () =>
+        data<{ maxdisk: number }>(await raw(url, 'GET', `/nodes/${NODE}/qemu/160/status/current`)).maxdisk;
+      assert.equal(await maxdisk(), 4 * 1024 ** 3);
       const shrink = await raw(url, 'PUT', `/nodes/${NODE}/qemu/160/resize`, { form: { disk: 'scsi0', size: '2G' } });
       const grow = async () =>
         raw(url, 'PUT', `/nodes/${NODE}/qemu/160/resize`, { form: { disk: 'scsi0', size: '+1G' } });
@@ -242,6 +245,8 @@ for (const profile of ALL_PROFILES) {
         assert.equal(g.text, '{"data":null}');
       }
       assert.equal((await vmConfig(url, 160)).scsi0, 'local-lvm:vm-160-disk-0,size=5G');
+      // maxdisk follows the volume (its parse is memoized by the drive's string: vmMaxDisk).
+      assert.equal(await maxdisk(), 5 * 1024 ** 3);
     });
 
     it('#22 clones: linked needs a template, a template clones linked by default, lock clone, new MACs', async () => {
