@@ -12,8 +12,8 @@
  * plus those changes, where a scan of every tagged VM per create made a rollout O(N^2).
  *
  * A list with one VM's entry replaced (a resource's own view, see site-cache.ts ownView) gets an
- * index derived from its list's (patchedList): what the entry changed, over the list's maps, with
- * no scan of the list, as such a view is made after every task of a rollout.
+ * index derived from its list's (patchedIndex): what the entry changed, over the list's maps, with
+ * no scan or copy of the list, as such a view is made after every task of a rollout.
  */
 import type { ClusterResource } from '../proxmox/types.ts';
 import { hasOwnerTag, isPlaceholderLock } from './spec.ts';
@@ -183,32 +183,31 @@ class PatchedMap<K, V> extends Map<K, V> {
 }
 
 /**
- * `base` with `entry` (a VM) in place of the entry at its VMID (or added), and its index derived
- * from `base`'s: O(1) maps over the list's, the tagged VMs made only if asked for. The list itself
- * is a copy of `base` (pointers: lists are handed out as arrays, and never changed).
+ * The index of `base` with `entry` (a VM) in place of the entry at its VMID (or added), derived
+ * from `base`'s: O(1) maps over the list's, the tagged VMs made only if asked for. No list is
+ * made: a resource's own view (site-cache.ts ownView) is looked up through its index, and most
+ * views are never iterated, while a copy of a site's list per view cost 8 bytes an entry (a
+ * 10,000-VM apply held hundreds of views of 5,000 entries). patchedList makes the list.
  */
-export function patchedList(base: readonly ClusterResource[], entry: ClusterResource): ClusterResource[] {
+export function patchedIndex(base: readonly ClusterResource[], entry: ClusterResource): ListIndex {
   const bi = listIndex(base);
   const vmid = Number(entry.vmid);
   const old = bi.byVmid.get(vmid);
-  const list = base.slice();
-  const at = old ? list.indexOf(old) : -1;
-  if (at >= 0) list[at] = entry;
-  else list.push(entry);
   const names = new Map<string, ClusterResource[] | undefined>();
   for (const name of [old && isVmEntry(old) ? old.name : undefined, entry.name]) {
     if (name === undefined || names.has(name)) continue;
     const same = (bi.byName.get(name) ?? []).filter((e) => e !== old);
-    if (entry.name === name) {
-      // In the list's order, as listIndex has it (a name is rarely on more than one VM).
-      const pos = at >= 0 ? at : list.length - 1;
-      const i = same.findIndex((e) => list.indexOf(e) > pos);
+    if (entry.name === name && same.length) {
+      // In the list's order, as listIndex has it (a name is rarely on more than one VM): the entry
+      // is where the old one was, or last.
+      const pos = old ? base.indexOf(old) : base.length;
+      const i = same.findIndex((e) => base.indexOf(e) > pos);
       same.splice(i < 0 ? same.length : i, 0, entry);
-    }
+    } else if (entry.name === name) same.push(entry);
     names.set(name, same.length ? same : undefined);
   }
   let tagged: ClusterResource[] | undefined;
-  const index: ListIndex = {
+  return {
     byVmid: new PatchedMap(bi.byVmid, new Map([[vmid, entry]])),
     byName: new PatchedMap(bi.byName, names),
     get tagged() {
@@ -220,6 +219,23 @@ export function patchedList(base: readonly ClusterResource[], entry: ClusterReso
     },
     nodes: bi.nodes,
   };
+}
+
+/**
+ * `base` with `entry` (a VM) in place of the entry at its VMID (or added): a copy of `base`
+ * (pointers: lists are handed out as arrays, and never changed), whose index is `index` (by
+ * default patchedIndex's).
+ */
+export function patchedList(
+  base: readonly ClusterResource[],
+  entry: ClusterResource,
+  index: ListIndex = patchedIndex(base, entry),
+): ClusterResource[] {
+  const old = listIndex(base).byVmid.get(Number(entry.vmid));
+  const list = base.slice();
+  const at = old ? list.indexOf(old) : -1;
+  if (at >= 0) list[at] = entry;
+  else list.push(entry);
   indexes.set(list, index);
   return list;
 }

@@ -32,8 +32,8 @@ export async function locate(ctx: StepContext, vmid: number, fresh: boolean): Pr
           (node) => readEntry(ctx, node, vmid),
           ctx.signal,
         );
-  const list = view ?? (await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory));
-  const entry = listIndex(list).byVmid.get(vmid);
+  const index = view ?? listIndex(await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory));
+  const entry = index.byVmid.get(vmid);
   if (entry && isVmEntry(entry) && entry.node) return { vmid, node: entry.node, entry };
   if (entry?.type === 'lxc') {
     throw reason('VMIDConflict', `VMID ${vmid} is used by a container; it will never be modified or deleted`);

@@ -16,7 +16,7 @@ import { parseUpid } from '../proxmox/upid.ts';
 import type { Change } from './drift.ts';
 import { type MarkedVm, readMarkedVm } from './inventory.ts';
 import type { SlotLimiter, SlotOutcome } from './limits.ts';
-import { isVmEntry, listIndex, patchedList } from './list-index.ts';
+import { isVmEntry, type ListIndex, listIndex, patchedIndex, patchedList } from './list-index.ts';
 import { TaskWatcher } from './task-watch.ts';
 
 /**
@@ -34,19 +34,21 @@ const FRESH_MS = 250;
 /**
  * A long list's own pace: from OWN_VIEW_FROM entries up, the next list starts no sooner than
  * LIST_MS_PER_ENTRY per entry of the last after it ended (at most MAX_LIST_GAP_MS), and a fresh
- * read takes a list begun that long ago (up to the list's TTL; 5,000 VMs: 1.5 s). In a rollout
+ * read takes a list begun that long ago (up to the list's TTL; 10,000 VMs: a second). In a rollout
  * some resource waits for a list after its own change at nearly every moment, so the site's lists
  * come as fast as their pace allows, and each is O(VMs) for pveproxy and for this process. Paced
  * by their duration alone (lists of a few thousand VMs take a few ms), an apply of N VMs, which
  * runs O(N) long, read O(N^2) bytes of lists (10,000 VMs: 3,734 lists of up to 10,000 entries);
  * paced by their length, the entries listed per second are bounded and the apply's lists are O(N)
- * bytes. The bound is what a list costs this process: about 2 µs an entry to parse and index, and
- * as much again in garbage collection, for the list in use lives long enough to be promoted. At
- * 0.1 ms an entry that was a tenth of a 10,000-VM apply's CPU (122.7 s at 0.3 against 146.4 s at
- * 0.1, 911 lists against 1,431, bench/local-apply.ts). The seed fleet's lists (tens of entries)
- * are paced as before.
+ * bytes. The seed fleet's lists (tens of entries) are paced as before.
+ *
+ * A list costs this process about 2 µs an entry to parse and index, and as much again in garbage
+ * collection. At 0.3 ms an entry a 10,000-VM apply used less CPU (bench/local-apply.ts: 122.7 s
+ * against 146.4 s) and ran faster, but the installed CLI then peaked at 249,120-253,288 KiB of
+ * RSS against 233,824-235,480 at 0.1 (247,320 at 0.2): more of the rollout in flight at once,
+ * over the 250 MB that issue 16 allows. So 0.1.
  */
-const LIST_MS_PER_ENTRY = 0.3;
+const LIST_MS_PER_ENTRY = 0.1;
 
 /** The longest pause between two list reads, and the shortest list that is followed by one (see beginList). */
 const MAX_LIST_GAP_MS = 2000;
@@ -138,7 +140,19 @@ export function newResourceMemory(): ResourceMemory {
 export interface OwnView {
   epoch: number;
   at: number;
-  list: ClusterResource[];
+  /** The list under the view, and the resource's own VM as read. */
+  base: ClusterResource[];
+  entry: ClusterResource;
+  /** What the list with `entry` put in would index (patchedIndex): what the view is looked up by. */
+  index: ListIndex;
+  /** That list, made the first time a read asks for the list itself (see viewList). */
+  list: ClusterResource[] | undefined;
+}
+
+/** A view's list, made once (patchedList): most views are only looked up by their index. */
+function viewList(v: OwnView): ClusterResource[] {
+  v.list ??= patchedList(v.base, v.entry, v.index);
+  return v.list;
 }
 
 /** A node's tasks as one read shows them (SiteContext.nodeTasks). */
@@ -308,7 +322,7 @@ export class SiteContext {
     const v = of?.view;
     const freshMs = Math.max(FRESH_MS, Math.min(this.ttlMs, this.listPaceMs()));
     if (v && v.epoch >= need && t - v.at < (fresh ? freshMs : this.ttlMs))
-      return abortable(Promise.resolve(v.list), signal);
+      return abortable(Promise.resolve(viewList(v)), signal);
     if (!fresh && cur && cur.epoch >= need && t - cur.at < this.ttlMs) {
       if (t - cur.at >= this.ttlMs * READ_AHEAD && !this.readingAhead) this.readAhead(t);
       return abortable(cur.data, signal);
@@ -431,7 +445,8 @@ export class SiteContext {
    * The list `of` waits for (one begun after its last mutation), when the site's list is older than
    * that mutation but no older than a TTL and the resource's own VM at `vmid` is all that changed
    * for it: `read` reads that VM after now (its status, on the node its last task ran on or the list
-   * shows; undefined when it is not there), and the list it gets is the site's with that entry.
+   * shows; undefined when it is not there), and the index it gets is that of the site's list with
+   * that entry (patchedIndex; the list itself is made only when a read asks for it, viewList).
    * After every task of a rollout its resource looked at its VM again, in a whole list of the site
    * begun after the task: 3,000 creates cost 5,000 lists of up to 3,000 VMs (O(N^2) for the
    * rollout, on this process and on pveproxy), where a read of the VM costs O(1).
@@ -450,12 +465,12 @@ export class SiteContext {
     node: string | undefined,
     read: (node: string) => Promise<ClusterResource | undefined>,
     signal?: AbortSignal,
-  ): Promise<ClusterResource[] | undefined> {
+  ): Promise<ListIndex | undefined> {
     const t = this.now();
     const cur = this.resources;
     const need = this.epochNeeded(false, of);
     const v = of.view;
-    if (v && v.epoch >= need && t - v.at < this.ttlMs) return v.list;
+    if (v && v.epoch >= need && t - v.at < this.ttlMs) return v.index;
     if (!cur || cur.epoch >= need || cur.epoch < this.floor || t - cur.at >= this.ttlMs) return undefined;
     const epoch = this.epoch;
     let base: ClusterResource[];
@@ -478,11 +493,11 @@ export class SiteContext {
       if (name !== undefined && index.byName.get(name)?.some((e) => Number(e.vmid) !== vmid)) return undefined;
     // Not when the resource mutated, or the site's list for everyone was dropped, meanwhile.
     if ((of.mutatedEpoch ?? 0) > epoch || this.floor > epoch) return undefined;
-    const view = { epoch, at: cur.at, list: patchedList(base, entry) };
+    const view: OwnView = { epoch, at: cur.at, base, entry, index: patchedIndex(base, entry), list: undefined };
     of.view = view;
     this.views.push({ memory: of, view });
     this.dropViews(-1);
-    return view.list;
+    return view.index;
   }
 
   /**

@@ -4,7 +4,7 @@
  * `/cluster/resources` ahead of its TTL's end, so no poll waits for the list, while every list it
  * serves was asked for less than a TTL ago, and a mutation (invalidate) is never answered with a
  * read that may predate it. During a rollout (issue 16) one read runs at a time, the next no
- * sooner than the last one's duration (or, for a long list, 0.3 ms an entry) after it, and a resource's reads wait only for lists begun
+ * sooner than the last one's duration (or, for a long list, 0.1 ms an entry) after it, and a resource's reads wait only for lists begun
  * after its own mutations. The client is a stand-in that counts
  * reads and answers when told to; the clock is a number.
  */
@@ -257,7 +257,7 @@ describe('SiteContext bulk list: one read at a time, each resource sees its own 
     assert.equal(next.value, 2);
   });
 
-  it('a long list paces the next by its length, and a fresh read takes a list that old (0.3 ms an entry)', async (t) => {
+  it('a long list paces the next by its length, and a fresh read takes a list that old (0.1 ms an entry)', async (t) => {
     t.mock.timers.enable({ apis: ['setTimeout'] });
     const s = site(1000);
     const a = s.ctx.remember('a');
@@ -266,25 +266,25 @@ describe('SiteContext bulk list: one read at a time, each resource sees its own 
     const long = Array.from({ length: 3000 }, (_, i) => s.list(i + 1)[0]!);
     s.reads[0]!.resolve(long);
     await flush();
-    s.at(880);
+    s.at(280);
     const shared = s.answer(s.ctx.clusterResources(true));
     s.ctx.invalidate(a);
     const next = s.answer(s.ctx.clusterResources(true, undefined, a));
     await flush();
-    assert.equal(shared.value, 1, 'a fresh read 880 ms later shares the list (past 250 ms)');
-    assert.equal(s.reads.length, 1, 'no read before 905 (900 ms after the last ended)');
-    s.at(905);
+    assert.equal(shared.value, 1, 'a fresh read 280 ms later shares the list (past 250 ms)');
+    assert.equal(s.reads.length, 1, 'no read before 305 (300 ms after the last ended)');
+    s.at(305);
     t.mock.timers.tick(25);
     await flush();
     assert.equal(s.reads.length, 2);
     s.reads[1]!.resolve(s.list(7));
     await flush();
     assert.equal(next.value, 7);
-    s.at(1100);
+    s.at(500);
     const again = s.answer(s.ctx.clusterResources(true));
     await flush();
     assert.equal(again.value, 7, 'a short list: fresh for 250 ms again');
-    s.at(1160);
+    s.at(560);
     void s.ctx.clusterResources(true);
     assert.equal(s.reads.length, 3, 'a short list is not paced: past 250 ms a fresh read reads at once');
   });

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { ClusterResource } from '../../src/proxmox/types.ts';
-import { listIndex, patchedList, unheldTagged } from '../../src/vm/list-index.ts';
+import { listIndex, patchedIndex, patchedList, unheldTagged } from '../../src/vm/list-index.ts';
 import { HeldVmids } from '../../src/vm/vmid-holders.ts';
 
 const VMIDS = 12;
@@ -108,7 +108,7 @@ describe('unheldTagged', () => {
   });
 });
 
-describe('patchedList', () => {
+describe('patchedList and patchedIndex', () => {
   /** A VM entry at one of the VMIDs (or past them: added), with any name, tags and lock. */
   const patch = fc
     .tuple(entry, fc.nat(VMIDS + 1))
@@ -127,22 +127,24 @@ describe('patchedList', () => {
         const want = at >= 0 ? from.map((x, i) => (i === at ? e : x)) : [...from, e];
         assert.deepEqual(got, want);
         assert.equal(from.includes(e), false, 'the list it came from is unchanged');
-        const a = listIndex(got);
         const b = listIndex([...want]);
-        for (let v = 99; v <= 100 + VMIDS + 1; v++) {
-          assert.equal(a.byVmid.get(v), b.byVmid.get(v));
-          assert.equal(a.byVmid.has(v), b.byVmid.has(v));
+        // The list's index, and the index alone (patchedIndex: what an own view is looked up by).
+        for (const a of [listIndex(got), patchedIndex(from, e)]) {
+          for (let v = 99; v <= 100 + VMIDS + 1; v++) {
+            assert.equal(a.byVmid.get(v), b.byVmid.get(v));
+            assert.equal(a.byVmid.has(v), b.byVmid.has(v));
+          }
+          for (const n of ['a', 'b', 'c']) {
+            assert.deepEqual(a.byName.get(n), b.byName.get(n));
+            assert.equal(a.byName.has(n), b.byName.has(n));
+          }
+          assert.deepEqual(new Map(a.byVmid), b.byVmid);
+          assert.equal(a.byName.size, b.byName.size);
+          assert.deepEqual(vmids(a.tagged), vmids(b.tagged));
+          assert.deepEqual(a.nodes, b.nodes);
+          const held = new Map([[100 + who, UIDS[who]!]]);
+          assert.deepEqual(vmids(unheldTagged(a, held, UIDS[0]!)), vmids(unheldTagged(b, held, UIDS[0]!)));
         }
-        for (const n of ['a', 'b', 'c']) {
-          assert.deepEqual(a.byName.get(n), b.byName.get(n));
-          assert.equal(a.byName.has(n), b.byName.has(n));
-        }
-        assert.deepEqual(new Map(a.byVmid), b.byVmid);
-        assert.equal(a.byName.size, b.byName.size);
-        assert.deepEqual(vmids(a.tagged), vmids(b.tagged));
-        assert.deepEqual(a.nodes, b.nodes);
-        const held = new Map([[100 + who, UIDS[who]!]]);
-        assert.deepEqual(vmids(unheldTagged(a, held, UIDS[0]!)), vmids(unheldTagged(b, held, UIDS[0]!)));
       }),
       { numRuns: 500, seed: 16 },
     );
