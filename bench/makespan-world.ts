@@ -8,6 +8,7 @@
  * is one the client waits for; real Proxmox answers on machines of its own. In a worker the
  * simulator has its own event loop (and core, when there is a free one), so the client's makespan
  * holds the client's costs and the API's latency, not the simulator's CPU on the client's thread.
+ * A worker's simulator is warmed by an unmeasured apply first (warmUp).
  */
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { type IdealVm, idealVmOf } from '../src/sim/ideal.ts';
@@ -102,7 +103,43 @@ export function openWorld(speed: number, where: 'thread' | 'worker'): Promise<Wo
   return where === 'worker' ? openInWorker(speed) : openHere(speed);
 }
 
+/**
+ * One unmeasured apply of the fleet (unphased, at speed 1000) against a simulator of this worker's
+ * own, before the measured world opens. A worker is a new V8 isolate: without this, the simulator
+ * that answered a measured run had never run before, and its code was compiled while it answered
+ * (a Proxmox host has been up for days). Only the worker's isolate is warmed: the measured client
+ * runs in the main thread, which this does not touch.
+ */
+async function warmUp(): Promise<void> {
+  const [{ mkdtempSync, rmSync }, { tmpdir }, { join }, { Writable }, { parseProviderConfig }, { applyCommand }] =
+    await Promise.all([
+      import('node:fs'),
+      import('node:os'),
+      import('node:path'),
+      import('node:stream'),
+      import('../src/api/provider-config.ts'),
+      import('../src/local/apply.ts'),
+    ]);
+  const world = await openHere(1000);
+  const dir = mkdtempSync(join(tmpdir(), 'makespan-warm-'));
+  try {
+    const sink = new Writable({ write: (_c, _e, cb) => cb() }) as unknown as NodeJS.WriteStream;
+    await applyCommand({
+      files: [FLEET],
+      loadedConfig: parseProviderConfig(world.providerYaml, join(dir, 'providerconfig.yaml')),
+      state: join(dir, 'state.json'),
+      out: sink,
+      quiet: true,
+      noWait: true,
+    } as Parameters<typeof applyCommand>[0]);
+  } finally {
+    await world.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 if (!isMainThread && workerData?.makespanWorld) {
+  await warmUp();
   const world = await openHere(Number(workerData.makespanWorld.speed));
   const port = parentPort!;
   port.postMessage(world.providerYaml);

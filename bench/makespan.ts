@@ -20,7 +20,8 @@
  *
  * Each is measured twice by default (`--simulator worker,thread`): with the simulator in a worker
  * thread of its own (bench/makespan-world.ts: real Proxmox answers on machines of its own, so its
- * CPU is not the client's), and in the client's thread, as `npm start` runs it.
+ * CPU is not the client's; the worker's simulator is warmed by an unmeasured apply first, as a
+ * Proxmox host has been up for days), and in the client's thread, as `npm start` runs it.
  *
  * Usage: node bench/makespan.ts [--speeds 20,100] [--task-poll-ms N] [--simulator worker,thread]
  */
