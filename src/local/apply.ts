@@ -178,7 +178,8 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       o.say(`${kind} ${k} failed: ${c?.reason}: ${c?.message}`);
     }
     const rows = rt.rows().filter((r) => byKey.has(r.key));
-    o.result(o.machine ? formatRows(rows, o.format) : `\n${formatRows(rows, 'table')}`);
+    if (o.machine) o.result(formatRows(rows, o.format));
+    else o.resultTable(rows);
     const notStarted = keys.filter((k) => !rt.store.getSync(k));
     const failed = rows.filter((r) => !(r.ready === 'True' && r.synced === 'True'));
     if (abort.signal.aborted) o.say('\ninterrupted: run apply again to continue where it stopped');

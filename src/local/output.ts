@@ -5,7 +5,8 @@
  * live progress on stdout for tables, on stderr for JSON/YAML, and none with --quiet.
  * docs/output.md describes the documents and this split.
  */
-import { Progress } from './render.ts';
+import { Progress, writeTable } from './render.ts';
+import type { Row } from './runtime.ts';
 import type { OutStream } from './terminal.ts';
 
 export type OutputFormat = 'table' | 'json' | 'yaml';
@@ -43,6 +44,13 @@ export class CommandOutput {
   /** The command's result: the table or the document, on stdout. */
   result(text: string): void {
     lines(this.out, text);
+  }
+
+  /** A status table as the result, after an empty line, written a few hundred rows at a time (writeTable). */
+  resultTable(rows: Row[]): void {
+    if (!rows.length) return this.result('\nNo resources.');
+    this.out.write('\n');
+    writeTable((text) => this.out.write(text), rows);
   }
 
   /** A line for a human reading the result: next to a table on stdout; with JSON/YAML on stderr. */

@@ -45,8 +45,10 @@ const FRESH_MS = 250;
  * A list costs this process about 2 µs an entry to parse and index, and as much again in garbage
  * collection. At 0.3 ms an entry a 10,000-VM apply used less CPU (bench/local-apply.ts: 122.7 s
  * against 146.4 s) and ran faster, but the installed CLI then peaked at 249,120-253,288 KiB of
- * RSS against 233,824-235,480 at 0.1 (247,320 at 0.2): more of the rollout in flight at once,
- * over the 250 MB that issue 16 allows. So 0.1.
+ * RSS against 233,824-235,480 at 0.1 (247,320 at 0.2), over the 250 MB that issue 16 allows.
+ * Part of it was the apply's end, where the final table was made as one string with V8's old
+ * space grown; with the table written in pieces (render.ts writeTable), 0.3 peaked at
+ * 233,728-243,072 KiB and 0.1 at 229,464: still too close to 250 MB to take. So 0.1.
  */
 const LIST_MS_PER_ENTRY = 0.1;
 
