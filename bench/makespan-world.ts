@@ -10,7 +10,13 @@
  * holds the client's costs and the API's latency, not the simulator's CPU on the client's thread.
  * A worker's simulator is warmed by an unmeasured apply first (warmUp).
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { parseProviderConfig } from '../src/api/provider-config.ts';
+import { applyCommand } from '../src/local/apply.ts';
 import { type IdealVm, idealVmOf } from '../src/sim/ideal.ts';
 import { startSimulator } from '../src/sim/index.ts';
 import { providerConfigYaml } from '../src/sim/provider-config.ts';
@@ -104,6 +110,41 @@ export function openWorld(speed: number, where: 'thread' | 'worker'): Promise<Wo
 }
 
 /**
+ * The project's `apply` of the fleet against a world's simulator as the bench runs it (quiet, its
+ * output discarded, its state in a directory of its own), ready to start: the ProviderConfig is
+ * read here, so that a caller timing `run` times the apply alone. `close` removes the directory.
+ */
+export function fleetApply(
+  providerYaml: string,
+  opts: { noWait: boolean; taskPollMs?: number | undefined },
+): { run: () => Promise<number>; close: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), 'makespan-bench-'));
+  const close = () => rmSync(dir, { recursive: true, force: true });
+  let config: ReturnType<typeof parseProviderConfig>;
+  try {
+    config = parseProviderConfig(providerYaml, join(dir, 'providerconfig.yaml'));
+  } catch (e) {
+    close();
+    throw e;
+  }
+  const sink = new Writable({ write: (_c, _e, cb) => cb() }) as unknown as NodeJS.WriteStream;
+  return {
+    run: () =>
+      applyCommand({
+        files: [FLEET],
+        loadedConfig: config,
+        state: join(dir, 'state.json'),
+        out: sink,
+        quiet: true,
+        noWait: opts.noWait,
+        // What `apply --task-poll` passes (src/cli/local.ts pollArgs): the agent poll at 2.5 x.
+        ...(opts.taskPollMs ? { taskPollMs: opts.taskPollMs, agentPollMs: Math.round(opts.taskPollMs * 2.5) } : {}),
+      } as Parameters<typeof applyCommand>[0]),
+    close,
+  };
+}
+
+/**
  * One unmeasured apply of the fleet (unphased, at speed 1000) against a simulator of this worker's
  * own, before the measured world opens. A worker is a new V8 isolate: without this, the simulator
  * that answered a measured run had never run before, and its code was compiled while it answered
@@ -111,30 +152,14 @@ export function openWorld(speed: number, where: 'thread' | 'worker'): Promise<Wo
  * runs in the main thread, which this does not touch.
  */
 async function warmUp(): Promise<void> {
-  const [{ mkdtempSync, rmSync }, { tmpdir }, { join }, { Writable }, { parseProviderConfig }, { applyCommand }] =
-    await Promise.all([
-      import('node:fs'),
-      import('node:os'),
-      import('node:path'),
-      import('node:stream'),
-      import('../src/api/provider-config.ts'),
-      import('../src/local/apply.ts'),
-    ]);
   const world = await openHere(1000);
-  const dir = mkdtempSync(join(tmpdir(), 'makespan-warm-'));
+  let apply: ReturnType<typeof fleetApply> | undefined;
   try {
-    const sink = new Writable({ write: (_c, _e, cb) => cb() }) as unknown as NodeJS.WriteStream;
-    await applyCommand({
-      files: [FLEET],
-      loadedConfig: parseProviderConfig(world.providerYaml, join(dir, 'providerconfig.yaml')),
-      state: join(dir, 'state.json'),
-      out: sink,
-      quiet: true,
-      noWait: true,
-    } as Parameters<typeof applyCommand>[0]);
+    apply = fleetApply(world.providerYaml, { noWait: true });
+    await apply.run();
   } finally {
+    apply?.close();
     await world.close();
-    rmSync(dir, { recursive: true, force: true });
   }
 }
 

@@ -25,18 +25,13 @@
  *
  * Usage: node bench/makespan.ts [--speeds 20,100] [--task-poll-ms N] [--simulator worker,thread]
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Writable } from 'node:stream';
+import { cpus } from 'node:os';
 import { parseArgs } from 'node:util';
-import { parseProviderConfig } from '../src/api/provider-config.ts';
-import { applyCommand } from '../src/local/apply.ts';
 import { type IdealVm, idealMakespan } from '../src/sim/ideal.ts';
 import { loadManifests } from '../src/workspace/manifests.ts';
 import { planRollout } from '../src/workspace/phases.ts';
 import type { RequestClass } from './fleet.ts';
-import { FLEET, type Outcome, openWorld } from './makespan-world.ts';
+import { FLEET, fleetApply, type Outcome, openWorld } from './makespan-world.ts';
 
 const { values } = parseArgs({
   options: {
@@ -57,12 +52,6 @@ const TARGET = 1.1;
 
 const rollout = planRollout(loadManifests([FLEET]).vms.map((x) => x.vm));
 
-const sink = new Writable({
-  write(_chunk, _enc, cb) {
-    cb();
-  },
-}) as unknown as NodeJS.WriteStream;
-
 /** One apply against a fresh simulator (in this thread or a worker): its simulated seconds, and the world after it. */
 async function measure(
   speed: number,
@@ -70,25 +59,16 @@ async function measure(
   where: 'thread' | 'worker',
 ): Promise<{ projectS: number; code: number } & Outcome> {
   const world = await openWorld(speed, where);
-  const dir = mkdtempSync(join(tmpdir(), 'makespan-bench-'));
+  let apply: ReturnType<typeof fleetApply> | undefined;
   try {
-    const config = parseProviderConfig(world.providerYaml, join(dir, 'providerconfig.yaml'));
+    apply = fleetApply(world.providerYaml, { noWait: !phased, taskPollMs });
     const t0 = performance.now();
-    const code = await applyCommand({
-      files: [FLEET],
-      loadedConfig: config,
-      state: join(dir, 'state.json'),
-      out: sink,
-      quiet: true,
-      noWait: !phased,
-      // What `apply --task-poll` passes (src/cli/local.ts pollArgs): the agent poll at 2.5 x.
-      ...(taskPollMs ? { taskPollMs, agentPollMs: Math.round(taskPollMs * 2.5) } : {}),
-    } as Parameters<typeof applyCommand>[0]);
+    const code = await apply.run();
     const projectS = ((performance.now() - t0) * speed) / 1000;
     return { projectS, code, ...(await world.outcome()) };
   } finally {
+    apply?.close();
     await world.close();
-    rmSync(dir, { recursive: true, force: true });
   }
 }
 
