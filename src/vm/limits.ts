@@ -154,7 +154,7 @@ export class SlotLimiter {
     if (mine) {
       // Asking again (every reconcile of a waiting resource does): its place stays, and only
       // other keys move it to another group.
-      const moved = mine.keys.join(' ') !== keys.join(' ');
+      const moved = groupId(mine.keys) !== groupId(keys);
       this.count(mine.keys, -1);
       if (moved) this.ungroup(mine);
       mine.keys = keys;
@@ -173,7 +173,7 @@ export class SlotLimiter {
 
   /** Put a waiter in its group, in its place by age (the newest, unless its keys changed). */
   private group(w: Waiter): void {
-    const id = w.keys.join(' ');
+    const id = groupId(w.keys);
     const g = this.groups.get(id);
     if (!g) {
       this.groups.set(id, new Map([[w.holder, w]]));
@@ -190,7 +190,7 @@ export class SlotLimiter {
   }
 
   private ungroup(w: Waiter): void {
-    const id = w.keys.join(' ');
+    const id = groupId(w.keys);
     const g = this.groups.get(id);
     if (!g) return;
     g.delete(w.holder);
@@ -285,4 +285,9 @@ export class SlotLimiter {
     }
     if (freed) this.pump();
   }
+}
+
+/** The group (SlotLimiter's groups) of a waiter that wants `keys`: the same keys, the same group. */
+function groupId(keys: string[]): string {
+  return keys.join(' ');
 }
