@@ -5,7 +5,7 @@
  * live progress on stdout for tables, on stderr for JSON/YAML, and none with --quiet.
  * docs/output.md describes the documents and this split.
  */
-import { Progress, writeTable } from './render.ts';
+import { formatRows, Progress, writeTable } from './render.ts';
 import type { Row } from './runtime.ts';
 import type { OutStream } from './terminal.ts';
 
@@ -48,7 +48,7 @@ export class CommandOutput {
 
   /** A status table as the result, after an empty line, written a few hundred rows at a time (writeTable). */
   resultTable(rows: Row[]): void {
-    if (!rows.length) return this.result('\nNo resources.');
+    if (!rows.length) return this.result(`\n${formatRows(rows, 'table')}`);
     this.out.write('\n');
     writeTable((text) => this.out.write(text), rows);
   }
