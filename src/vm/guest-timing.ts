@@ -18,6 +18,12 @@
  * A command run in the guest through the agent (`cloud-init status`) is asked about the same way,
  * from when it was started, but from a lower floor and at twice its age (EXEC_FLOOR_MS), and once
  * the site saw one exit, between the bounds learned.
+ * An ask is sent some time after the moment it was scheduled for: the requeue's timer fires late,
+ * and the reconcile reads before it asks. What is learned is when the ask was sent, so an ask
+ * scheduled at the learned time taught a time later by that lag, boot after boot: at speed 100
+ * `cloud-init status` (3 ms) settled at 14 ms, and the agent 2 to 3 simulated seconds late. The
+ * site learns that lag (ASK_LAG) and schedules an ask that much sooner, so that it is sent at the
+ * time aimed at.
  * Times are this process's clock (a boot's PVE uptime is in the cluster's), and what is learned
  * lives as long as the site's context: a restarted provider asks as the first time.
  */
@@ -74,6 +80,17 @@ interface Bounds {
 /** With no miss learned, the first ask comes at this share of the learned hit. */
 const PROBE = 0.85;
 
+/**
+ * The lag of an ask: a sample longer than LAG_MAX_MS is not a timer's lateness but a resource held
+ * up (a backoff, a busy queue), and teaches nothing; and an ask is never scheduled sooner than half
+ * its wait, so that a noisy lag cannot turn the asks into a poll at the floor.
+ */
+const LAG_MAX_MS = 250;
+/** Per site: how late an ask is sent after the time it was scheduled for (moving average, ms). */
+const askLag = new WeakMap<SiteContext, number>();
+/** Per resource: when its next ask was scheduled for (this process's clock). */
+const scheduledAsk = new WeakMap<ResourceMemory, number>();
+
 const boots = new WeakMap<ResourceMemory, BootWatch>();
 const stopped = new WeakSet<ResourceMemory>();
 /** Per site, per kind of guest and milestone: the learned time (ms after the boot); and a guest command's run. */
@@ -127,6 +144,7 @@ export function guestReached(
   milestone: GuestMilestone,
   askedAt = ctx.site.now(),
 ): void {
+  noteLag(ctx, askedAt);
   const b = boots.get(ctx.memory);
   if (!b || b.reachedAt[milestone] !== undefined) return;
   const took = askedAt - b.since;
@@ -142,6 +160,7 @@ export function guestReached(
 
 /** This ask (sent at `askedAt`) found `milestone` not reached yet. */
 export function guestMissed(ctx: StepContext, milestone: GuestMilestone, askedAt = ctx.site.now()): void {
+  noteLag(ctx, askedAt);
   const b = boots.get(ctx.memory);
   if (b && b.reachedAt[milestone] === undefined) b.missedAt[milestone] = askedAt - b.since;
 }
@@ -203,6 +222,7 @@ export function guestExecPollMs(ctx: StepContext, startedAt: number): number {
 
 /** A command started at `startedAt` was seen still running by an ask sent at `askedAt`. */
 export function guestExecRunning(ctx: StepContext, startedAt: number, askedAt = ctx.site.now()): void {
+  noteLag(ctx, askedAt);
   execMissed.set(ctx.memory, { startedAt, age: askedAt - startedAt });
 }
 
@@ -212,6 +232,7 @@ export function guestExecRunning(ctx: StepContext, startedAt: number, askedAt = 
  * asked about 16 to 29 ms after it began).
  */
 export function guestExecExited(ctx: StepContext, startedAt: number, askedAt = ctx.site.now()): void {
+  noteLag(ctx, askedAt);
   const missed = execMissed.get(ctx.memory);
   execMissed.delete(ctx.memory);
   learn(ctx, EXEC_KEY, askedAt - startedAt, missed?.startedAt === startedAt ? missed.age : undefined);
@@ -257,16 +278,45 @@ function askDelay(
   probe: boolean,
   unlearned: { floorMs: number; growth?: number } = { floorMs: FLOOR_MS },
 ): number {
+  const wait = aimedDelay(ctx, since, key, probe, unlearned);
+  const lag = askLag.get(ctx.site) ?? 0;
+  const scheduled = wait - Math.min(lag, wait / 2);
+  scheduledAsk.set(ctx.memory, ctx.site.now() + scheduled);
+  return scheduled;
+}
+
+/** An ask sent at `askedAt` had been scheduled for scheduledAsk: how late it was, for the site's lag. */
+function noteLag(ctx: StepContext, askedAt: number): void {
+  const at = scheduledAsk.get(ctx.memory);
+  if (at === undefined) return;
+  scheduledAsk.delete(ctx.memory);
+  const late = askedAt - at;
+  // Sooner than scheduled: asked for another reason (a wake, a drift read), not by its timer.
+  if (late < 0 || late > LAG_MAX_MS) return;
+  const before = askLag.get(ctx.site);
+  askLag.set(ctx.site, before === undefined ? late : (3 * before + late) / 4);
+}
+
+/** The wait askDelay aims at: when the ask should be sent. */
+function aimedDelay(
+  ctx: StepContext,
+  since: number,
+  key: string,
+  probe: boolean,
+  unlearned: { floorMs: number; growth?: number },
+): number {
   const cap = ctx.options.agentPollMs ?? 5000;
   const floorMs = Math.min(cap, unlearned.floorMs);
   const now = ctx.site.now();
   const l = learned.get(ctx.site)?.get(key);
   if (l) {
     const first = l.miss !== undefined ? (l.miss + l.hit) / 2 : l.hit * PROBE;
-    // (A target less than a millisecond ahead is the one just asked at: timers fire late, never early.)
+    // A target less than a millisecond ahead is the one just asked at: timers fire late, never
+    // early. One less than the lag ahead, too: the ask scheduled sooner by the lag came a little early.
+    const asked = Math.max(1, askLag.get(ctx.site) ?? 0);
     for (const at of probe ? [first, l.hit] : [l.hit]) {
       const due = at - (now - since);
-      if (due >= 1) return Math.min(cap, due);
+      if (due >= asked) return Math.min(cap, due);
     }
   }
   return pollDelay(

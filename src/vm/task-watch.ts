@@ -14,6 +14,13 @@
  * them running to the estimate: a lower bound, so that the learning never makes a wake late) and,
  * once it has, does not look before the scaled estimate.
  *
+ * Tasks of one type on one node that run together take about as long as each other: copies
+ * sharing a storage's bandwidth (fair share) end one after another, as far apart as they began. So
+ * once one ended, the others of its type on its node are looked at closely from the age at which it
+ * was last seen running (NEAR_END of that age apart, then a share of the time past it), never later than the
+ * cadence above would have: at speed 100 an import ended on average 1.5 simulated seconds, and up
+ * to 5, before its end was seen, each create of a wave looked at every tenth of its age.
+ *
  * The watcher only wakes: whether a task ended well is still read by the resource's own observe
  * (tasks.ts), and a resource whose wake was lost (a watcher stopped, a process restarted) is still
  * reconciled at its own poll, so nothing depends on a wake arriving.
@@ -46,6 +53,12 @@ const WATCH_GROWTH = 0.1;
 
 /** The shortest floor the watcher adapts to (see TaskWatcher.floors). */
 const MIN_FLOOR_MS = 10;
+
+/**
+ * Past the age at which the node's last task of its type ended, a task is looked at again after
+ * this share of that age (a 60 s import within 1.2 s of its end), growing as it runs on.
+ */
+const NEAR_END = 0.02;
 
 /**
  * How long after `now` the watcher looks at task `t` again: not before its scaled estimate (when
@@ -103,6 +116,8 @@ export class TaskWatcher {
    * 50 ms, were seen up to 50 ms (5 simulated seconds at speed 100) late.
    */
   private readonly durations = new Map<string, number>();
+  /** Per node and type of task, how long the last one seen to end there was seen running (see nearEnd). */
+  private readonly lastRan = new Map<string, number>();
 
   constructor(opts: TaskWatcherOptions) {
     this.o = { maxMs: 2_000, now: Date.now, ...opts };
@@ -160,7 +175,9 @@ export class TaskWatcher {
     const now = this.o.now();
     const opts = { maxMs: this.o.maxMs, scale: this.scale, growth: WATCH_GROWTH };
     const wait = Math.min(
-      ...[...n.tasks.values()].map((t) => pollDelay(t, now, { ...opts, floorMs: this.floorOf(t) })),
+      ...[...n.tasks.values()].map((t) =>
+        this.nearEnd(node, t, now, pollDelay(t, now, { ...opts, floorMs: this.floorOf(t) })),
+      ),
     );
     n.timer = setTimeout(() => void this.poll(node), wait);
     n.timer.unref?.();
@@ -186,6 +203,8 @@ export class TaskWatcher {
           // Ended by now: seen running before, about its duration; at its first look, at most
           // that (a resize found ended at 10 ms spaces the next ones' looks as a 10 ms task's).
           this.ran(t.type, now - t.since);
+          // At least until the last look that saw it running: the others are looked at closely from there.
+          this.lastRan.set(`${node}\u0000${t.type}`, (t.seenRunning ?? now) - t.since);
           try {
             t.wake();
           } catch {
@@ -199,6 +218,19 @@ export class TaskWatcher {
       n.busy = false;
       this.schedule(node);
     }
+  }
+
+  /**
+   * `wait`, or sooner when task `t` nears the age at which the last task of its type on its node
+   * ended: a look at that age, then NEAR_END of it apart, growing by a share of the time past it.
+   */
+  private nearEnd(node: string, t: Watched, now: number, wait: number): number {
+    const ran = this.lastRan.get(`${node}\u0000${t.type}`);
+    if (ran === undefined) return wait;
+    const age = now - t.since;
+    const lowest = Math.min(MIN_FLOOR_MS, this.o.minMs);
+    const near = age < ran ? ran - age : Math.max(lowest, ran * NEAR_END, WATCH_GROWTH * (age - ran));
+    return Math.min(wait, Math.max(1, near));
   }
 
   private adaptFloor(type: string, endedAlready: boolean): void {

@@ -24,6 +24,50 @@ import {
 import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
 import { pollDelay, TaskWatcher } from '../../src/vm/task-watch.ts';
 
+/**
+ * A TaskWatcher on this test's clock over node pve1, whose tasks end when `ends` says; its timers
+ * are fired in order, each followed by the reads it started, by `fireNext`.
+ */
+function watcherOnClock() {
+  const at = { clock: 0 };
+  const ends = new Map<string, number>();
+  const timers: Array<{ at: number; fn: () => void }> = [];
+  const realSetTimeout = globalThis.setTimeout;
+  const realClearTimeout = globalThis.clearTimeout;
+  globalThis.setTimeout = ((fn: () => void, ms: number) => {
+    const t = { at: at.clock + ms, fn, unref() {} };
+    timers.push(t);
+    return t;
+  }) as unknown as typeof setTimeout;
+  globalThis.clearTimeout = ((t: unknown) => {
+    const i = timers.indexOf(t as (typeof timers)[number]);
+    if (i >= 0) timers.splice(i, 1);
+  }) as typeof clearTimeout;
+  const w = new TaskWatcher({
+    minMs: 50,
+    maxMs: 2000,
+    now: () => at.clock,
+    activeTasks: async () => new Set([...ends].filter(([, end]) => end > at.clock).map(([upid]) => upid)),
+  });
+  /** Fire the next timer due by `until`: false when none is. */
+  const fireNext = async (until = Number.POSITIVE_INFINITY): Promise<boolean> => {
+    timers.sort((a, b) => a.at - b.at);
+    const next = timers[0];
+    if (!next || next.at > until) return false;
+    timers.shift();
+    at.clock = Math.max(at.clock, next.at);
+    next.fn();
+    await new Promise((resolve) => setImmediate(resolve));
+    return true;
+  };
+  const restore = () => {
+    globalThis.setTimeout = realSetTimeout;
+    globalThis.clearTimeout = realClearTimeout;
+    w.stop();
+  };
+  return { at, ends, w, fireNext, restore };
+}
+
 describe('task watcher cadence', () => {
   const o = { floorMs: 50, maxMs: 2000 };
   it('looks again after a quarter of the task age, within the floor and the task poll', () => {
@@ -39,41 +83,19 @@ describe('task watcher cadence', () => {
     assert.equal(pollDelay(t, 1990, { ...o, scale: 0.05 }), 497.5, 'due now: geometric again');
   });
   it("the watcher's first look follows the site's tasks of a type: sooner while they end before it (to 10 ms), later again when one runs past it (to the floor given)", async () => {
-    let clock = 0;
-    const ends = new Map<string, number>();
-    const timers: Array<{ at: number; fn: () => void }> = [];
-    const realSetTimeout = globalThis.setTimeout;
-    // The watcher's timers on this test's clock: fired in order by `run`.
-    globalThis.setTimeout = ((fn: () => void, ms: number) => {
-      const t = { at: clock + ms, fn, unref() {} };
-      timers.push(t);
-      return t;
-    }) as unknown as typeof setTimeout;
-    const w = new TaskWatcher({
-      minMs: 50,
-      maxMs: 2000,
-      now: () => clock,
-      activeTasks: async () => new Set([...ends].filter(([, end]) => end > clock).map(([upid]) => upid)),
-    });
+    const { at, ends, w, fireNext, restore } = watcherOnClock();
     try {
       let n = 0;
       /** A task of `ms` on pve1: when the watcher first woke it, after its start. */
       const seenAfter = async (ms: number, type = 'qmstart'): Promise<number> => {
         const upid = `UPID:pve1:0000${n}:00000000:00000000:${type}:${100 + n++}:root@pam:`;
-        ends.set(upid, clock + ms);
-        const start = clock;
+        ends.set(upid, at.clock + ms);
+        const start = at.clock;
         let woke: number | undefined;
         w.watch(upid, () => {
-          woke = clock;
+          woke = at.clock;
         });
-        while (woke === undefined) {
-          timers.sort((a, b) => a.at - b.at);
-          const next = timers.shift();
-          assert.ok(next, 'a timer is due');
-          clock = Math.max(clock, next.at);
-          next.fn();
-          await new Promise((resolve) => setImmediate(resolve));
-        }
+        while (woke === undefined) assert.ok(await fireNext(), 'a timer is due');
         return woke - start;
       };
       const short: number[] = [];
@@ -98,8 +120,36 @@ describe('task watcher cadence', () => {
       const migrate = await seenAfter(1000, 'qmmigrate');
       assert.ok(migrate >= 1000 && migrate <= 1000 * 1.1 + 50, `a 1 s task seen at ${migrate}`);
     } finally {
-      globalThis.setTimeout = realSetTimeout;
-      w.stop();
+      restore();
+    }
+  });
+});
+
+describe('task watcher: tasks of a type that run together on a node', () => {
+  it('once one ended, the others are looked at closely from the age at which it was last seen running', async () => {
+    const { at, ends, w, fireNext, restore } = watcherOnClock();
+    /** Fire the watcher's timers due by `t`, in order; then the clock is `t`. */
+    const runTo = async (t: number) => {
+      while (await fireNext(t));
+      at.clock = t;
+    };
+    try {
+      // A wave of five 600 ms imports begun 30 ms apart: copies that share a storage's bandwidth
+      // end one after another, as far apart as they began.
+      const woke = new Map<string, number>();
+      for (let i = 0; i < 5; i++) {
+        await runTo(i * 30);
+        const upid = `UPID:pve1:0000${i}:00000000:00000000:qmcreate:${200 + i}:root@pam:`;
+        ends.set(upid, at.clock + 600);
+        w.watch(upid, () => woke.set(upid, at.clock));
+      }
+      await runTo(3000);
+      const late = [...ends].map(([upid, end]) => woke.get(upid)! - end);
+      assert.ok(late[0]! <= 600 * 0.1 + 1, `the first one seen ${late[0]} ms late (a tenth of its age)`);
+      for (const [i, l] of late.entries())
+        if (i > 0) assert.ok(l >= 0 && l <= 12, `import ${i} seen ${l} ms late (${late.join(', ')})`);
+    } finally {
+      restore();
     }
   });
 });
@@ -267,5 +317,34 @@ describe('guest cadence', () => {
     // The next one there is asked between the last miss (160) and the hit (320), then at the hit.
     const next = run(slowCtx({ secrets: { sshKeys: [] } } as ResourceMemory), 300);
     assert.deepEqual(next, [240, 80]);
+  });
+
+  it('an ask is sent later than scheduled (the timer, the reconcile before it): the site takes that lag off, and what it learns does not drift later', () => {
+    const own = { now: () => now } as unknown as SiteContext;
+    const ctxAt = () =>
+      ({ site: own, memory: { secrets: { sshKeys: [] } }, options: { agentPollMs: 5000 } }) as unknown as StepContext;
+    const LAG_MS = 4;
+    /** A command of `tookMs`, each ask sent LAG_MS after its time: how long after its start it was seen exited. */
+    const run = (tookMs: number): number => {
+      const ctx = ctxAt();
+      const startedAt = now;
+      for (;;) {
+        now += guestExecPollMs(ctx, startedAt) + LAG_MS;
+        if (now - startedAt >= tookMs) break;
+        guestExecRunning(ctx, startedAt);
+      }
+      guestExecExited(ctx, startedAt);
+      return now - startedAt;
+    };
+    now = 30_000_000;
+    const seen: number[] = [];
+    for (let i = 0; i < 12; i++) seen.push(run(3));
+    assert.equal(seen[0], 10 + LAG_MS, 'the first: at the floor, and the lag');
+    // Learned from asks each sent 4 ms late, the time asked at settled near 27 ms (6.7 times the lag).
+    const last = seen.slice(-4);
+    assert.ok(
+      last.every((t) => t <= 3 + 2 * LAG_MS),
+      `seen at ${seen.map((t) => t.toFixed(1)).join(', ')} ms`,
+    );
   });
 });
