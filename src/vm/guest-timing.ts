@@ -81,6 +81,16 @@ interface Bounds {
 const PROBE = 0.85;
 
 /**
+ * A boot (or command) not reached at the learned hit is asked again after this share of the hit,
+ * then after PAST_GROWTH of the time past it: before, it was asked as an unlearned one, after a
+ * quarter of its age, and a boot a few hundred milliseconds slower than those that taught the hit
+ * (or whose start was seen sooner) was seen a quarter of its boot late, 6 simulated seconds at
+ * speed 100. Costs an ask or two for such a boot.
+ */
+const PAST_HIT = 0.04;
+const PAST_GROWTH = 0.25;
+
+/**
  * The lag of an ask: a sample longer than LAG_MAX_MS is not a timer's lateness but a resource held
  * up (a backoff, a busy queue), and teaches nothing; and an ask is never scheduled sooner than half
  * its wait, so that a noisy lag cannot turn the asks into a poll at the floor.
@@ -314,10 +324,15 @@ function aimedDelay(
     // A target less than a millisecond ahead is the one just asked at: timers fire late, never
     // early. One less than the lag ahead, too: the ask scheduled sooner by the lag came a little early.
     const asked = Math.max(1, askLag.get(ctx.site) ?? 0);
+    const age = now - since;
     for (const at of probe ? [first, l.hit] : [l.hit]) {
-      const due = at - (now - since);
+      const due = at - age;
       if (due >= asked) return Math.min(cap, due);
     }
+    // Past the learned hit: this boot is slower than those that taught it (or was seen running
+    // sooner after its start). Closely from the hit on, then a share of the time past it.
+    const past = Math.max(0, age - l.hit);
+    return Math.min(cap, Math.max(1, l.hit * PAST_HIT, past * (unlearned.growth ?? PAST_GROWTH)));
   }
   return pollDelay(
     { since, expectedMs: 0 },

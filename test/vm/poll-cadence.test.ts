@@ -244,6 +244,35 @@ describe('guest cadence', () => {
     const late = lags.slice(4).reduce((x, y) => x + y, 0) / 4;
     assert.ok(late < lags[0]! / 3, `lags ${lags.map(Math.round).join(', ')} ms: closing in`);
   });
+  it('a boot slower than those that taught the hit is asked closely past it, not a quarter of its age later', () => {
+    const r = vm('local:import/slower.qcow2');
+    const patient = (memory: ResourceMemory) =>
+      ({ site, memory, options: { agentPollMs: 60_000 } }) as unknown as StepContext;
+    /** A boot whose agent answers `tookMs` in: when it was seen, and how many asks that took. */
+    const boot = (tookMs: number) => {
+      const ctx = patient({ secrets: { sshKeys: [] } });
+      guestStopped(ctx.memory);
+      now += 1_000_000;
+      const start = now;
+      guestBooted(ctx);
+      let asks = 0;
+      for (;;) {
+        now += guestPollMs(ctx, r, 'agent');
+        asks++;
+        if (now - start >= tookMs) break;
+        guestMissed(ctx, 'agent');
+      }
+      guestReached(ctx, r, 'agent');
+      return { seen: now - start, asks };
+    };
+    now = 40_000_000;
+    for (let i = 0; i < 6; i++) boot(20_000);
+    const slow = boot(21_000);
+    // Asked as an unlearned boot past the hit, it was seen after a quarter of its age: at 25 s.
+    assert.ok(slow.seen <= 21_000 + 1000, `a 21 s boot seen at ${slow.seen} ms`);
+    assert.ok(slow.asks <= 4, `${slow.asks} asks`);
+  });
+
   it('boots of a kind that begin together: one asks from the floor up, the others wait to be woken by its answer, then ask at its time', () => {
     const woken: string[] = [];
     const together = (memory: ResourceMemory) =>
