@@ -26,6 +26,8 @@
  * reconciled at its own poll, so nothing depends on a wake arriving.
  */
 
+import { FairShare } from './fair-share.ts';
+
 interface Watched {
   upid: string;
   /** The task's type (the UPID's: qmcreate, qmresize, qmstart...), whose first look it shares. */
@@ -59,6 +61,8 @@ const MIN_FLOOR_MS = 10;
  * this share of that age (a 60 s import within 1.2 s of its end), growing as it runs on.
  */
 const NEAR_END = 0.02;
+/** The same past an end fair-share.ts predicted, which is closer (a 60 s copy within 0.3 s). */
+const NEAR_PREDICTED = 0.005;
 
 /**
  * How long after `now` the watcher looks at task `t` again: not before its scaled estimate (when
@@ -118,6 +122,8 @@ export class TaskWatcher {
   private readonly durations = new Map<string, number>();
   /** Per node and type of task, how long the last one seen to end there was seen running (see nearEnd). */
   private readonly lastRan = new Map<string, number>();
+  /** Per node and type of task, the share of the node's tasks of that type running together (see nearEnd). */
+  private readonly shares = new Map<string, FairShare>();
 
   constructor(opts: TaskWatcherOptions) {
     this.o = { maxMs: 2_000, now: Date.now, ...opts };
@@ -147,7 +153,15 @@ export class TaskWatcher {
       this.nodes.set(node, n);
     }
     const type = upid.split(':')[5] ?? '';
-    n.tasks.set(upid, { upid, type, since: this.o.now(), expectedMs: Math.max(0, expectedMs), wake });
+    const now = this.o.now();
+    n.tasks.set(upid, { upid, type, since: now, expectedMs: Math.max(0, expectedMs), wake });
+    const group = `${node}\u0000${type}`;
+    let share = this.shares.get(group);
+    if (!share) {
+      share = new FairShare(now);
+      this.shares.set(group, share);
+    }
+    share.begin(upid, now);
     this.schedule(node);
   }
 
@@ -160,6 +174,7 @@ export class TaskWatcher {
 
   stop(): void {
     this.stopped = true;
+    this.shares.clear();
     for (const n of this.nodes.values()) if (n.timer) clearTimeout(n.timer);
     this.nodes.clear();
   }
@@ -174,9 +189,18 @@ export class TaskWatcher {
     }
     const now = this.o.now();
     const opts = { maxMs: this.o.maxMs, scale: this.scale, growth: WATCH_GROWTH };
+    const due = new Map<string, Map<string, number>>();
+    const dueOf = (t: Watched) => {
+      let d = due.get(t.type);
+      if (!d) {
+        d = this.shares.get(`${node}\u0000${t.type}`)?.dueIn(now) ?? new Map<string, number>();
+        due.set(t.type, d);
+      }
+      return d.get(t.upid);
+    };
     const wait = Math.min(
       ...[...n.tasks.values()].map((t) =>
-        this.nearEnd(node, t, now, pollDelay(t, now, { ...opts, floorMs: this.floorOf(t) })),
+        this.nearEnd(node, t, now, dueOf(t), pollDelay(t, now, { ...opts, floorMs: this.floorOf(t) })),
       ),
     );
     n.timer = setTimeout(() => void this.poll(node), wait);
@@ -192,6 +216,17 @@ export class TaskWatcher {
       this.reads++;
       const active = await this.o.activeTasks(node);
       const now = this.o.now();
+      const ended = new Map<string, string[]>();
+      for (const t of n.tasks.values()) {
+        if (!ended.has(t.type)) ended.set(t.type, []);
+        if (!active.has(t.upid)) ended.get(t.type)!.push(t.upid);
+      }
+      for (const [type, upids] of ended) {
+        const group = `${node}\u0000${type}`;
+        const share = this.shares.get(group);
+        share?.looked(now, upids);
+        if (share && !share.size) this.shares.delete(group);
+      }
       for (const t of [...n.tasks.values()]) {
         // Only a first look that waited the floor out says how the floor compares with the site's tasks.
         if (!t.looked && now - t.since >= this.floorOf(t)) this.adaptFloor(t.type, !active.has(t.upid));
@@ -221,16 +256,21 @@ export class TaskWatcher {
   }
 
   /**
-   * `wait`, or sooner when task `t` nears the age at which the last task of its type on its node
-   * ended: a look at that age, then NEAR_END of it apart, growing by a share of the time past it.
+   * `wait`, or sooner when task `t` nears its end as the node's tasks of its type tell: the age at
+   * which the last one ended (tasks of a fixed time: starts), or the end its fair share of the
+   * node's running ones predicts (`dueMs`, copies: fair-share.ts); a look then, then NEAR_END of
+   * its age apart, growing by a share of the time past it.
    */
-  private nearEnd(node: string, t: Watched, now: number, wait: number): number {
-    const ran = this.lastRan.get(`${node}\u0000${t.type}`);
-    if (ran === undefined) return wait;
+  private nearEnd(node: string, t: Watched, now: number, dueMs: number | undefined, wait: number): number {
     const age = now - t.since;
     const lowest = Math.min(MIN_FLOOR_MS, this.o.minMs);
-    const near = age < ran ? ran - age : Math.max(lowest, ran * NEAR_END, WATCH_GROWTH * (age - ran));
-    return Math.min(wait, Math.max(1, near));
+    const near = (ahead: number, share: number) =>
+      ahead > 0 ? ahead : Math.max(lowest, age * share, WATCH_GROWTH * -ahead);
+    const ran = this.lastRan.get(`${node}\u0000${t.type}`);
+    let look = wait;
+    if (ran !== undefined) look = Math.min(look, near(ran - age, NEAR_END));
+    if (dueMs !== undefined) look = Math.min(look, near(dueMs, NEAR_PREDICTED));
+    return Math.max(1, look);
   }
 
   private adaptFloor(type: string, endedAlready: boolean): void {

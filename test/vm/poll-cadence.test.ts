@@ -22,51 +22,8 @@ import {
   guestStopped,
 } from '../../src/vm/guest-timing.ts';
 import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
-import { pollDelay, TaskWatcher } from '../../src/vm/task-watch.ts';
-
-/**
- * A TaskWatcher on this test's clock over node pve1, whose tasks end when `ends` says; its timers
- * are fired in order, each followed by the reads it started, by `fireNext`.
- */
-function watcherOnClock() {
-  const at = { clock: 0 };
-  const ends = new Map<string, number>();
-  const timers: Array<{ at: number; fn: () => void }> = [];
-  const realSetTimeout = globalThis.setTimeout;
-  const realClearTimeout = globalThis.clearTimeout;
-  globalThis.setTimeout = ((fn: () => void, ms: number) => {
-    const t = { at: at.clock + ms, fn, unref() {} };
-    timers.push(t);
-    return t;
-  }) as unknown as typeof setTimeout;
-  globalThis.clearTimeout = ((t: unknown) => {
-    const i = timers.indexOf(t as (typeof timers)[number]);
-    if (i >= 0) timers.splice(i, 1);
-  }) as typeof clearTimeout;
-  const w = new TaskWatcher({
-    minMs: 50,
-    maxMs: 2000,
-    now: () => at.clock,
-    activeTasks: async () => new Set([...ends].filter(([, end]) => end > at.clock).map(([upid]) => upid)),
-  });
-  /** Fire the next timer due by `until`: false when none is. */
-  const fireNext = async (until = Number.POSITIVE_INFINITY): Promise<boolean> => {
-    timers.sort((a, b) => a.at - b.at);
-    const next = timers[0];
-    if (!next || next.at > until) return false;
-    timers.shift();
-    at.clock = Math.max(at.clock, next.at);
-    next.fn();
-    await new Promise((resolve) => setImmediate(resolve));
-    return true;
-  };
-  const restore = () => {
-    globalThis.setTimeout = realSetTimeout;
-    globalThis.clearTimeout = realClearTimeout;
-    w.stop();
-  };
-  return { at, ends, w, fireNext, restore };
-}
+import { pollDelay } from '../../src/vm/task-watch.ts';
+import { watcherOnClock } from './watcher-clock.ts';
 
 describe('task watcher cadence', () => {
   const o = { floorMs: 50, maxMs: 2000 };
@@ -127,12 +84,7 @@ describe('task watcher cadence', () => {
 
 describe('task watcher: tasks of a type that run together on a node', () => {
   it('once one ended, the others are looked at closely from the age at which it was last seen running', async () => {
-    const { at, ends, w, fireNext, restore } = watcherOnClock();
-    /** Fire the watcher's timers due by `t`, in order; then the clock is `t`. */
-    const runTo = async (t: number) => {
-      while (await fireNext(t));
-      at.clock = t;
-    };
+    const { at, ends, w, runTo, restore } = watcherOnClock();
     try {
       // A wave of five 600 ms imports begun 30 ms apart: copies that share a storage's bandwidth
       // end one after another, as far apart as they began.

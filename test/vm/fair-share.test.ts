@@ -1,0 +1,96 @@
+/**
+ * FairShare (src/vm/fair-share.ts): when copies that share a storage's bandwidth will end, from
+ * the service the first one to end needed. The world here is processor sharing itself (each of n
+ * running copies gets a nth), computed event by event; the task watcher that uses it is checked
+ * against the same world, on a clock of its own (no timers, no sleeps).
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { FairShare } from '../../src/vm/fair-share.ts';
+import { watcherOnClock } from './watcher-clock.ts';
+
+/** When each of copies of `size` (ms at full bandwidth) begun at `starts` ends, sharing one bandwidth. */
+function sharedEnds(starts: number[], size: number): number[] {
+  const left = starts.map(() => size);
+  const ends = starts.map(() => Number.NaN);
+  let now = 0;
+  for (;;) {
+    const running = starts.map((s, i) => i).filter((i) => starts[i]! <= now && Number.isNaN(ends[i]!));
+    const next = starts.filter((s) => s > now);
+    if (!running.length && !next.length) return ends;
+    const n = running.length;
+    // The next event: a copy ends, or another begins.
+    const toEnd = n ? Math.min(...running.map((i) => left[i]! * n)) : Number.POSITIVE_INFINITY;
+    const toStart = next.length ? Math.min(...next) - now : Number.POSITIVE_INFINITY;
+    const step = Math.min(toEnd, toStart);
+    for (const i of running) left[i]! -= step / n;
+    now += step;
+    for (const i of running) if (left[i]! <= 1e-9 && Number.isNaN(ends[i]!)) ends[i] = now;
+  }
+}
+
+describe('fair share: when copies sharing a bandwidth end', () => {
+  const starts = [0, 30, 60, 90, 120];
+  const ends = sharedEnds(starts, 200);
+
+  it('the world: copies of one size end in the order they began, sooner apart than they began', () => {
+    assert.deepEqual(
+      [...ends].sort((a, b) => a - b),
+      ends,
+    );
+    assert.ok(ends[4]! - ends[3]! < 30, `${ends.map((e) => e.toFixed(1)).join(', ')}`);
+  });
+
+  it('once one ended, the others are predicted to the millisecond', () => {
+    const share = new FairShare(0);
+    starts.forEach((s, i) => share.begin(`copy${i}`, s));
+    assert.equal(share.dueIn(ends[0]!).size, 0, 'nothing predicted before one ended');
+    share.looked(ends[0]! - 0.001, []);
+    share.looked(ends[0]!, ['copy0']);
+    const due = share.dueIn(ends[0]!);
+    for (let i = 1; i < 5; i++)
+      assert.ok(Math.abs(ends[0]! + due.get(`copy${i}`)! - ends[i]!) < 0.01, `copy ${i}: ${due.get(`copy${i}`)}`);
+  });
+
+  it('learned at a look before the end (a lower bound), the predictions are early, never late', () => {
+    const share = new FairShare(0);
+    starts.forEach((s, i) => share.begin(`copy${i}`, s));
+    share.looked(ends[0]! - 40, []);
+    share.looked(ends[0]! + 5, ['copy0']);
+    const due = share.dueIn(ends[0]! + 5);
+    for (let i = 1; i < 5; i++) assert.ok(ends[0]! + 5 + due.get(`copy${i}`)! <= ends[i]! + 1e-6, `copy ${i}`);
+    // A look that finds the others running raises the bound: closer, still early.
+    const at = ends[1]! - 2;
+    share.looked(at, []);
+    const closer = share.dueIn(at);
+    for (let i = 1; i < 5; i++) {
+      const before = ends[i]! - (ends[0]! + 5 + due.get(`copy${i}`)!);
+      const after = ends[i]! - (at + closer.get(`copy${i}`)!);
+      assert.ok(after >= -1e-6 && after < before, `copy ${i}: ${before.toFixed(1)} ms early, then ${after.toFixed(1)}`);
+    }
+  });
+
+  it('the task watcher sees each copy after the first within a few ms of its end, where a tenth of its age was up to 90 ms', async () => {
+    // Copies of 600 ms at full bandwidth: each runs for seconds beside the others.
+    const big = sharedEnds(starts, 600);
+    const upids = starts.map((_, i) => `UPID:pve1:0000${i}:00000000:00000000:qmcreate:${300 + i}:root@pam:`);
+    const { at, w, runTo, restore } = watcherOnClock((clock) => new Set(upids.filter((_, i) => big[i]! > clock)));
+    const woke = new Map<number, number>();
+    try {
+      for (const [i, s] of starts.entries()) {
+        await runTo(s);
+        w.watch(upids[i]!, () => woke.set(i, at.clock));
+      }
+      await runTo(10_000);
+      const late = starts.map((_, i) => woke.get(i)! - big[i]!);
+      for (const [i, l] of late.entries())
+        if (i > 0)
+          assert.ok(
+            l >= 0 && l <= 12,
+            `copy ${i} seen ${l.toFixed(1)} ms late (${late.map((x) => x.toFixed(1)).join(', ')})`,
+          );
+    } finally {
+      restore();
+    }
+  });
+});
