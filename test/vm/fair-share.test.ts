@@ -43,7 +43,7 @@ describe('fair share: when copies sharing a bandwidth end', () => {
 
   it('once one ended, the others are predicted to the millisecond', () => {
     const share = new FairShare(0);
-    starts.forEach((s, i) => share.begin(`copy${i}`, s));
+    for (const [i, s] of starts.entries()) share.begin(`copy${i}`, s);
     assert.equal(share.dueIn(ends[0]!).size, 0, 'nothing predicted before one ended');
     share.looked(ends[0]! - 0.001, []);
     share.looked(ends[0]!, ['copy0']);
@@ -54,7 +54,7 @@ describe('fair share: when copies sharing a bandwidth end', () => {
 
   it('learned at a look before the end (a lower bound), the predictions are early, never late', () => {
     const share = new FairShare(0);
-    starts.forEach((s, i) => share.begin(`copy${i}`, s));
+    for (const [i, s] of starts.entries()) share.begin(`copy${i}`, s);
     share.looked(ends[0]! - 40, []);
     share.looked(ends[0]! + 5, ['copy0']);
     const due = share.dueIn(ends[0]! + 5);
