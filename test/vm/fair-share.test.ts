@@ -15,7 +15,7 @@ function sharedEnds(starts: number[], size: number): number[] {
   const ends = starts.map(() => Number.NaN);
   let now = 0;
   for (;;) {
-    const running = starts.map((s, i) => i).filter((i) => starts[i]! <= now && Number.isNaN(ends[i]!));
+    const running = starts.map((_, i) => i).filter((i) => starts[i]! <= now && Number.isNaN(ends[i]!));
     const next = starts.filter((s) => s > now);
     if (!running.length && !next.length) return ends;
     const n = running.length;
