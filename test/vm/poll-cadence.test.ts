@@ -163,7 +163,7 @@ describe('guest cadence', () => {
     guestBooted(next);
     assert.equal(guestPollMs(next, r, 'agent'), FLOOR_MS);
   });
-  it("boot after boot, the first ask closes in on the milestone; at most two asks a boot, never later than the first boot's hit", () => {
+  it("boot after boot, the first ask closes in on the milestone until the bounds are within a tenth of the hit; at most two asks a boot, never later than the first boot's hit", () => {
     const r = vm('local:import/converge.qcow2');
     const patient = (memory: ResourceMemory) =>
       ({ site, memory, options: { agentPollMs: 60_000 } }) as unknown as StepContext;
@@ -194,7 +194,9 @@ describe('guest cadence', () => {
     }
     assert.ok(lags[0]! > 1000, `the first boot's lag ${lags[0]} ms`);
     const late = lags.slice(4).reduce((x, y) => x + y, 0) / 4;
-    assert.ok(late < lags[0]! / 3, `lags ${lags.map(Math.round).join(', ')} ms: closing in`);
+    // Closer than the first boot (asked at its hit alone, every boot would be as late), within
+    // the tenth of the boot where probing stops (NARROW in guest-timing.ts).
+    assert.ok(late < lags[0]! / 1.5 && late <= 2000, `lags ${lags.map(Math.round).join(', ')} ms: closing in`);
   });
   it('a boot slower than those that taught the hit is asked closely past it, not a quarter of its age later', () => {
     const r = vm('local:import/slower.qcow2');
@@ -268,7 +270,7 @@ describe('guest cadence', () => {
     }
   });
 
-  it('a command in the guest: the first asked at 10 ms, then at twice its age; the next ones between the bounds it taught', () => {
+  it('a command in the guest: the first asked at 10 ms, then at twice its age; the next ones at the hit it taught, its bounds being within half of it', () => {
     // Each site learns apart: this one is new.
     const own = { now: () => now } as unknown as SiteContext;
     const ctxAt = (memory: ResourceMemory) =>
@@ -295,9 +297,10 @@ describe('guest cadence', () => {
       ({ site: slow, memory, options: { agentPollMs: 5000 } }) as unknown as StepContext;
     const first = run(slowCtx({ secrets: { sshKeys: [] } } as ResourceMemory), 300);
     assert.deepEqual(first, [10, 10, 20, 40, 80, 160]);
-    // The next one there is asked between the last miss (160) and the hit (320), then at the hit.
+    // The next one there is asked at the hit (320): the last miss (160) is within half of it, and
+    // a probe between them would gain little of a short command for the ask it costs.
     const next = run(slowCtx({ secrets: { sshKeys: [] } } as ResourceMemory), 300);
-    assert.deepEqual(next, [240, 80]);
+    assert.deepEqual(next, [320]);
   });
 
   it('an ask is sent later than scheduled (the timer, the reconcile before it): the site takes that lag off, and what it learns does not drift later', () => {
