@@ -332,13 +332,7 @@ function noteLag(ctx: StepContext, askedAt: number): void {
 }
 
 /** The wait askDelay aims at: when the ask should be sent. */
-function aimedDelay(
-  ctx: StepContext,
-  since: number,
-  key: string,
-  probe: boolean,
-  unlearned: Cadence,
-): number {
+function aimedDelay(ctx: StepContext, since: number, key: string, probe: boolean, unlearned: Cadence): number {
   const cap = ctx.options.agentPollMs ?? 5000;
   const floorMs = Math.min(cap, unlearned.floorMs);
   const now = ctx.site.now();
