@@ -145,13 +145,14 @@ export function fleetApply(
 }
 
 /**
- * One unmeasured apply of the fleet (unphased, at speed 1000) against a simulator of this worker's
- * own, before the measured world opens. A worker is a new V8 isolate: without this, the simulator
- * that answered a measured run had never run before, and its code was compiled while it answered
- * (a Proxmox host has been up for days). Only the worker's isolate is warmed: the measured client
- * runs in the main thread, which this does not touch.
+ * One unmeasured apply of the fleet (unphased, at speed 1000) against a simulator of this thread's
+ * own. In a worker, before the measured world opens: a worker is a new V8 isolate, and without
+ * this the simulator that answered a measured run had never run before, and its code was compiled
+ * while it answered (a Proxmox host has been up for days). In the main thread, for a warm client
+ * (bench/makespan.ts --client warm): the client's code, and the simulator's in thread mode, have
+ * run before, as a long-running controller's have.
  */
-async function warmUp(): Promise<void> {
+export async function warmUp(): Promise<void> {
   const world = await openHere(1000);
   let apply: ReturnType<typeof fleetApply> | undefined;
   try {

@@ -23,23 +23,42 @@
  * CPU is not the client's; the worker's simulator is warmed by an unmeasured apply first, as a
  * Proxmox host has been up for days), and in the client's thread, as `npm start` runs it.
  *
+ * And each for two clients (`--client warm,cold`). A warm one has run before: this process makes
+ * one unmeasured apply (warmUp) before its measured ones, as the long-running controller has
+ * reconciled before. A cold one is a process of its own for each run, as a CLI `apply` is: at
+ * speed 100 its JIT's first minutes cost 0.05-0.1 of the ratio. Without this choice, a run's
+ * client was as warm as the runs before it in the process had made it, and the order of the
+ * modes changed their figures by that much.
+ *
  * Usage: node bench/makespan.ts [--speeds 20,100] [--task-poll-ms N] [--simulator worker,thread]
+ *   [--client warm,cold]
  */
+import { execFileSync } from 'node:child_process';
 import { cpus } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { type IdealVm, idealMakespan } from '../src/sim/ideal.ts';
 import { loadManifests } from '../src/workspace/manifests.ts';
 import { planRollout } from '../src/workspace/phases.ts';
 import type { RequestClass } from './fleet.ts';
-import { FLEET, fleetApply, type Outcome, openWorld } from './makespan-world.ts';
+import { FLEET, fleetApply, type Outcome, openWorld, warmUp } from './makespan-world.ts';
 
 const { values } = parseArgs({
   options: {
     speeds: { type: 'string', default: '20,100' },
     'task-poll-ms': { type: 'string' },
     simulator: { type: 'string', default: 'worker,thread' },
+    client: { type: 'string', default: 'warm,cold' },
+    /** Internal: this process is one cold run (where,speed,phased); it prints its result's JSON. */
+    'cold-run': { type: 'string' },
   },
 });
+const clients = String(values.client)
+  .split(',')
+  .map((c) => {
+    if (c !== 'warm' && c !== 'cold') throw new Error(`--client: warm or cold, not ${c}`);
+    return c;
+  });
 const sims = String(values.simulator)
   .split(',')
   .map((w) => {
@@ -73,47 +92,92 @@ async function measure(
 }
 
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
-const runs: Array<Record<string, unknown>> = [];
-let fleetForIdeal: IdealVm[] | undefined;
-for (const where of sims)
-  for (const speed of speeds) {
-    const row: Record<string, unknown> = { speed, simulator: where };
-    for (const phased of [true, false]) {
-      const m = await measure(speed, phased, where);
-      fleetForIdeal ??= m.fleet;
-      const ideal = (await idealMakespan(m.fleet, { phased })).makespanMs / 1000;
-      const perVm = Object.fromEntries(
-        Object.entries(m.requests).map(([k, n]) => [k, round(n / m.fleet.length, 1)]),
-      ) as Record<RequestClass, number>;
-      const ownPerVm = round(perVm.mutating + perVm.task + perVm.perVm, 1);
-      row[phased ? 'phased' : 'unphased'] = {
-        projectS: round(m.projectS, 1),
-        idealS: round(ideal, 1),
-        ratio: round(m.projectS / ideal),
-        applyExit: m.code,
-        met: m.projectS <= TARGET * ideal,
-        requestsPerVm: { ...perVm, total: ownPerVm, met: ownPerVm <= 10 },
-        // Where the VM's own requests go (mutating, task and per-VM routes), per VM, the most first.
-        perVmRoutes: Object.fromEntries(
-          [...m.routes]
-            .sort((x, y) => y[1] - x[1])
-            .slice(0, 12)
-            .map(([k, n]) => [k, round(n / m.fleet.length, 2)]),
-        ),
-      };
-    }
-    runs.push(row);
-  }
 
-const fleet = fleetForIdeal ?? [];
-const shared = {
-  phased: await idealMakespan(fleet, { phased: true }),
-  unphased: await idealMakespan(fleet, { phased: false }),
-};
-const before = {
-  phased: await idealMakespan(fleet, { phased: true, shared: false }),
-  unphased: await idealMakespan(fleet, { phased: false, shared: false }),
-};
+/** One measured run, as the JSON prints it; and the ideal makespans of its fleet. */
+async function measured(
+  speed: number,
+  phased: boolean,
+  where: 'thread' | 'worker',
+): Promise<{ result: Record<string, unknown>; ideals: Record<string, unknown> }> {
+  const m = await measure(speed, phased, where);
+  const ideal = (await idealMakespan(m.fleet, { phased })).makespanMs / 1000;
+  const perVm = Object.fromEntries(
+    Object.entries(m.requests).map(([k, n]) => [k, round(n / m.fleet.length, 1)]),
+  ) as Record<RequestClass, number>;
+  const ownPerVm = round(perVm.mutating + perVm.task + perVm.perVm, 1);
+  return {
+    result: {
+      projectS: round(m.projectS, 1),
+      idealS: round(ideal, 1),
+      ratio: round(m.projectS / ideal),
+      applyExit: m.code,
+      met: m.projectS <= TARGET * ideal,
+      requestsPerVm: { ...perVm, total: ownPerVm, met: ownPerVm <= 10 },
+      // Where the VM's own requests go (mutating, task and per-VM routes), per VM, the most first.
+      perVmRoutes: Object.fromEntries(
+        [...m.routes]
+          .sort((x, y) => y[1] - x[1])
+          .slice(0, 12)
+          .map(([k, n]) => [k, round(n / m.fleet.length, 2)]),
+      ),
+    },
+    ideals: await idealsOf(m.fleet),
+  };
+}
+
+/** The fleet's ideal makespans, with the fair share and without it. */
+async function idealsOf(fleet: IdealVm[]): Promise<Record<string, unknown>> {
+  const shared = {
+    phased: await idealMakespan(fleet, { phased: true }),
+    unphased: await idealMakespan(fleet, { phased: false }),
+  };
+  const before = {
+    phased: await idealMakespan(fleet, { phased: true, shared: false }),
+    unphased: await idealMakespan(fleet, { phased: false, shared: false }),
+  };
+  return {
+    ideal: {
+      phasedS: round(shared.phased.makespanMs / 1000, 1),
+      phaseS: shared.phased.phaseMs.map((x) => round(x / 1000, 1)),
+      unphasedS: round(shared.unphased.makespanMs / 1000, 1),
+    },
+    idealWithoutFairShare: {
+      phasedS: round(before.phased.makespanMs / 1000, 1),
+      unphasedS: round(before.unphased.makespanMs / 1000, 1),
+    },
+  };
+}
+
+/** One run in a process of its own (this script with --cold-run): a client that never ran before. */
+function coldRun(speed: number, phased: boolean, where: 'thread' | 'worker'): ReturnType<typeof measured> {
+  const args = [fileURLToPath(import.meta.url), '--cold-run', `${where},${speed},${phased}`];
+  if (taskPollMs) args.push('--task-poll-ms', String(taskPollMs));
+  const out = execFileSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+  return Promise.resolve(JSON.parse(out));
+}
+
+if (values['cold-run']) {
+  const [where, speed, phased] = String(values['cold-run']).split(',');
+  console.log(JSON.stringify(await measured(Number(speed), phased === 'true', where as 'thread' | 'worker')));
+  process.exit(0);
+}
+
+const runs: Array<Record<string, unknown>> = [];
+let ideals: Record<string, unknown> | undefined;
+for (const client of clients) {
+  // A warm client: one unmeasured apply in this process first (its simulator in this thread).
+  if (client === 'warm') await warmUp();
+  for (const where of sims)
+    for (const speed of speeds) {
+      const row: Record<string, unknown> = { speed, simulator: where, client };
+      for (const phased of [true, false]) {
+        const m = client === 'warm' ? await measured(speed, phased, where) : await coldRun(speed, phased, where);
+        ideals ??= m.ideals;
+        row[phased ? 'phased' : 'unphased'] = m.result;
+      }
+      runs.push(row);
+    }
+}
 
 console.log(
   JSON.stringify(
@@ -121,19 +185,11 @@ console.log(
       benchmark: 'makespan',
       node: process.version,
       cpus: cpus().length,
-      vms: fleet.length,
+      vms: rollout.phases.reduce((n, p) => n + p.members.length, 0),
       phases: rollout.phases.map((p) => p.name),
       taskPollMs: taskPollMs ?? 'default',
       runs,
-      ideal: {
-        phasedS: round(shared.phased.makespanMs / 1000, 1),
-        phaseS: shared.phased.phaseMs.map((x) => round(x / 1000, 1)),
-        unphasedS: round(shared.unphased.makespanMs / 1000, 1),
-      },
-      idealWithoutFairShare: {
-        phasedS: round(before.phased.makespanMs / 1000, 1),
-        unphasedS: round(before.unphased.makespanMs / 1000, 1),
-      },
+      ...ideals,
       target: { ratio: TARGET },
     },
     null,
