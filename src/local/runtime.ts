@@ -347,17 +347,10 @@ export class LocalRuntime {
 
   /** Put ProxmoxImage or ProxmoxTemplate manifests into their store (as applyManifests does for VMs). */
   applyImages(kind: ImageKind, objs: Array<ProxmoxImage | ProxmoxTemplate>): void {
-    const t0 = performance.now();
     const store = (kind === 'ProxmoxImage' ? this.images : this.templates) as MemoryStore<
       ProxmoxImage | ProxmoxTemplate
     >;
-    for (const o of objs) {
-      const copy = structuredClone(o);
-      copy.metadata.namespace ??= 'default';
-      copy.metadata.uid = store.getSync(keyOf(copy))?.metadata.uid ?? '';
-      store.apply(copy);
-    }
-    this.admittedMs += performance.now() - t0;
+    this.admit(store, objs);
   }
 
   /** Where an image or template stands, as stateOf says for VMs (Ready and Synced, observed so in this run). */
@@ -376,19 +369,23 @@ export class LocalRuntime {
 
   /** Put the manifests into the store (a new uid the first time, kept in the state file after). */
   applyManifests(vms: ProxmoxVM[]): void {
+    this.admit(this.store, vms);
+  }
+
+  /** Copies of `objs` into `store`, in the default namespace, keeping the uid a stored one has. */
+  private admit<R extends ProxmoxVM | ProxmoxImage | ProxmoxTemplate>(store: MemoryStore<R>, objs: R[]): void {
     const t0 = performance.now();
-    for (const vm of vms) {
-      const copy = structuredClone(vm);
+    for (const o of objs) {
+      const copy = structuredClone(o);
       copy.metadata.namespace ??= 'default';
-      const cur = this.store.getSync(keyOf(copy));
-      copy.metadata.uid = cur?.metadata.uid ?? '';
-      this.store.apply(copy);
+      copy.metadata.uid = store.getSync(keyOf(copy))?.metadata.uid ?? '';
+      store.apply(copy);
     }
     this.admittedMs += performance.now() - t0;
   }
 
   /**
-   * Time spent putting manifests into the store (applyManifests, applyImages), which runUntil
+   * Time spent putting manifests into the store (admit), which runUntil
    * leaves out of a check's cost: a check that admits a phase writes it once, and the first write
    * opens the state database. Counted in, a check of 2 VMs that took 35 ms spaced the next one
    * 665 ms later, and the seed fleet's second phase opened 15 simulated seconds (speed 100) after
