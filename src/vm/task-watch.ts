@@ -28,6 +28,11 @@
 
 import { FairShare } from './fair-share.ts';
 
+/** What the watcher learns per node and type of task (lastRan, shares) is keyed by this. */
+function groupOf(node: string, type: string): string {
+  return `${node}\u0000${type}`;
+}
+
 interface Watched {
   upid: string;
   /** The task's type (the UPID's: qmcreate, qmresize, qmstart...), whose first look it shares. */
@@ -155,7 +160,7 @@ export class TaskWatcher {
     const type = upid.split(':')[5] ?? '';
     const now = this.o.now();
     n.tasks.set(upid, { upid, type, since: now, expectedMs: Math.max(0, expectedMs), wake });
-    const group = `${node}\u0000${type}`;
+    const group = groupOf(node, type);
     let share = this.shares.get(group);
     if (!share) {
       share = new FairShare(now);
@@ -193,7 +198,7 @@ export class TaskWatcher {
     const dueOf = (t: Watched) => {
       let d = due.get(t.type);
       if (!d) {
-        d = this.shares.get(`${node}\u0000${t.type}`)?.dueIn(now) ?? new Map<string, number>();
+        d = this.shares.get(groupOf(node, t.type))?.dueIn(now) ?? new Map<string, number>();
         due.set(t.type, d);
       }
       return d.get(t.upid);
@@ -222,7 +227,7 @@ export class TaskWatcher {
         if (!active.has(t.upid)) ended.get(t.type)!.push(t.upid);
       }
       for (const [type, upids] of ended) {
-        const group = `${node}\u0000${type}`;
+        const group = groupOf(node, type);
         const share = this.shares.get(group);
         share?.looked(now, upids);
         if (share && !share.size) this.shares.delete(group);
@@ -239,7 +244,7 @@ export class TaskWatcher {
           // that (a resize found ended at 10 ms spaces the next ones' looks as a 10 ms task's).
           this.ran(t.type, now - t.since);
           // At least until the last look that saw it running: the others are looked at closely from there.
-          this.lastRan.set(`${node}\u0000${t.type}`, (t.seenRunning ?? now) - t.since);
+          this.lastRan.set(groupOf(node, t.type), (t.seenRunning ?? now) - t.since);
           try {
             t.wake();
           } catch {
@@ -266,7 +271,7 @@ export class TaskWatcher {
     const lowest = Math.min(MIN_FLOOR_MS, this.o.minMs);
     const near = (ahead: number, share: number) =>
       ahead > 0 ? ahead : Math.max(lowest, age * share, WATCH_GROWTH * -ahead);
-    const ran = this.lastRan.get(`${node}\u0000${t.type}`);
+    const ran = this.lastRan.get(groupOf(node, t.type));
     let look = wait;
     if (ran !== undefined) look = Math.min(look, near(ran - age, NEAR_END));
     if (dueMs !== undefined) look = Math.min(look, near(dueMs, NEAR_PREDICTED));
