@@ -112,6 +112,29 @@ describe('guest cadence', () => {
   const vm = (image: string) => ({ spec: { forProvider: { image } } }) as unknown as ProxmoxVM;
   const ctxOf = (memory: ResourceMemory) =>
     ({ site, memory, options: { agentPollMs: 5000 } }) as unknown as StepContext;
+  /**
+   * One boot of a guest of `r`'s kind, seen from its start at `start`, whose agent answers `tookMs`
+   * in, asked as guestPollMs says (an agent poll of a minute): when it was seen, and after how many asks.
+   */
+  const bootAsked = (r: ProxmoxVM, start: number, tookMs: number) => {
+    const ctx = {
+      site,
+      memory: { secrets: { sshKeys: [] } },
+      options: { agentPollMs: 60_000 },
+    } as unknown as StepContext;
+    guestStopped(ctx.memory);
+    now = start;
+    guestBooted(ctx);
+    let asks = 0;
+    for (;;) {
+      now += guestPollMs(ctx, r, 'agent');
+      asks++;
+      if (now - start >= tookMs) break;
+      guestMissed(ctx, 'agent');
+    }
+    guestReached(ctx, r, 'agent');
+    return { seen: now - start, asks };
+  };
 
   it('asks the first guest after a share of its boot; the next of its kind not before the first one answered', () => {
     const first = ctxOf({ secrets: { sshKeys: [] } });
@@ -165,26 +188,11 @@ describe('guest cadence', () => {
   });
   it("boot after boot, the first ask closes in on the milestone until the bounds are within a tenth of the hit; at most two asks a boot, never later than the first boot's hit", () => {
     const r = vm('local:import/converge.qcow2');
-    const patient = (memory: ResourceMemory) =>
-      ({ site, memory, options: { agentPollMs: 60_000 } }) as unknown as StepContext;
     let firstHit = Number.POSITIVE_INFINITY;
     const lags: number[] = [];
     for (let boot = 0; boot < 8; boot++) {
-      const ctx = patient({ secrets: { sshKeys: [] } });
-      guestStopped(ctx.memory);
-      now = 1_000_000 * (boot + 1);
-      const start = now;
-      guestBooted(ctx);
-      let asks = 0;
       // The agent answers 20 s into every boot.
-      for (;;) {
-        now += guestPollMs(ctx, r, 'agent');
-        asks++;
-        if (now - start >= 20_000) break;
-        guestMissed(ctx, 'agent');
-      }
-      guestReached(ctx, r, 'agent');
-      const seen = now - start;
+      const { seen, asks } = bootAsked(r, 1_000_000 * (boot + 1), 20_000);
       if (boot > 0) {
         assert.ok(asks <= 2, `boot ${boot}: ${asks} asks`);
         // (a sum of floating-point waits: equal to within a nanosecond)
@@ -200,25 +208,8 @@ describe('guest cadence', () => {
   });
   it('a boot slower than those that taught the hit is asked closely past it, not a quarter of its age later', () => {
     const r = vm('local:import/slower.qcow2');
-    const patient = (memory: ResourceMemory) =>
-      ({ site, memory, options: { agentPollMs: 60_000 } }) as unknown as StepContext;
-    /** A boot whose agent answers `tookMs` in: when it was seen, and how many asks that took. */
-    const boot = (tookMs: number) => {
-      const ctx = patient({ secrets: { sshKeys: [] } });
-      guestStopped(ctx.memory);
-      now += 1_000_000;
-      const start = now;
-      guestBooted(ctx);
-      let asks = 0;
-      for (;;) {
-        now += guestPollMs(ctx, r, 'agent');
-        asks++;
-        if (now - start >= tookMs) break;
-        guestMissed(ctx, 'agent');
-      }
-      guestReached(ctx, r, 'agent');
-      return { seen: now - start, asks };
-    };
+    /** A boot whose agent answers `tookMs` in, a while after the last one. */
+    const boot = (tookMs: number) => bootAsked(r, now + 1_000_000, tookMs);
     now = 40_000_000;
     for (let i = 0; i < 6; i++) boot(20_000);
     const slow = boot(21_000);
