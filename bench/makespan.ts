@@ -93,12 +93,13 @@ async function measure(
 
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
-/** One measured run, as the JSON prints it; and the ideal makespans of its fleet. */
+/** One measured run, as the JSON prints it; and, `withIdeals`, the ideal makespans of its fleet (one run's are every run's). */
 async function measured(
   speed: number,
   phased: boolean,
   where: 'thread' | 'worker',
-): Promise<{ result: Record<string, unknown>; ideals: Record<string, unknown> }> {
+  withIdeals: boolean,
+): Promise<{ result: Record<string, unknown>; ideals?: Record<string, unknown> }> {
   const m = await measure(speed, phased, where);
   const ideal = (await idealMakespan(m.fleet, { phased })).makespanMs / 1000;
   const perVm = Object.fromEntries(
@@ -121,7 +122,7 @@ async function measured(
           .map(([k, n]) => [k, round(n / m.fleet.length, 2)]),
       ),
     },
-    ideals: await idealsOf(m.fleet),
+    ...(withIdeals ? { ideals: await idealsOf(m.fleet) } : {}),
   };
 }
 
@@ -149,16 +150,22 @@ async function idealsOf(fleet: IdealVm[]): Promise<Record<string, unknown>> {
 }
 
 /** One run in a process of its own (this script with --cold-run): a client that never ran before. */
-function coldRun(speed: number, phased: boolean, where: 'thread' | 'worker'): ReturnType<typeof measured> {
-  const args = [fileURLToPath(import.meta.url), '--cold-run', `${where},${speed},${phased}`];
+function coldRun(
+  speed: number,
+  phased: boolean,
+  where: 'thread' | 'worker',
+  withIdeals: boolean,
+): ReturnType<typeof measured> {
+  const args = [fileURLToPath(import.meta.url), '--cold-run', `${where},${speed},${phased},${withIdeals}`];
   if (taskPollMs) args.push('--task-poll-ms', String(taskPollMs));
   const out = execFileSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
   return Promise.resolve(JSON.parse(out));
 }
 
 if (values['cold-run']) {
-  const [where, speed, phased] = String(values['cold-run']).split(',');
-  console.log(JSON.stringify(await measured(Number(speed), phased === 'true', where as 'thread' | 'worker')));
+  const [where, speed, phased, withIdeals] = String(values['cold-run']).split(',');
+  const run = await measured(Number(speed), phased === 'true', where as 'thread' | 'worker', withIdeals === 'true');
+  console.log(JSON.stringify(run));
   process.exit(0);
 }
 
@@ -171,7 +178,9 @@ for (const client of clients) {
     for (const speed of speeds) {
       const row: Record<string, unknown> = { speed, simulator: where, client };
       for (const phased of [true, false]) {
-        const m = client === 'warm' ? await measured(speed, phased, where) : await coldRun(speed, phased, where);
+        const first = ideals === undefined;
+        const m =
+          client === 'warm' ? await measured(speed, phased, where, first) : await coldRun(speed, phased, where, first);
         ideals ??= m.ideals;
         row[phased ? 'phased' : 'unphased'] = m.result;
       }
