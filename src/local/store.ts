@@ -138,6 +138,11 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
   }
 
   /** Request deletion: with finalizers the object stays, marked; without, it is gone. */
+  /** apply() of each, in order (FileStore: durable together, with one sync); taken one at a time. */
+  applyAll(desired: Iterable<R>): void {
+    for (const d of desired) this.apply(d);
+  }
+
   markDeleted(key: string): void {
     const cur = this.objects.get(key);
     if (!cur) return;
@@ -551,6 +556,21 @@ export class FileStore<R extends Managed = Managed> extends MemoryStore<R> {
     const out = super.apply(desired);
     this.syncWritten();
     return out;
+  }
+
+  /**
+   * The writes of a rollout's admission (LocalRuntime.admit): each committed as apply() commits it,
+   * all made durable by one fsync of the log before this returns, not one each. Nothing acts on
+   * them before it returns (a watcher's reconcile runs later), and an fsync covers every write to
+   * the log before it. A phase of 14 VMs cost 14 fsyncs on the event loop, 4 ms of its gate.
+   */
+  override applyAll(desired: Iterable<R>): void {
+    this.flush();
+    try {
+      for (const d of desired) super.apply(d);
+    } finally {
+      this.syncWritten();
+    }
   }
 
   override markDeleted(key: string): void {

@@ -1,6 +1,7 @@
 /**
  * Crash safety of the state database: a child process writes to a FileStore in a tight loop
- * (creates, metadata and status writes, deletions, events), printing each write once it returned
+ * (creates, one at a time and several at once as an admission makes them, metadata and status
+ * writes, deletions, events), printing each write once it returned
  * (committed), and is SIGKILLed in the middle of it, several times over the same database. After
  * each kill the database is whole (integrity_check), a reader and a new writer open it, and every
  * write the child reported is there (each resource at least at the resourceVersion last reported,
@@ -30,7 +31,12 @@ if (CHILD) {
     const name = `vm${i % 150}`;
     const key = `default/${name}`;
     const cur = store.getSync(key);
-    if (!cur) {
+    if (!cur && i % 5 === 0) {
+      // A rollout's admission: several at once, durable together when applyAll returns.
+      const names = [name, `vm${(i + 1) % 150}`, `vm${(i + 2) % 150}`].filter((n) => !store.getSync(`default/${n}`));
+      store.applyAll(names.map((n) => testVM(n, { annotations: { note: 'y'.repeat(i % 300) } })));
+      for (const n of names) say(`put default/${n} ${store.getSync(`default/${n}`)!.metadata.resourceVersion}`);
+    } else if (!cur) {
       const o = store.apply(testVM(name, { annotations: { note: 'x'.repeat(i % 500) } }));
       say(`put ${key} ${o.metadata.resourceVersion}`);
     } else if (i % 17 === 0) {

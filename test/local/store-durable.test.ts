@@ -114,6 +114,34 @@ describe('the local state: a write is durable before it is done', () => {
     s.close();
   });
 
+  it("an admission's writes (applyAll) are durable together when it returns: one fsync, not one each", () => {
+    const s = open();
+    const db = () => (s as unknown as { db: StateDatabase }).db;
+    s.apply(testVM('first'));
+    const before = db().syncs;
+    s.applyAll(['vm1', 'vm2', 'vm3'].map((n) => testVM(n)));
+    assert.equal(db().syncs, before + 1);
+    assert.deepEqual(
+      ['vm1', 'vm2', 'vm3'].map((n) => s.getSync(`default/${n}`)?.metadata.generation),
+      [1, 1, 1],
+    );
+    s.applyAll([testVM('vm1')]);
+    assert.equal(db().syncs, before + 1, 'nothing written, nothing to sync');
+    const file = s.dbFile;
+    s.close();
+    // What the database holds, read by a store of its own: all three.
+    const again = new FileStore<TestVM>(file);
+    again.open('test');
+    assert.deepEqual(
+      again
+        .listSync()
+        .map((o) => o.metadata.name)
+        .sort(),
+      ['first', 'vm1', 'vm2', 'vm3'],
+    );
+    again.close();
+  });
+
   it('SQLite runs with synchronous OFF and no checkpoints of its own; the log is checkpointed once grown', async () => {
     const file = join(dir, 'raw.db');
     const s = new FileStore<TestVM>(file);
