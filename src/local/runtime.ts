@@ -213,7 +213,7 @@ export type ImageKind = 'ProxmoxImage' | 'ProxmoxTemplate';
 /** The longest wait between two checks, however much one costs (a gate opens at most this late). */
 const CHECK_WAIT_CAP_MS = 5000;
 /** The least time between two checks brought forward by a resource that settled. */
-const MIN_CHECK_GAP_MS = 10;
+const MIN_CHECK_GAP_MS = 1;
 
 export class LocalRuntime {
   readonly store: MemoryStore<ProxmoxVM>;
