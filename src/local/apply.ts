@@ -20,6 +20,7 @@ import {
   manifestKey,
   nextAdmissions,
   PHASE_ANNOTATION,
+  phaseToPrepare,
   planRollout,
   RolloutError,
   type RolloutPlan,
@@ -118,9 +119,12 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     rt.applyManifests(keys.filter((k) => rt.store.getSync(k)).map((k) => byKey.get(k)!));
     const started = Date.now();
     let blocked: string | undefined;
+    const prepared = new Set<string>();
     const res = await rt.runUntil({
       timeoutMs: args.timeoutMs ?? 30 * 60_000,
       signal: abort.signal,
+      // A phase whose last VM boots prepares the next one (below): a check then.
+      wakeWhenBooting: !args.noWait && plan.phases.length > 1,
       check: () => {
         if (imageFailed().length) return 'fail';
         if (!templatesApplied && imagesReady()) {
@@ -151,6 +155,12 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
           for (const k of adm.admit) states.set(k, rt.stateOf(k));
         }
         blocked = adm.blocked?.reason;
+        // While the last phase started boots, the next one's snippets go up (runtime.prepare).
+        if (adm.blocked && !args.noWait) {
+          const ahead = phaseToPrepare(plan, stateNow, (k) => rt.booting(k)).filter((k) => !prepared.has(k));
+          for (const k of ahead) prepared.add(k);
+          if (ahead.length) void rt.prepare(ahead.map((k) => planTarget(undefined, byKey.get(k)!)));
+        }
         args.onTick?.(new Map(states));
         if (!args.quiet) {
           const rows = rt.rows().filter((r) => byKey.has(r.key));

@@ -65,6 +65,8 @@ export interface NodeFiles {
   remove(path: string): Promise<void>;
   /** Create a directory (and its parents); an existing one is not an error. */
   mkdirs(dir: string): Promise<void>;
+  /** A file's size in bytes; undefined when there is none. */
+  size(path: string): Promise<number | undefined>;
 }
 
 /**
@@ -240,6 +242,14 @@ function nodeFiles(sftp: SFTPWrapper, where: string): NodeFiles {
         await call<void>(`removing ${path}`, (cb) => sftp.unlink(path, cb));
       } catch (e) {
         if (!notFound(e)) throw e;
+      }
+    },
+    async size(path) {
+      try {
+        return (await call<{ size: number }>(`checking ${path}`, (cb) => sftp.stat(path, cb))).size;
+      } catch (e) {
+        if (notFound(e)) return undefined;
+        throw e;
       }
     },
     async mkdirs(dir) {

@@ -15,7 +15,7 @@ import { deleteVm } from './delete.ts';
 import type { Change } from './drift.ts';
 import { observe } from './observe.ts';
 import { planResource, type ResourcePlan } from './plan.ts';
-import { type CreatePlan, preflight } from './preflight.ts';
+import { type CreatePlan, preflight, prepareCreate } from './preflight.ts';
 import { retireBeforeDelete } from './replace.ts';
 import type { SiteContext } from './site-cache.ts';
 import { applyChange } from './update.ts';
@@ -103,6 +103,11 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
         return { key, action: 'refused' as const, changes: [], pending: [], reason: e.reason, message: e.message };
       throw e;
     });
+  }
+
+  /** Do ahead what a create that waits can (see preflight.ts prepareCreate); changes no VM. */
+  prepareFor(r: ProxmoxVM): Promise<void> {
+    return prepareCreate(stepContext(this.site, r, this.options, this.signal, { ...this.others, lookOnly: true }), r);
   }
 
   async disconnect(): Promise<void> {}

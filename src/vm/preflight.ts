@@ -16,6 +16,7 @@ import { nodeFact } from './node-facts.ts';
 import {
   checkSnippetPossible,
   desiredSnippet,
+  prepareSnippet,
   snippetStore,
   uploadSnippet,
   warmSnippetConnection,
@@ -132,6 +133,18 @@ export function readAheadCreate(ctx: StepContext, r: ProxmoxVM): void {
   // (Not in readAhead: in preflight, desiredSnippet reads it at once.)
   if (ctx.site.ssh && needsSnippet(r)) snippetStore(ctx, node).catch(ignore);
   readAhead(ctx, r, node);
+}
+
+/**
+ * What a create that has to wait can do ahead of it: upload its snippet (snippets.ts
+ * prepareSnippet) to its pinned node. For the next phase of a rollout, while the phase before it
+ * boots (src/local/apply.ts): nothing is created or reserved, and the reads its checks make are
+ * left to them, since the phase before may still change what they read. Best effort.
+ */
+export async function prepareCreate(ctx: StepContext, r: ProxmoxVM): Promise<void> {
+  const node = r.spec.forProvider.node;
+  if (!node || r.spec.forProvider.template || r.spec.forProvider.templateRef) return;
+  await prepareSnippet(ctx, r, node).catch(() => {});
 }
 
 /** The node's status (whether it answers), shared by the site's resources (node-facts.ts). */

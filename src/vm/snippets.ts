@@ -282,12 +282,8 @@ const WARM_EVERY_MS = 5_000;
 export async function uploadSnippet(ctx: StepContext): Promise<void> {
   const s = ctx.memory.snippet;
   if (!s || s.uploaded) return;
-  const t = await target(ctx, s.node);
   try {
-    await withNodeFiles(ctx, t, async (files) => {
-      await files.mkdirs(s.dir);
-      await files.write(`${s.dir}/${s.file}`, s.content);
-    });
+    await writeSnippet(ctx, s.node, s.dir, s.file, s.content);
   } catch (e) {
     throw await uploadFailed(e);
   }
@@ -295,8 +291,66 @@ export async function uploadSnippet(ctx: StepContext): Promise<void> {
 }
 
 /**
- * Remove this resource's snippet files on `node` but `keep` (best effort: what is left is found
- * by `gc`). Only its own files are touched: their names carry its identity.
+ * Write a snippet file, unless this process wrote it ahead (prepareSnippet) and it is still there
+ * at its size: one SFTP round trip (a stat) instead of the write's four or five. Its name is its
+ * content's hash, so a file of that name and size is what the write would make; and one removed
+ * meanwhile (another state file's delete of a resource of the same name) is written again.
+ */
+async function writeSnippet(ctx: StepContext, node: string, dir: string, file: string, content: string): Promise<void> {
+  const t = await target(ctx, node);
+  const key = writtenKey(node, dir, file);
+  const path = `${dir}/${file}`;
+  await withNodeFiles(ctx, t, async (files) => {
+    if (written(ctx).has(key) && (await files.size(path)) === Buffer.byteLength(content)) return;
+    await files.mkdirs(dir);
+    await files.write(path, content);
+  });
+  written(ctx).add(key);
+}
+
+/**
+ * Upload, ahead of its create, the snippet a resource that is not in the store yet will need on
+ * its pinned `node`: a rollout's next phase, while the phase before it boots (src/local/apply.ts).
+ * Its SFTP round trips (a second at speed 100) were on the path from one phase's last Ready to
+ * the next phase's first create. The file's name carries the resource's identity and a hash of its
+ * content (snippetFile), so the upload its create makes later finds it written (writeSnippet) as
+ * long as nothing it renders from changed; otherwise it writes its own, and this one stays, named
+ * for the resource, like the file of a create that failed. Best effort: a failure here is the
+ * create's to meet.
+ */
+export async function prepareSnippet(ctx: StepContext, r: ProxmoxVM, node: string): Promise<void> {
+  if (!ctx.site.ssh || !needsSnippet(r)) return;
+  checkSnippetPossible(ctx, r);
+  const content = renderUserData(ctx, r);
+  const file = snippetFile(snippetOwner(r, ctx.site.installation), content);
+  const store = await snippetStore(ctx, node);
+  if (written(ctx).has(writtenKey(node, store.dir, file))) return;
+  await writeSnippet(ctx, node, store.dir, file, content);
+}
+
+/**
+ * The snippet files this process wrote, per site (node, directory and name): a create whose file
+ * is among them checks that it is still there instead of writing it (writeSnippet). A file this
+ * process removes is forgotten (removeSnippets).
+ */
+const writtenFiles = new WeakMap<object, Set<string>>();
+
+function written(ctx: StepContext): Set<string> {
+  let files = writtenFiles.get(ctx.site);
+  if (!files) {
+    files = new Set();
+    writtenFiles.set(ctx.site, files);
+  }
+  return files;
+}
+
+function writtenKey(node: string, dir: string, file: string): string {
+  return `${node}\u0000${dir}/${file}`;
+}
+
+/**
+ * Remove this resource's snippet files on `node` but `keep` (best effort: what is left stays, named
+ * for the resource). Only its own files are touched: their names carry its identity.
  */
 export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: string, keep?: string): Promise<number> {
   if (!ctx.site.ssh) return 0;
@@ -308,7 +362,10 @@ export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: strin
     return await withNodeFiles(ctx, t, async (files) => {
       const owner = snippetOwner(r, ctx.site.installation);
       const old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
-      for (const n of old) await files.remove(`${store.dir}/${n}`);
+      for (const n of old) {
+        written(ctx).delete(writtenKey(node, store.dir, n));
+        await files.remove(`${store.dir}/${n}`);
+      }
       return old.length;
     });
   } catch {

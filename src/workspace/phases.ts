@@ -200,3 +200,27 @@ export function nextAdmissions(
   const stuck = !anyProgress && states.some((s) => s === 'absent' || s === 'failed');
   return { admit, ...(blocked ? { blocked } : {}), stuck };
 }
+
+/**
+ * The resources a phased rollout can prepare ahead (src/local/runtime.ts prepare): the members not
+ * started yet of the phase after the first one not all Ready, once every member of that one is
+ * Ready or `booting` (its VM made and started: what is left is its guest's boot, for which the
+ * next phase waits anyway). None while that phase has a member failed or not started, since its
+ * gate may then never open.
+ */
+export function phaseToPrepare(
+  plan: RolloutPlan,
+  stateOf: (key: string) => ResourceState,
+  booting: (key: string) => boolean,
+): string[] {
+  const i = plan.phases.findIndex((p) => p.members.some((k) => stateOf(k) !== 'ready'));
+  const current = plan.phases[i];
+  const next = plan.phases[i + 1];
+  if (!current || !next) return [];
+  const past = (k: string) => {
+    const s = stateOf(k);
+    return s === 'ready' || (s === 'progressing' && booting(k));
+  };
+  if (!current.members.every(past)) return [];
+  return next.members.filter((k) => stateOf(k) === 'absent');
+}

@@ -14,6 +14,7 @@ import { parse } from 'yaml';
 import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { applyCommand } from '../../src/local/commands.ts';
+import { LocalRuntime } from '../../src/local/runtime.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import type { ResourcePlan } from '../../src/vm/plan.ts';
@@ -29,6 +30,8 @@ interface Spec {
   phase?: string;
   dependsOn?: string;
   bridge?: string;
+  /** userData that needs a snippet (packages): uploaded over SSH before the create. */
+  userData?: boolean;
 }
 
 function manifest(s: Spec): string {
@@ -50,7 +53,7 @@ ${ann ? `  annotations:\n${ann}` : ''}spec:
     storage: local-lvm
     network: ${s.bridge ?? 'vmbr0'}
     image: local:import/ubuntu-22.04-cloud.qcow2
-`;
+${s.userData ? '    userData: |\n      #cloud-config\n      packages:\n        - jq\n' : ''}`;
 }
 
 describe('phased rollout (apply)', () => {
@@ -143,6 +146,55 @@ describe('phased rollout (apply)', () => {
       assert.deepEqual([t.get('default/gate-b1'), t.get('default/gate-b2')], ['absent', 'absent']);
     const state = readStateFile<ProxmoxVM>(join(d, 'state.json'))!;
     assert.deepEqual(state.objects.map((o) => o.metadata.name).sort(), ['gate-a1', 'gate-a2']);
+  });
+
+  it("while phase 1's last VM boots, phase 2's snippets go up ahead of its creates, which do not write them again", async () => {
+    const d = fleet('ahead', [
+      { name: 'ahead-a1', phase: '1', userData: true },
+      { name: 'ahead-b1', phase: '2', userData: true },
+    ]);
+    const site1 = sim.cluster('site-1');
+    const local = () => site1.state.storage('ml110-01', 'local')!;
+    const snippetOf = (name: string) =>
+      [...local().volumes.keys()].filter((v) => v.startsWith(`snippets/provider-proxmox-${name}-`));
+    // ahead-a1's guest gets no answer until phase 2 was prepared (a simulated day: held, not slept;
+    // removing the fault releases it): it boots for as long as that takes, whatever the machine.
+    const hold = site1.addFault({ kind: 'latency', ms: 86_400_000, path: 're:/agent/' });
+    const calls: Array<{ keys: string[]; a1: string; a1Step: unknown; b1: string }> = [];
+    let atRelease: { snippets: string[]; vms: string[]; volume: unknown } | undefined;
+    const real = LocalRuntime.prototype.prepare;
+    LocalRuntime.prototype.prepare = function (this: LocalRuntime, targets: ProxmoxVM[]) {
+      calls.push({
+        keys: targets.map((t) => `${t.metadata.namespace}/${t.metadata.name}`),
+        a1: this.stateOf('default/ahead-a1'),
+        a1Step: this.store.getSync('default/ahead-a1')?.status?.atProvider?.step,
+        b1: this.stateOf('default/ahead-b1'),
+      });
+      return real.call(this, targets).then(() => {
+        const snippets = snippetOf('ahead-b1');
+        atRelease = { snippets, vms: simVms('ahead-b1'), volume: local().volumes.get(snippets[0] ?? '') };
+        site1.removeFault(hold);
+      });
+    };
+    let r: Awaited<ReturnType<typeof apply>>;
+    try {
+      r = await apply(d, { timeoutMs: 20_000 });
+    } finally {
+      LocalRuntime.prototype.prepare = real;
+      site1.removeFault(hold);
+    }
+    assert.equal(r.code, 0, r.text);
+    assert.deepEqual(calls, [
+      { keys: ['default/ahead-b1'], a1: 'progressing', a1Step: 'WaitingForAgent', b1: 'absent' },
+    ]);
+    assert.equal(atRelease?.snippets.length, 1, 'the snippet was up before phase 2 was admitted');
+    assert.deepEqual(atRelease?.vms, [], 'and no VM of phase 2 was made for it');
+    const volid = atRelease!.snippets[0]!;
+    assert.deepEqual(snippetOf('ahead-b1'), [volid]);
+    // A write is a temporary file renamed into place, a new volume: the same one was not written again.
+    assert.equal(local().volumes.get(volid), atRelease!.volume);
+    const [b1] = [...site1.state.vms.values()].filter((v) => v.config.name === 'ahead-b1');
+    assert.equal(b1?.config.cicustom, `user=local:${volid}`);
   });
 
   it('--no-wait starts every phase at once: phase 2 is created although phase 1 has a failure', async () => {

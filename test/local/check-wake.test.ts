@@ -5,37 +5,16 @@
  * its resources, and one that is not woken would time out. No timing is asserted.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
-import { LocalRuntime } from '../../src/local/runtime.ts';
-import type { Simulator } from '../../src/sim/index.ts';
-import { simConfig, startSim, vm } from '../vm/harness.ts';
+import { describe, it } from 'node:test';
+import { localRuntimeWorld } from '../helpers/local-runtime.ts';
+import { vm } from '../vm/harness.ts';
 
 /** A check interval no run of this test lasts: every check after the first was woken. */
 const TICK_NEVER_MS = 10 * 60_000;
 
 describe('runUntil: a resource that settles wakes the check', () => {
-  let sim: Simulator;
-  let dir: string;
-  before(async () => {
-    sim = await startSim();
-    dir = mkdtempSync(join(tmpdir(), 'pp-check-wake-'));
-  });
-  after(async () => {
-    await sim.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-  /** A runtime on the simulator with short polls, its state in `file`. */
-  const runtime = (file: string) =>
-    new LocalRuntime({
-      config: simConfig(sim),
-      stateFile: join(dir, file),
-      taskPollMs: 20,
-      agentPollMs: 50,
-      backoff: { baseMs: 20, capMs: 200 },
-    });
+  const world = localRuntimeWorld('pp-check-wake-');
+  const runtime = world.runtime;
 
   it('a gate opened by a Ready VM admits the next one without waiting for the tick', async () => {
     const rt = runtime('wake.db');
