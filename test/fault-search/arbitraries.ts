@@ -27,6 +27,7 @@ import {
   LoseState,
   Move,
   OtherState,
+  Prepare,
   Reconcile,
   Restart,
   TwoWriters,
@@ -313,12 +314,13 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
   );
 }
 
-export function commandsArb(extras: Extras, auth: 'password' | 'token', maxCommands: number, replayPath?: string) {
-  const cmd = fc.oneof(
-    { weight: 4, arbitrary: fc.tuple(name, edit).map(([n, e]) => new Apply(n, e)) },
-    { weight: 10, arbitrary: name.map((n) => new Reconcile(n)) },
-    { weight: 3, arbitrary: name.map((n) => new Converge(n)) },
-    {
+/** The drawn commands, each with its weight in a schedule (see commandsArb, prepareCommandsArb). */
+function commandKinds(extras: Extras, auth: 'password' | 'token') {
+  return {
+    apply: { weight: 4, arbitrary: fc.tuple(name, edit).map(([n, e]) => new Apply(n, e)) },
+    reconcile: { weight: 10, arbitrary: name.map((n) => new Reconcile(n)) },
+    converge: { weight: 3, arbitrary: name.map((n) => new Converge(n)) },
+    interrupted: {
       weight: 5,
       arbitrary: fc
         .tuple(
@@ -336,15 +338,69 @@ export function commandsArb(extras: Extras, auth: 'password' | 'token', maxComma
         )
         .map(([n, where, what]) => new Reconcile(n, { where, what })),
     },
-    { weight: 3, arbitrary: name.map((n) => new Move(n)) },
-    { weight: 2, arbitrary: name.map((n) => new Delete(n)) },
-    { weight: 2, arbitrary: fc.tuple(name, name).map(([a, b]) => new TwoWriters(a, b)) },
-    { weight: 1, arbitrary: fc.constant(new Restart()) },
-    { weight: 1, arbitrary: fc.constant(new LoseState()) },
-    { weight: 2, arbitrary: name.map((n) => new OtherState(n)) },
-    { weight: 5, arbitrary: faultArb(extras, auth).map((f) => new Fault(f.label, f.spec, f.lastsFor, f.site)) },
-    { weight: 2, arbitrary: fc.nat(3).map((i) => new Heal(i)) },
-    { weight: 3, arbitrary: fc.tuple(foreignAct, name).map(([what, n]) => new Foreign(what, n)) },
+    move: { weight: 3, arbitrary: name.map((n) => new Move(n)) },
+    delete: { weight: 2, arbitrary: name.map((n) => new Delete(n)) },
+    twoWriters: { weight: 2, arbitrary: fc.tuple(name, name).map(([a, b]) => new TwoWriters(a, b)) },
+    restart: { weight: 1, arbitrary: fc.constant(new Restart()) },
+    loseState: { weight: 1, arbitrary: fc.constant(new LoseState()) },
+    otherState: { weight: 2, arbitrary: name.map((n) => new OtherState(n)) },
+    fault: { weight: 5, arbitrary: faultArb(extras, auth).map((f) => new Fault(f.label, f.spec, f.lastsFor, f.site)) },
+    heal: { weight: 2, arbitrary: fc.nat(3).map((i) => new Heal(i)) },
+    foreign: { weight: 3, arbitrary: fc.tuple(foreignAct, name).map(([what, n]) => new Foreign(what, n)) },
+    prepare: {
+      weight: 4,
+      arbitrary: fc.tuple(name, edit, fc.constantFrom(0 as const, 2 as const)).map(([n, e, i]) => new Prepare(n, e, i)),
+    },
+  };
+}
+
+export function commandsArb(extras: Extras, auth: 'password' | 'token', maxCommands: number, replayPath?: string) {
+  const k = commandKinds(extras, auth);
+  // This order and these weights are what the recorded seeds and paths (FINDINGS.md) replay.
+  const cmd = fc.oneof(
+    k.apply,
+    k.reconcile,
+    k.converge,
+    k.interrupted,
+    k.move,
+    k.delete,
+    k.twoWriters,
+    k.restart,
+    k.loseState,
+    k.otherState,
+    k.fault,
+    k.heal,
+    k.foreign,
+  );
+  return fc.commands([cmd], { maxCommands, size: 'medium', ...(replayPath ? { replayPath } : {}) });
+}
+
+/**
+ * The schedules of the second search (search.test.ts): a phased apply's preparing ahead (its
+ * snippets, src/local/runtime.ts prepare) among applies, reconciles, crashes, deletions, a second
+ * state file, two writers, restarts and faults (sshd refusing among them), where a prepared file
+ * could be removed before the create that counts on it. Without moves between sites, whose open
+ * families with a second state file (F29-F32) the first search meets already.
+ */
+export function prepareCommandsArb(
+  extras: Extras,
+  auth: 'password' | 'token',
+  maxCommands: number,
+  replayPath?: string,
+) {
+  const k = commandKinds(extras, auth);
+  const cmd = fc.oneof(
+    k.prepare,
+    k.apply,
+    k.reconcile,
+    k.converge,
+    k.interrupted,
+    k.delete,
+    k.twoWriters,
+    k.restart,
+    k.otherState,
+    k.fault,
+    k.heal,
   );
   return fc.commands([cmd], { maxCommands, size: 'medium', ...(replayPath ? { replayPath } : {}) });
 }

@@ -67,6 +67,30 @@ export class Apply extends Step {
 }
 
 /**
+ * A phased apply's process prepares the resource ahead of its create (its snippet on its node,
+ * src/local/runtime.ts prepare), as it does for a phase while the one before it boots: whether or
+ * not it was applied, and by this state file's process or the other's. A config must still never
+ * name a snippet that is not there (a prepared file another process removed is written again).
+ */
+export class Prepare extends Step {
+  readonly name: Name;
+  readonly edit: Edit;
+  readonly process: 0 | 2;
+  constructor(name: Name, edit: Edit, process: 0 | 2) {
+    super();
+    this.name = name;
+    this.edit = edit;
+    this.process = process;
+  }
+  protected async act(_m: Model, w: World): Promise<void> {
+    await w.prepare(this.name, this.edit, this.process);
+  }
+  toString(): string {
+    return `${this.process === 0 ? 'the' : "the other state file's"} process prepares ${this.name} ${showEdit(this.edit)} ahead of its create`;
+  }
+}
+
+/**
  * A user moves the resource to the other site: the manifest as last applied, with the other site
  * (and its node). Which site is "other" follows from the schedule so far, so a replay moves alike.
  */

@@ -15,6 +15,7 @@ import { cliInstallation } from '../../src/api/provider-config.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { ReconcileResult } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';
+import { planTarget } from '../../src/local/setup.ts';
 import { MemoryStore } from '../../src/local/store.ts';
 import type { FaultSpec } from '../../src/sim/faults.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
@@ -331,6 +332,17 @@ export class World {
     const other = this.otherStore?.getSync(keyOf(m));
     if (other)
       this.otherStore!.apply({ ...manifest(name, edit), metadata: { ...m.metadata, uid: other.metadata.uid } });
+  }
+
+  /**
+   * Process `i` prepares `name` ahead of its create, as a phased apply prepares a phase while the
+   * one before it boots (LocalRuntime.prepare: the snippet of the manifest with `edit`, on its
+   * node), whether or not the resource is in the store yet.
+   */
+  async prepare(name: Name, edit: Edit, i: 0 | 1 | 2): Promise<void> {
+    const target = planTarget(undefined, manifest(name, edit));
+    const external = await this.proc(i).connector.connect(target);
+    await external.prepareFor(target);
   }
 
   /** The other state file gets the manifest of `name` (as the user last applied it), if it has none. */
