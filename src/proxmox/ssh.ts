@@ -210,6 +210,9 @@ function sftpError(e: Error & { code?: number | string }, where: string, what: s
   return new SshError('io', `${where}: ${what}: ${e.message}`, status);
 }
 
+/** Numbers the temporary files of this process's writes (see write). */
+let tmpSeq = 0;
+
 function nodeFiles(sftp: SFTPWrapper, where: string): NodeFiles {
   const call = <T>(what: string, f: (cb: (err: Error | null | undefined, v?: T) => void) => void) =>
     new Promise<T>((resolve, reject) =>
@@ -218,7 +221,9 @@ function nodeFiles(sftp: SFTPWrapper, where: string): NodeFiles {
   const notFound = (e: unknown) => e instanceof SshError && e.status === 2;
   const files: NodeFiles = {
     async write(path, content) {
-      const tmp = `${path}.tmp-${process.pid}-${Date.now().toString(36)}`;
+      // Unique per write: two writes of one file at once (a snippet prepared ahead and its create's)
+      // within a millisecond shared a temporary name, and the second rename found none.
+      const tmp = `${path}.tmp-${process.pid}-${Date.now().toString(36)}-${(++tmpSeq).toString(36)}`;
       try {
         await call<void>(`writing ${path}`, (cb) => sftp.writeFile(tmp, content, { mode: 0o644 }, cb));
         // OpenSSH's plain rename refuses an existing target; posix-rename replaces it atomically.

@@ -297,15 +297,46 @@ export async function uploadSnippet(ctx: StepContext): Promise<void> {
  * meanwhile (another state file's delete of a resource of the same name) is written again.
  */
 async function writeSnippet(ctx: StepContext, node: string, dir: string, file: string, content: string): Promise<void> {
-  const t = await target(ctx, node);
   const key = writtenKey(node, dir, file);
+  // A write of this file already under way (the one prepared ahead, while its create uploads):
+  // its outcome serves this one too, unless it failed.
+  const writing = inFlight(ctx).get(key);
+  if (
+    writing &&
+    (await writing.then(
+      () => true,
+      () => false,
+    ))
+  )
+    return;
   const path = `${dir}/${file}`;
-  await withNodeFiles(ctx, t, async (files) => {
-    if (written(ctx).has(key) && (await files.size(path)) === Buffer.byteLength(content)) return;
-    await files.mkdirs(dir);
-    await files.write(path, content);
-  });
-  written(ctx).add(key);
+  const write = (async () => {
+    const t = await target(ctx, node);
+    await withNodeFiles(ctx, t, async (files) => {
+      if (written(ctx).has(key) && (await files.size(path)) === Buffer.byteLength(content)) return;
+      await files.mkdirs(dir);
+      await files.write(path, content);
+    });
+    written(ctx).add(key);
+  })();
+  inFlight(ctx).set(key, write);
+  try {
+    await write;
+  } finally {
+    if (inFlight(ctx).get(key) === write) inFlight(ctx).delete(key);
+  }
+}
+
+/** The snippet writes under way, per site (see writeSnippet). */
+const writesInFlight = new WeakMap<object, Map<string, Promise<void>>>();
+
+function inFlight(ctx: StepContext): Map<string, Promise<void>> {
+  let m = writesInFlight.get(ctx.site);
+  if (!m) {
+    m = new Map();
+    writesInFlight.set(ctx.site, m);
+  }
+  return m;
 }
 
 /**

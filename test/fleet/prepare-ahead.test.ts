@@ -12,6 +12,9 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { planTarget } from '../../src/local/setup.ts';
+import { stepContext } from '../../src/vm/context.ts';
+import type { SiteContext } from '../../src/vm/site-cache.ts';
+import { prepareSnippet } from '../../src/vm/snippets.ts';
 import { phaseToPrepare, type ResourceState, type RolloutPlan } from '../../src/workspace/phases.ts';
 import { localRuntimeWorld } from '../helpers/local-runtime.ts';
 import { raw, waitTask } from '../helpers/sim.ts';
@@ -119,6 +122,33 @@ describe('LocalRuntime.prepare: the snippets of resources not started yet', () =
       assert.deepEqual(snippetsOf('prep-gone'), [volid], 'the create wrote it again');
       assert.equal(vmsNamed('prep-gone')[0]?.config.cicustom, `user=local:${volid}`);
     } finally {
+      await rt.close();
+    }
+  });
+
+  it('two writes of one snippet at once (its create and its preparing ahead) make one write, which serves both', async () => {
+    const rt = runtime('twice.db');
+    const manifest = vm('prep-twice', { node: NODE1, memory: '256Mi', disk: '4Gi', userData: USER_DATA });
+    // Every snippet the local storage gets under its name (a write is a temporary file renamed into place).
+    const volumes = local().volumes;
+    const added: string[] = [];
+    const set = volumes.set.bind(volumes);
+    volumes.set = (k, v) => {
+      if (k.startsWith('snippets/provider-proxmox-prep-twice-') && k.endsWith('.yaml')) added.push(k);
+      return set(k, v);
+    };
+    try {
+      // Two writers of the file at once, each of which must succeed (LocalRuntime.prepare would
+      // swallow a failure): what the snippet's create and its preparing ahead are.
+      const target = planTarget(undefined, manifest);
+      const external = await rt.connector.connect(target);
+      const site = (external as unknown as { site: SiteContext }).site;
+      const ctx = stepContext(site, target, {}, undefined, { lookOnly: true });
+      await Promise.all([prepareSnippet(ctx, target, NODE1), prepareSnippet(ctx, target, NODE1)]);
+      assert.equal(added.length, 1, `one write: ${added.join(', ')}`);
+      assert.deepEqual(snippetsOf('prep-twice'), added);
+    } finally {
+      volumes.set = set;
       await rt.close();
     }
   });
