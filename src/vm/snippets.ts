@@ -19,6 +19,7 @@ import { createHash } from 'node:crypto';
 import { parse as parseYaml, stringify } from 'yaml';
 import type { SiteSsh } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { abortable } from '../proxmox/deadline.ts';
 import type { PveClient } from '../proxmox/index.ts';
 // ssh2 is loaded only when a snippet is really written (validate and plan never need it).
 import type { NodeFiles, SshTarget } from '../proxmox/ssh.ts';
@@ -299,16 +300,13 @@ export async function uploadSnippet(ctx: StepContext): Promise<void> {
 async function writeSnippet(ctx: StepContext, node: string, dir: string, file: string, content: string): Promise<void> {
   const key = writtenKey(node, dir, file);
   // A write of this file already under way (the one prepared ahead, while its create uploads):
-  // its outcome serves this one too, unless it failed.
+  // its outcome serves this one too, unless it failed. Waited for as long as this step's signal lets.
   const writing = inFlight(ctx).get(key);
-  if (
-    writing &&
-    (await writing.then(
-      () => true,
-      () => false,
-    ))
-  )
-    return;
+  const served = writing?.then(
+    () => true,
+    () => false,
+  );
+  if (served && (await abortable(served, ctx.signal))) return;
   const path = `${dir}/${file}`;
   const write = (async () => {
     const t = await target(ctx, node);
