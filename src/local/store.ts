@@ -137,12 +137,12 @@ export class MemoryStore<R extends Managed = Managed> implements ResourceStore<R
     return copy(next);
   }
 
-  /** Request deletion: with finalizers the object stays, marked; without, it is gone. */
   /** apply() of each, in order (FileStore: durable together, with one sync); taken one at a time. */
   applyAll(desired: Iterable<R>): void {
     for (const d of desired) this.apply(d);
   }
 
+  /** Request deletion: with finalizers the object stays, marked; without, it is gone. */
   markDeleted(key: string): void {
     const cur = this.objects.get(key);
     if (!cur) return;

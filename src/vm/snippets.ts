@@ -301,7 +301,7 @@ async function writeSnippet(ctx: StepContext, node: string, dir: string, file: s
   const key = writtenKey(node, dir, file);
   // A write of this file already under way (the one prepared ahead, while its create uploads):
   // its outcome serves this one too, unless it failed. Waited for as long as this step's signal lets.
-  const writing = inFlight(ctx).get(key);
+  const writing = writesOf(ctx).inFlight.get(key);
   const served = writing?.then(
     () => true,
     () => false,
@@ -311,30 +311,18 @@ async function writeSnippet(ctx: StepContext, node: string, dir: string, file: s
   const write = (async () => {
     const t = await target(ctx, node);
     await withNodeFiles(ctx, t, async (files) => {
-      if (written(ctx).has(key) && (await files.size(path)) === Buffer.byteLength(content)) return;
+      if (writesOf(ctx).written.has(key) && (await files.size(path)) === Buffer.byteLength(content)) return;
       await files.mkdirs(dir);
       await files.write(path, content);
     });
-    written(ctx).add(key);
+    writesOf(ctx).written.add(key);
   })();
-  inFlight(ctx).set(key, write);
+  writesOf(ctx).inFlight.set(key, write);
   try {
     await write;
   } finally {
-    if (inFlight(ctx).get(key) === write) inFlight(ctx).delete(key);
+    if (writesOf(ctx).inFlight.get(key) === write) writesOf(ctx).inFlight.delete(key);
   }
-}
-
-/** The snippet writes under way, per site (see writeSnippet). */
-const writesInFlight = new WeakMap<object, Map<string, Promise<void>>>();
-
-function inFlight(ctx: StepContext): Map<string, Promise<void>> {
-  let m = writesInFlight.get(ctx.site);
-  if (!m) {
-    m = new Map();
-    writesInFlight.set(ctx.site, m);
-  }
-  return m;
 }
 
 /**
@@ -353,24 +341,25 @@ export async function prepareSnippet(ctx: StepContext, r: ProxmoxVM, node: strin
   const content = renderUserData(ctx, r);
   const file = snippetFile(snippetOwner(r, ctx.site.installation), content);
   const store = await snippetStore(ctx, node);
-  if (written(ctx).has(writtenKey(node, store.dir, file))) return;
+  if (writesOf(ctx).written.has(writtenKey(node, store.dir, file))) return;
   await writeSnippet(ctx, node, store.dir, file, content);
 }
 
 /**
- * The snippet files this process wrote, per site (node, directory and name): a create whose file
- * is among them checks that it is still there instead of writing it (writeSnippet). A file this
- * process removes is forgotten (removeSnippets).
+ * Per site (node, directory and name of each file): the snippet files this process wrote, which a
+ * create checks are still there instead of writing them again (a file this process removes is
+ * forgotten, removeSnippets), and the writes under way, which a second write of the same file
+ * waits for (writeSnippet).
  */
-const writtenFiles = new WeakMap<object, Set<string>>();
+const siteWrites = new WeakMap<object, { written: Set<string>; inFlight: Map<string, Promise<void>> }>();
 
-function written(ctx: StepContext): Set<string> {
-  let files = writtenFiles.get(ctx.site);
-  if (!files) {
-    files = new Set();
-    writtenFiles.set(ctx.site, files);
+function writesOf(ctx: StepContext): { written: Set<string>; inFlight: Map<string, Promise<void>> } {
+  let w = siteWrites.get(ctx.site);
+  if (!w) {
+    w = { written: new Set(), inFlight: new Map() };
+    siteWrites.set(ctx.site, w);
   }
-  return files;
+  return w;
 }
 
 function writtenKey(node: string, dir: string, file: string): string {
@@ -392,7 +381,7 @@ export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: strin
       const owner = snippetOwner(r, ctx.site.installation);
       const old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
       for (const n of old) {
-        written(ctx).delete(writtenKey(node, store.dir, n));
+        writesOf(ctx).written.delete(writtenKey(node, store.dir, n));
         await files.remove(`${store.dir}/${n}`);
       }
       return old.length;
