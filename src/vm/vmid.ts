@@ -30,10 +30,12 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
   setAnnotation(r, ANNOTATION_SITE, ctx.site.name);
   if (fp.vmid !== undefined) return { externalName: String(fp.vmid) };
   const { min, max } = ctx.site.vmidRange;
+  // Both reads at once: nextid does not depend on the list (a round trip less before the create).
+  const next = nextIdShared(ctx);
   const free = await freeVmids(ctx, r);
   let start = min;
   try {
-    start = Math.max(min, await ctx.client.nextId());
+    start = Math.max(min, await next);
   } catch {
     // nextid is advisory; the resource list is enough
   }
@@ -49,6 +51,26 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
     `no free VMID in the configured range ${min}-${max}; widen spec.vmidRange of the ProviderConfig`,
   );
 }
+
+/**
+ * The site's nextid, one read for the creates that ask at once (a phase's wave asked it once per
+ * create). An answer shared by several is as good as one each: nextid is only where the search
+ * starts, and what makes two creates take two VMIDs is the reservation above and the fresh list,
+ * then PVE itself, which refuses a create at a taken VMID (the nextid race, create.ts).
+ */
+function nextIdShared(ctx: StepContext): Promise<number> {
+  let read = nextIdReads.get(ctx.site);
+  if (!read) {
+    read = ctx.client.nextId();
+    nextIdReads.set(ctx.site, read);
+    const done = () => {
+      if (nextIdReads.get(ctx.site) === read) nextIdReads.delete(ctx.site);
+    };
+    read.then(done, done);
+  }
+  return read;
+}
+const nextIdReads = new WeakMap<object, Promise<number>>();
 
 /**
  * Which VMIDs of `ctx`'s site this resource may take: none that Proxmox shows (a fresh bulk list),

@@ -1,4 +1,7 @@
-/** VMIDs held by resources in the store are not handed out again after a restart. */
+/**
+ * VMIDs held by resources in the store are not handed out again after a restart; creates that
+ * choose at once share one nextid read and still take a VMID each.
+ */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { FileConfigSource } from '../../src/local/runtime.ts';
@@ -38,5 +41,35 @@ describe('VMID reservations from the store', () => {
     assert.equal((await ext2.prepareCreate(other)).externalName, '100');
     await connector.close();
     await bare.close();
+  });
+
+  it('creates that choose at once read nextid once and take a VMID each', async () => {
+    const connector = new VmConnector(new FileConfigSource(simConfig(sim)));
+    // Two: the node's slots (two by default) are what lets a create's checks pass.
+    const wave = ['w1', 'w2'].map((name) => {
+      const r = vm(name);
+      r.metadata.uid = `uid-${name}`;
+      return r;
+    });
+    const exts = await Promise.all(wave.map((r) => connector.connect(r)));
+    for (const [i, r] of wave.entries()) assert.deepEqual(await exts[i]!.preflight(r), {});
+    let nextIdReads = 0;
+    const count = (req: { url?: string }) => {
+      if (req.url?.startsWith('/api2/json/cluster/nextid')) nextIdReads++;
+    };
+    const server = sim.cluster(SITE1).server;
+    server.prependListener('request', count);
+    try {
+      const names = await Promise.all(wave.map(async (r, i) => (await exts[i]!.prepareCreate(r)).externalName));
+      assert.equal(new Set(names).size, 2, `two VMIDs: ${names.join(', ')}`);
+      assert.equal(nextIdReads, 1, 'one nextid read for the two');
+      // A later choice reads it again: a read is shared only while it is in flight.
+      const again = (await exts[1]!.prepareCreate(wave[1]!)).externalName;
+      assert.notEqual(again, names[0], 'not the VMID the other one reserved');
+      assert.equal(nextIdReads, 2);
+    } finally {
+      server.removeListener('request', count);
+      await connector.close();
+    }
   });
 });
