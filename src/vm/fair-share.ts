@@ -14,7 +14,18 @@
  * many, never a late one. Tasks of other sizes (another
  * image, a blank disk) are predicted wrong, and the watcher's own cadence still bounds how late
  * their end is seen.
+ *
+ * A wave's need is kept for the next wave of its node and type (TaskWatcher): a phase's copies that
+ * begin and end together had nothing ended to predict from, and were seen at the cadence (phase 3
+ * of the seed fleet: its two copies to `ceph-fs`, 1-3 simulated seconds late at speed 100).
  */
+
+/**
+ * How far past the last wave's need (a share of it) a running copy may be and that need still be
+ * taken as this wave's: the need learned is a lower bound (the last look before an end), so copies
+ * like the last ones run a little past it.
+ */
+const SEED_SLACK = 0.1;
 
 interface Share {
   /** Service (virtual ms) when the task began. */
@@ -29,8 +40,26 @@ export class FairShare {
   /** The service a task of this group needed, learned from the last one seen to end. */
   private needed: number | undefined;
 
-  constructor(now: number) {
+  /** The last wave's need this share began with (a hint), until one of its own copies ends. */
+  private seed: number | undefined;
+
+  /**
+   * `needed`: what the group's last copies needed (TaskWatcher keeps it across waves): copies that
+   * begin and end together (a phase's two creates on one storage) otherwise have no ended one to
+   * predict from. Copies of another size or storage are predicted wrong by it: late, which the
+   * watcher's own cadence bounds as for any task predicted wrong; or early, and then a look finds
+   * them running past it: the hint is dropped (looked), not raised look by look, which would have
+   * the watcher look at its floor until they end.
+   */
+  constructor(now: number, needed?: number) {
     this.at = now;
+    this.needed = needed;
+    this.seed = needed;
+  }
+
+  /** The service a copy of the group needed, as learned so far (undefined before one ended). */
+  get learned(): number | undefined {
+    return this.needed;
   }
 
   get size(): number {
@@ -54,6 +83,7 @@ export class FairShare {
       if (!t) continue;
       this.running.delete(id);
       this.needed = Math.max(0, this.service - t.start);
+      this.seed = undefined;
       gone = true;
     }
     this.advance(now, this.running.size);
@@ -61,7 +91,15 @@ export class FairShare {
     // (whose look may have come long after the one before). Not when one just ended: the service
     // since the last update is then counted as shared by fewer, more than it was.
     if (gone || this.needed === undefined) return;
-    for (const t of this.running.values()) this.needed = Math.max(this.needed, this.service - t.start);
+    let most = this.needed;
+    for (const t of this.running.values()) most = Math.max(most, this.service - t.start);
+    // The last wave's need, passed by more than SEED_SLACK: these copies are not like those.
+    if (this.seed !== undefined && most > this.seed * (1 + SEED_SLACK)) {
+      this.needed = undefined;
+      this.seed = undefined;
+      return;
+    }
+    this.needed = most;
   }
 
   /**

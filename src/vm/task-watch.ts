@@ -129,6 +129,8 @@ export class TaskWatcher {
   private readonly lastRan = new Map<string, number>();
   /** Per node and type of task, the share of the node's tasks of that type running together (see nearEnd). */
   private readonly shares = new Map<string, FairShare>();
+  /** Per node and type of task, the service its last share learned, for the next wave's (see FairShare). */
+  private readonly needs = new Map<string, number>();
 
   constructor(opts: TaskWatcherOptions) {
     this.o = { maxMs: 2_000, now: Date.now, ...opts };
@@ -163,7 +165,7 @@ export class TaskWatcher {
     const group = groupOf(node, type);
     let share = this.shares.get(group);
     if (!share) {
-      share = new FairShare(now);
+      share = new FairShare(now, this.needs.get(group));
       this.shares.set(group, share);
     }
     share.begin(upid, now);
@@ -180,6 +182,7 @@ export class TaskWatcher {
   stop(): void {
     this.stopped = true;
     this.shares.clear();
+    this.needs.clear();
     for (const n of this.nodes.values()) if (n.timer) clearTimeout(n.timer);
     this.nodes.clear();
   }
@@ -229,8 +232,10 @@ export class TaskWatcher {
       for (const [type, upids] of ended) {
         const group = groupOf(node, type);
         const share = this.shares.get(group);
-        share?.looked(now, upids);
-        if (share && !share.size) this.shares.delete(group);
+        if (!share) continue;
+        share.looked(now, upids);
+        if (share.learned !== undefined) this.needs.set(group, share.learned);
+        if (!share.size) this.shares.delete(group);
       }
       for (const t of [...n.tasks.values()]) {
         // Only a first look that waited the floor out says how the floor compares with the site's tasks.

@@ -93,4 +93,68 @@ describe('fair share: when copies sharing a bandwidth end', () => {
       restore();
     }
   });
+
+  it('a share seeded with the need of the wave before predicts copies begun together; one far past it drops the hint', () => {
+    // Two copies of 200 ms begun together end together at 400: nothing ended first to learn from.
+    const seeded = new FairShare(0, 200);
+    seeded.begin('a', 0);
+    seeded.begin('b', 0);
+    for (const id of ['a', 'b']) assert.ok(Math.abs(seeded.dueIn(100).get(id)! - 300) < 0.01, id);
+    // A look just short of the end raises the bound within the slack: still predicted.
+    seeded.looked(399, []);
+    assert.ok(Math.abs(seeded.dueIn(399).get('a')! - 1) < 0.01);
+    // Copies three times as large: at the first look past the hint by more than a tenth, it goes.
+    const wrong = new FairShare(0, 200);
+    wrong.begin('a', 0);
+    wrong.begin('b', 0);
+    wrong.looked(300, []);
+    assert.ok(wrong.dueIn(300).size > 0, 'within the slack (150 of 200 so far): kept');
+    wrong.looked(500, []);
+    assert.equal(wrong.dueIn(500).size, 0, 'past it (250 of 200): dropped, nothing predicted');
+    assert.equal(wrong.learned, undefined);
+  });
+
+  it('the watcher predicts a wave from the one before it: two copies begun together, seen within a few ms of their end', async () => {
+    // Waves of two copies begun together on one node: 600 ms each at full bandwidth, so each
+    // wave's pair ends together, 1,200 ms after it began. Then a wave of copies three times as large.
+    const waves = [
+      { start: 0, size: 600 },
+      { start: 3000, size: 600 },
+      { start: 6000, size: 600 },
+      { start: 9000, size: 1800 },
+    ];
+    const tasks = waves.flatMap((wave, i) =>
+      [0, 1].map((j) => ({
+        upid: `UPID:pve1:0000${i}${j}:00000000:00000000:qmcreate:${300 + 2 * i + j}:root@pam:`,
+        start: wave.start,
+        end: wave.start + 2 * wave.size,
+      })),
+    );
+    const { at, w, runTo, restore } = watcherOnClock(
+      (clock) => new Set(tasks.filter((t) => t.start <= clock && t.end > clock).map((t) => t.upid)),
+    );
+    const seen = new Map<string, number>();
+    const readsOfWave: number[] = [];
+    try {
+      for (const wave of waves) {
+        await runTo(wave.start);
+        const before = w.reads;
+        for (const t of tasks.filter((x) => x.start === wave.start)) w.watch(t.upid, () => seen.set(t.upid, at.clock));
+        await runTo(wave.start + 2 * wave.size + 1000);
+        readsOfWave.push(w.reads - before);
+      }
+      const late = tasks.map((t) => seen.get(t.upid)! - t.end);
+      // The first wave has nothing to learn from: seen at the cadence (a tenth of its age).
+      assert.ok(late[0]! > 12, `the first wave is seen at the cadence: ${late[0]!.toFixed(1)} ms late`);
+      // The next two waves are predicted from the one before.
+      for (const i of [2, 3, 4, 5])
+        assert.ok(late[i]! >= 0 && late[i]! <= 12, `copy ${i}: ${late.map((x) => x.toFixed(1)).join(', ')}`);
+      // The larger wave is predicted early and the hint dropped: its looks are the cadence's, not
+      // one at the floor (10 ms) from the hint to its end, which took 219 reads here (54 with no hint).
+      assert.ok(late[6]! >= 0, 'never seen before its end');
+      assert.ok(readsOfWave[3]! < 2 * readsOfWave[0]! + 10, `reads per wave: ${readsOfWave.join(', ')}`);
+    } finally {
+      restore();
+    }
+  });
 });
