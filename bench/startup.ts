@@ -35,13 +35,13 @@
  *   [--sources-only]
  */
 import { spawnSync } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { buildBundle } from '../scripts/build.ts';
 import { writeResolveHook } from '../scripts/resolve-hook.ts';
+import { bundlePackage, packageDir, ROOT } from './package-dir.ts';
 
 const { values } = parseArgs({
   options: {
@@ -53,7 +53,6 @@ const { values } = parseArgs({
 });
 const runs = Number(values.runs);
 if (!Number.isInteger(runs) || runs < 1) throw new Error(`--runs ${values.runs}: expected a whole number >= 1`);
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TARGET = 3;
 
 const dir = mkdtempSync(join(tmpdir(), 'pp-bench-startup-'));
@@ -69,29 +68,17 @@ interface Program {
   buildMs?: number;
 }
 
-/** A package with bin/, package.json, and node_modules/ and examples/ of the repository. */
-function packageDir(name: string): string {
-  const pkg = join(dir, name);
-  mkdirSync(pkg);
-  cpSync(join(ROOT, 'bin'), join(pkg, 'bin'), { recursive: true });
-  cpSync(join(ROOT, 'package.json'), join(pkg, 'package.json'));
-  symlinkSync(join(ROOT, 'node_modules'), join(pkg, 'node_modules'));
-  symlinkSync(join(ROOT, 'examples'), join(pkg, 'examples'));
-  return pkg;
-}
-
 /** The bin over the sources: a package without dist/, its src/ the repository's. */
 function sourcesBinProgram(): Program {
-  const pkg = packageDir('sources-package');
+  const pkg = packageDir(dir, 'sources-package');
   symlinkSync(join(ROOT, 'src'), join(pkg, 'src'));
   return { name: 'sources-bin', main: join(pkg, 'bin/provider-proxmox.js'), root: ROOT };
 }
 
 /** The bundle in a package laid out as `npm pack` ships it (dist/ and bin/, no src/). */
 async function bundleProgram(): Promise<Program> {
-  const pkg = packageDir('package');
-  const build = await buildBundle({ outDir: join(pkg, 'dist') });
-  return { name: 'bundle', main: join(pkg, 'bin/provider-proxmox.js'), root: pkg, buildMs: build.ms };
+  const { bin, buildMs } = await bundlePackage(dir, 'package');
+  return { name: 'bundle', main: bin, root: dirname(dirname(bin)), buildMs };
 }
 
 function run(args: string[], env: NodeJS.ProcessEnv): { ms: number; code: number | null; stderr: string } {
