@@ -18,6 +18,7 @@ import {
   setAnnotation,
 } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
+import { abortable } from '../proxmox/deadline.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
@@ -31,14 +32,10 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
   if (fp.vmid !== undefined) return { externalName: String(fp.vmid) };
   const { min, max } = ctx.site.vmidRange;
   // Both reads at once: nextid does not depend on the list (a round trip less before the create).
-  const next = nextIdShared(ctx);
+  // nextid is advisory; the resource list is enough where it fails.
+  const next = nextIdShared(ctx).catch(() => min);
   const free = await freeVmids(ctx, r);
-  let start = min;
-  try {
-    start = Math.max(min, await next);
-  } catch {
-    // nextid is advisory; the resource list is enough
-  }
+  const start = Math.max(min, await next);
   for (let id = start; id <= max; id++) {
     if (!free(id)) continue;
     ctx.site.unreserve(r.metadata.uid);
@@ -56,19 +53,22 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
  * The site's nextid, one read for the creates that ask at once (a phase's wave asked it once per
  * create). An answer shared by several is as good as one each: nextid is only where the search
  * starts, and what makes two creates take two VMIDs is the reservation above and the fresh list,
- * then PVE itself, which refuses a create at a taken VMID (the nextid race, create.ts).
+ * then PVE itself, which refuses a create at a taken VMID (the nextid race, create.ts). As the
+ * node facts' reads (node-facts.ts), the read is the site's client's: a reconcile aborted stops
+ * waiting for it, and the others still get its answer.
  */
 function nextIdShared(ctx: StepContext): Promise<number> {
   let read = nextIdReads.get(ctx.site);
   if (!read) {
-    read = ctx.client.nextId();
-    nextIdReads.set(ctx.site, read);
+    const sent = ctx.site.client.nextId();
+    read = sent;
+    nextIdReads.set(ctx.site, sent);
     const done = () => {
-      if (nextIdReads.get(ctx.site) === read) nextIdReads.delete(ctx.site);
+      if (nextIdReads.get(ctx.site) === sent) nextIdReads.delete(ctx.site);
     };
-    read.then(done, done);
+    sent.then(done, done);
   }
-  return read;
+  return abortable(read, ctx.signal);
 }
 const nextIdReads = new WeakMap<object, Promise<number>>();
 
