@@ -270,9 +270,6 @@ function memoryTimeline(t0: number): { stop(): Record<string, unknown> } {
  */
 const COMPILE_CACHE = join(tmpdir(), 'provider-proxmox-bench-compile-cache');
 
-/** The bundle's bin, when the children run it (--cli bundle). */
-let bundleBin: string | undefined;
-
 /** Load the child's modules once (with --child --warm), so that every measured child finds them compiled. */
 async function warmCompileCache(): Promise<void> {
   await runChild(['--warm']);
@@ -336,7 +333,8 @@ async function withSimulator(
   };
 }
 
-async function measure(n: number): Promise<Record<string, unknown>> {
+/** N VMs applied by a child (and the next apply, by another); `bundleBin`: the bundle's bin the children run (--cli bundle). */
+async function measure(n: number, bundleBin: string | undefined): Promise<Record<string, unknown>> {
   const sites = Number(values.sites);
   const nodes = Number(values.nodes);
   // Here, not at the top: the child (the apply measured) must not load the simulator's code, which
@@ -393,11 +391,11 @@ if (values.child && values.warm) {
   if (values.cli !== 'bundle' && values.cli !== 'sources') throw new Error(`--cli ${values.cli}: bundle or sources`);
   const packages = mkdtempSync(join(tmpdir(), 'pp-bench-local-apply-package-'));
   const { bundlePackage } = await import('./package-dir.ts');
-  bundleBin = values.cli === 'bundle' ? (await bundlePackage(packages, 'package')).bin : undefined;
+  const bundleBin = values.cli === 'bundle' ? (await bundlePackage(packages, 'package')).bin : undefined;
   try {
     await warmCompileCache();
     for (const n of values.n.split(',').map(Number)) {
-      const r = await measure(n);
+      const r = await measure(n, bundleBin);
       results.push(r);
       process.stderr.write(`${JSON.stringify(r)}\n`);
     }

@@ -22,9 +22,12 @@ export function packageDir(parent: string, name: string): string {
   return pkg;
 }
 
-/** The bundle, built afresh, in a package at `parent`/`name`: its bin (what users run) and the build's time. */
-export async function bundlePackage(parent: string, name: string): Promise<{ bin: string; buildMs: number }> {
+/** The bundle, built afresh, in a package at `parent`/`name`: the package, its bin (what users run) and the build's time. */
+export async function bundlePackage(
+  parent: string,
+  name: string,
+): Promise<{ pkg: string; bin: string; buildMs: number }> {
   const pkg = packageDir(parent, name);
   const build = await buildBundle({ outDir: join(pkg, 'dist') });
-  return { bin: join(pkg, 'bin/provider-proxmox.js'), buildMs: build.ms };
+  return { pkg, bin: join(pkg, 'bin/provider-proxmox.js'), buildMs: build.ms };
 }

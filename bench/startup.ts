@@ -37,7 +37,7 @@
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { writeResolveHook } from '../scripts/resolve-hook.ts';
@@ -77,8 +77,8 @@ function sourcesBinProgram(): Program {
 
 /** The bundle in a package laid out as `npm pack` ships it (dist/ and bin/, no src/). */
 async function bundleProgram(): Promise<Program> {
-  const { bin, buildMs } = await bundlePackage(dir, 'package');
-  return { name: 'bundle', main: bin, root: dirname(dirname(bin)), buildMs };
+  const { pkg, bin, buildMs } = await bundlePackage(dir, 'package');
+  return { name: 'bundle', main: bin, root: pkg, buildMs };
 }
 
 function run(args: string[], env: NodeJS.ProcessEnv): { ms: number; code: number | null; stderr: string } {

@@ -299,9 +299,10 @@ export async function uploadSnippet(ctx: StepContext): Promise<void> {
  */
 async function writeSnippet(ctx: StepContext, node: string, dir: string, file: string, content: string): Promise<void> {
   const key = writtenKey(node, dir, file);
+  const writes = writesOf(ctx);
   // A write of this file already under way (the one prepared ahead, while its create uploads):
   // its outcome serves this one too, unless it failed. Waited for as long as this step's signal lets.
-  const writing = writesOf(ctx).inFlight.get(key);
+  const writing = writes.inFlight.get(key);
   const served = writing?.then(
     () => true,
     () => false,
@@ -311,17 +312,17 @@ async function writeSnippet(ctx: StepContext, node: string, dir: string, file: s
   const write = (async () => {
     const t = await target(ctx, node);
     await withNodeFiles(ctx, t, async (files) => {
-      if (writesOf(ctx).written.has(key) && (await files.size(path)) === Buffer.byteLength(content)) return;
+      if (writes.written.has(key) && (await files.size(path)) === Buffer.byteLength(content)) return;
       await files.mkdirs(dir);
       await files.write(path, content);
     });
-    writesOf(ctx).written.add(key);
+    writes.written.add(key);
   })();
-  writesOf(ctx).inFlight.set(key, write);
+  writes.inFlight.set(key, write);
   try {
     await write;
   } finally {
-    if (writesOf(ctx).inFlight.get(key) === write) writesOf(ctx).inFlight.delete(key);
+    if (writes.inFlight.get(key) === write) writes.inFlight.delete(key);
   }
 }
 

@@ -358,7 +358,7 @@ function commandKinds(extras: Extras, auth: 'password' | 'token') {
 function scheduleOf(
   extras: Extras,
   auth: 'password' | 'token',
-  kinds: Array<keyof ReturnType<typeof commandKinds>>,
+  kinds: ReadonlyArray<keyof ReturnType<typeof commandKinds>>,
   maxCommands: number,
   replayPath?: string,
 ) {
@@ -384,7 +384,7 @@ export function commandsArb(extras: Extras, auth: 'password' | 'token', maxComma
     'heal',
     'foreign',
   ] as const;
-  return scheduleOf(extras, auth, [...kinds], maxCommands, replayPath);
+  return scheduleOf(extras, auth, kinds, maxCommands, replayPath);
 }
 
 /**
@@ -415,7 +415,7 @@ export function prepareCommandsArb(
     'fault',
     'heal',
   ] as const;
-  return scheduleOf(extras, auth, [...kinds], maxCommands, replayPath);
+  return scheduleOf(extras, auth, kinds, maxCommands, replayPath);
 }
 
 /** The resources that exist when the schedule starts (created by a user, not yet reconciled). */
