@@ -119,6 +119,11 @@ export class Controller<R extends Managed = Managed> {
   }
 
   private handle(key: string, result: ReconcileResult): void {
+    // What this reconcile asks for replaces what an earlier one asked for: that one saw an older
+    // state. Kept (the queue keeps the earliest time, as client-go's), the fallback requeue of a
+    // create's watched task (20 s) fired after the create, resize and start had ended, and the VM,
+    // waiting for its guest now, asked the guest agent once more for nothing: a request per VM.
+    this.queue.cancelAfter(key);
     switch (result.kind) {
       case 'done':
         this.queue.forget(key);

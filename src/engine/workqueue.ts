@@ -2,7 +2,7 @@
  * A rate-limited work queue with client-go's semantics:
  * - a key is never processed by two workers at once ("dirty" + "processing" sets); a key added
  *   while it is processed is queued again after `done`;
- * - `addAfter` keeps the earliest of several pending times for a key;
+ * - `addAfter` keeps the earliest of several pending times for a key (`cancelAfter` drops it);
  * - `addRateLimited` waits the key's per-item exponential backoff (with jitter, capped);
  *   `forget` resets it.
  * Plus controller-runtime's priorities (pkg/controller/priorityqueue, v0.20): a key is handed out
@@ -238,6 +238,15 @@ export class WorkQueue {
 
   forget(key: string): void {
     this.backoff.forget(key);
+  }
+
+  /**
+   * Drop the key's pending delayed add, if any (the controller, before it queues what a reconcile
+   * asked for: see Controller.handle).
+   */
+  cancelAfter(key: string): void {
+    this.waiting.get(key)?.timer.cancel();
+    this.waiting.delete(key);
   }
 
   /** The next live entry: highest priority first, first in first out within one. */

@@ -232,6 +232,35 @@ describe('Controller', () => {
     await c.stop();
   });
 
+  it("a reconcile's requeue replaces the one an earlier reconcile asked for, even when that one is sooner", async () => {
+    const clock = new FakeClock();
+    const store = withVMs(1);
+    const rec = new ScriptedResults();
+    const key = 'default/vm0';
+    // A create's task, watched: a wake is the signal, the 20 s requeue a fallback. The task ends,
+    // the wake comes at 16 s, and the next step asks to be looked at again in 13 s.
+    rec.script.set(key, [
+      { kind: 'requeueAfter', ms: 20_000, progress: true },
+      { kind: 'requeueAfter', ms: 13_000, progress: true },
+      { kind: 'requeueAfter', ms: 60_000 },
+    ]);
+    const c = new Controller(store, asReconciler(rec), { clock });
+    await c.start();
+    await flush();
+    assert.equal(rec.calls.length, 1);
+    clock.advance(16_000);
+    c.wake(key);
+    await flush();
+    assert.equal(rec.calls.length, 2);
+    clock.advance(4_000); // 20 s: the first reconcile's fallback, superseded
+    await flush();
+    assert.equal(rec.calls.length, 2, 'no reconcile at 20 s: the one at 16 s asked for 29 s');
+    clock.advance(9_000);
+    await flush();
+    assert.equal(rec.calls.length, 3, 'reconciled at 29 s');
+    await c.stop();
+  });
+
   it('a throwing reconciler does not kill its worker; the key backs off', async () => {
     const clock = new FakeClock();
     const store = withVMs(3);

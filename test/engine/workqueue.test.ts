@@ -132,6 +132,20 @@ describe('WorkQueue: client-go semantics', () => {
     assert.equal(q.length, 1, 'no second add from the later request');
   });
 
+  it('cancelAfter drops the pending delayed add: a later addAfter then holds, later or not', () => {
+    const { clock, q } = queue();
+    q.addAfter('a', 3000);
+    q.cancelAfter('a');
+    assert.equal(q.pendingDelayed, 0);
+    assert.equal(clock.pending, 0, 'its timer cancelled');
+    q.addAfter('a', 10_000);
+    clock.advance(3000);
+    assert.equal(q.length, 0, 'not at the dropped time');
+    clock.advance(7000);
+    assert.equal(q.length, 1, 'at the later one');
+    q.cancelAfter('b'); // none pending: nothing happens
+  });
+
   it('addAfter with a zero or negative delay adds now', () => {
     const { q } = queue();
     q.addAfter('a', 0);
