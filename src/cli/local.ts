@@ -15,11 +15,11 @@ import { confirmer } from './confirm.ts';
 const local = () => import('../local/commands.ts');
 const run = runCommand;
 
-/** In-flight work: Proxmox tasks at most every DURATION, a booting guest at most every 2.5x that. */
+/** In-flight work: Proxmox tasks at most every DURATION, a booting guest at most every 2.5x that (or halfway to its kind's learned time). */
 const taskPoll = () =>
   new Option(
     '--task-poll <duration>',
-    'the longest wait between two checks of an in-flight Proxmox task, default 2s (a booting guest: 2.5x that); a task or guest is checked sooner while it is young or expected to end, see docs/architecture.md',
+    'the longest wait between two checks of an in-flight Proxmox task, default 2s (a booting guest: 2.5x that, or once halfway to the time guests of its kind took, if longer); a task or guest is checked sooner while it is young or expected to end, see docs/architecture.md',
   ).argParser(duration);
 
 function pollArgs(ms: number | undefined): { taskPollMs?: number; agentPollMs?: number } {

@@ -25,6 +25,7 @@ import {
   guestPollMs,
   guestReached,
   guestStopped,
+  waitsForScout,
 } from './guest-timing.ts';
 import type { ObservedVm } from './lookup.ts';
 import { agentEnabled, parseUserData } from './spec.ts';
@@ -115,7 +116,9 @@ export async function observeGuest(
   const agentOn = cfg ? agentEnabled(cfg.agent) : m.lastFull?.agent === true;
   // (At uptime 0 no agent answers yet: the first ask waits for guest-timing.ts.)
   const askedAt = ctx.site.now();
-  const fromAgent = agentOn && !how.started ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
+  // (Nor while its kind's scout is asked for it: the scout's answer wakes it.)
+  const ask = agentOn && !how.started && !waitsForScout(ctx, r, 'agent');
+  const fromAgent = ask ? await agentAddresses(ctx, found.node, found.vmid) : undefined;
   if (fromAgent === 'vm-not-running') {
     if (cfg) return undefined; // read just now as running: the next observe sees what changed
     m.lastFull = undefined;
@@ -124,7 +127,7 @@ export async function observeGuest(
   if (fromAgent !== undefined) {
     ctx.memory.agentAnswered = true;
     guestReached(ctx, r, 'agent', askedAt);
-  } else if (agentOn && !how.started) guestMissed(ctx, 'agent', askedAt);
+  } else if (ask) guestMissed(ctx, 'agent', askedAt);
   const fixed = staticAddresses(r);
   if (fromAgent?.length) {
     a.ipAddresses = fromAgent;

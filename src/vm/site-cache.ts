@@ -105,6 +105,8 @@ export interface ResourceMemory {
   cloudInitExec?: { pid: number; json: boolean; at: number };
   /** When uptimeMs was read or known (this process's clock): a guest poll counts on from it. */
   uptimeAt?: number;
+  /** When this process sent the VM's start (its clock): the boot's first ask waits as long (guest-timing.ts). */
+  startSentAt?: number;
   /** The changes a full observe planned after the one being made (see known-outcome.ts). */
   planned?: PlannedChanges;
   /** The bulk list as this resource sees it after its last mutation (see SiteContext.ownView). */

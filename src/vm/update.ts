@@ -65,6 +65,7 @@ export async function applyChange(
       break;
     }
     case 'start':
+      ctx.memory.startSentAt = ctx.site.now();
       upid = await ctx.client.startVm(node, vmid);
       break;
     case 'reboot':

@@ -20,6 +20,7 @@ import {
   guestPollMs,
   guestReached,
   guestStopped,
+  waitsForScout,
 } from '../../src/vm/guest-timing.ts';
 import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
 import { pollDelay } from '../../src/vm/task-watch.ts';
@@ -116,11 +117,11 @@ describe('guest cadence', () => {
    * One boot of a guest of `r`'s kind, seen from its start at `start`, whose agent answers `tookMs`
    * in, asked as guestPollMs says (an agent poll of a minute): when it was seen, and after how many asks.
    */
-  const bootAsked = (r: ProxmoxVM, start: number, tookMs: number) => {
+  const bootAsked = (r: ProxmoxVM, start: number, tookMs: number, agentPollMs = 60_000) => {
     const ctx = {
       site,
       memory: { secrets: { sshKeys: [] } },
-      options: { agentPollMs: 60_000 },
+      options: { agentPollMs },
     } as unknown as StepContext;
     guestStopped(ctx.memory);
     now = start;
@@ -159,18 +160,51 @@ describe('guest cadence', () => {
       'the waits grow',
     );
 
-    // The second guest of the kind: its first ask waits for most of what the first one's hit took.
+    // The second guest of the kind: its first ask aims at most of what the first one's hit took
+    // (0.85 of it, no miss learned), and is sent halfway there, that being more than the agent poll.
     const second = ctxOf({ secrets: { sshKeys: [] } });
     guestStopped(second.memory);
     now = 100_000;
     guestBooted(second);
     const wait = guestPollMs(second, r, 'agent');
-    assert.ok(wait > 4000 && wait <= 5000, `waits ${wait} ms (at most the agent poll)`);
+    const aimed = 0.85 * seenAfter;
+    assert.ok(aimed / 2 > 5000, `(the case: a learned time over twice the poll, ${aimed} ms)`);
+    assert.ok(Math.abs(wait - aimed / 2) < 1, `waits ${wait} ms: half of the ${aimed} ms aimed at`);
+    now += wait;
+    guestMissed(second, 'agent');
+    assert.ok(Math.abs(guestPollMs(second, r, 'agent') - aimed / 2) < 1, 'then the rest of the way, at once');
     // Another kind learns nothing from it.
     const other = ctxOf({ secrets: { sshKeys: [] } });
     guestStopped(other.memory);
     guestBooted(other);
     assert.equal(guestPollMs(other, vm('local:import/other.qcow2'), 'agent'), FLOOR_MS, 'the floor');
+  });
+
+  it('the first boot of a kind that this process started: asked no sooner than the start took, and a third as often', () => {
+    const scoutOf = (image: string, startMs: number | undefined) => {
+      const ctx = ctxOf({ secrets: { sshKeys: [] } } as ResourceMemory);
+      const r = vm(image);
+      guestStopped(ctx.memory);
+      now = 70_000_000;
+      if (startMs !== undefined) ctx.memory.startSentAt = now - startMs;
+      guestBooted(ctx);
+      assert.equal(ctx.memory.startSentAt, undefined, 'taken by this boot');
+      const first = guestPollMs(ctx, r, 'agent');
+      let asks = 0;
+      // The agent answers 25 s into the boot (a real guest; the start took 2.5 s).
+      while (now - 70_000_000 < 25_000) {
+        now += guestPollMs(ctx, r, 'agent');
+        asks++;
+        guestMissed(ctx, 'agent');
+      }
+      return { first, asks, seen: now - 70_000_000 };
+    };
+    const started = scoutOf('local:import/started.qcow2', 2500);
+    const unknown = scoutOf('local:import/not-started.qcow2', undefined);
+    assert.equal(started.first, 2500, 'first asked when as old as its start took');
+    assert.equal(unknown.first, FLOOR_MS, 'a boot this process did not start: from the floor');
+    assert.ok(started.asks <= 10 && unknown.asks >= 20, `asks: ${started.asks} against ${unknown.asks}`);
+    assert.ok(started.seen <= 25_000 * 1.25 + 1, `seen at ${started.seen} ms`);
   });
 
   it('a boot not seen from its start (a restart of the provider) teaches nothing', () => {
@@ -218,6 +252,33 @@ describe('guest cadence', () => {
     assert.ok(slow.asks <= 4, `${slow.asks} asks`);
   });
 
+  it('a kind learned to take several agent polls: asked at its learned time, not at every poll; while its bounds are wide, once halfway too, which sees a faster boot', () => {
+    now = 60_000_000;
+    // The agent poll at its default (5 s); the agent answers 25 s into the boot (a real guest at speed 1).
+    const r = vm('local:import/long-boot.qcow2');
+    const first = bootAsked(r, now + 1_000_000, 25_000, 5000);
+    assert.ok(first.asks >= 10, `the first boot (the scout): ${first.asks} asks`);
+    const perBoot: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const next = bootAsked(r, now + 1_000_000, 25_000, 5000);
+      perBoot.push(next.asks);
+      // At the poll: at 5, 10, 15 and 20 s, then the probe and the hit; now at most halfway, the probe and the hit.
+      assert.ok(next.asks <= 3, `boot ${i + 2}: ${next.asks} asks`);
+      assert.ok(next.seen <= first.seen + 1e-6, `boot ${i + 2}: seen at ${next.seen} ms`);
+    }
+    // The halfway asks teach no bound (they would widen the learned ones): the bounds close in on
+    // the boot, and once within a tenth of it each boot is asked once, at the hit.
+    for (let i = 0; i < 5; i++) perBoot.push(bootAsked(r, now + 1_000_000, 25_000, 5000).asks);
+    assert.deepEqual(perBoot.slice(-4), [1, 1, 1, 1], `asks per boot: ${perBoot.join(', ')}`);
+    // Another kind, taught by its scout alone (its bounds a quarter of a boot apart): a guest of it
+    // whose agent answers at 8 s (another package list, a warm cache) is seen by the halfway ask.
+    const other = vm('local:import/long-boot-2.qcow2');
+    const scout = bootAsked(other, now + 1_000_000, 25_000, 5000);
+    const fast = bootAsked(other, now + 1_000_000, 8000, 5000);
+    assert.ok(fast.seen <= scout.seen / 2 + 1, `a boot of 8 s seen at ${fast.seen} ms`);
+    assert.equal(fast.asks, 1);
+  });
+
   it('boots of a kind that begin together: one asks from the floor up, the others wait to be woken by its answer, then ask at its time', () => {
     const woken: string[] = [];
     const together = (memory: ResourceMemory) =>
@@ -243,6 +304,9 @@ describe('guest cadence', () => {
     assert.equal(guestPollMs(scout!.ctx, scout!.r, 'agent'), FLOOR_MS, 'the first one asks from the floor');
     for (const o of others)
       assert.equal(guestPollMs(o.ctx, o.r, 'agent'), 60_000, 'the others wait (the agent poll, if no wake comes)');
+    // Reconciled meanwhile (that poll, a lost wake), a waiter does not ask its guest; the scout does.
+    assert.equal(waitsForScout(scout!.ctx, scout!.r, 'agent'), false);
+    for (const o of others) assert.equal(waitsForScout(o.ctx, o.r, 'agent'), true);
     let asks = 0;
     while (now - 5_000_000 < 20_000) {
       now += guestPollMs(scout!.ctx, scout!.r, 'agent');
@@ -253,6 +317,7 @@ describe('guest cadence', () => {
     guestReached(scout!.ctx, scout!.r, 'agent');
     const hit = now - 5_000_000;
     assert.deepEqual(woken, ['default/b', 'default/c']);
+    for (const o of others) assert.equal(waitsForScout(o.ctx, o.r, 'agent'), false, 'the kind learned: each asks');
     assert.ok(asks > 5, `the scout asked ${asks} times`);
     // Each one asks when it is as old as the scout was at its answer (boots alike).
     for (const [i, o] of others.entries()) {
