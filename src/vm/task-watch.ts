@@ -159,6 +159,15 @@ export class TaskWatcher {
       n = { tasks: new Map(), busy: false };
       this.nodes.set(node, n);
     }
+    // Watched already (a reconcile that found its task still running watches it again): the task
+    // keeps its age and its place in its share; only the wake is the newer one. Begun again, it was
+    // looked at from the floor up once more, and its share counted it as a copy just begun.
+    const watched = n.tasks.get(upid);
+    if (watched) {
+      watched.wake = wake;
+      watched.expectedMs = Math.max(watched.expectedMs, expectedMs);
+      return;
+    }
     const type = upid.split(':')[5] ?? '';
     const now = this.o.now();
     n.tasks.set(upid, { upid, type, since: now, expectedMs: Math.max(0, expectedMs), wake });

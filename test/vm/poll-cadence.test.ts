@@ -83,6 +83,38 @@ describe('task watcher cadence', () => {
   });
 });
 
+describe('task watcher: a task watched again', () => {
+  it('keeps its age: a reconcile that finds its task running does not start its looks over', async () => {
+    /** Reads of the node's list until a 1 s task is seen ended, watched again at `again` ms (or not). */
+    const readsFor = async (again: number | undefined) => {
+      const { at, ends, w, runTo, restore } = watcherOnClock();
+      try {
+        const upid = 'UPID:pve1:00000001:00000000:00000000:qmstart:301:root@pam:';
+        ends.set(upid, 1000);
+        let woke: number | undefined;
+        w.watch(upid, () => {
+          woke = at.clock;
+        });
+        if (again !== undefined) {
+          await runTo(again);
+          w.watch(upid, () => {
+            woke = at.clock;
+          });
+        }
+        await runTo(3000);
+        assert.ok(woke !== undefined && woke >= 1000, 'woken once it ended');
+        return { reads: w.reads, late: woke - 1000 };
+      } finally {
+        restore();
+      }
+    };
+    const once = await readsFor(undefined);
+    const twice = await readsFor(700);
+    assert.ok(twice.reads <= once.reads + 1, `${twice.reads} reads watched twice, ${once.reads} once`);
+    assert.ok(twice.late <= 1000 * 0.1 + 1, `seen ${twice.late} ms late`);
+  });
+});
+
 describe('task watcher: tasks of a type that run together on a node', () => {
   it('once one ended, the others are looked at closely from the age at which it was last seen running', async () => {
     const { at, ends, w, runTo, restore } = watcherOnClock();
