@@ -31,6 +31,8 @@ export interface Outcome {
   requests: Record<RequestClass, number>;
   /** The VM's own requests (mutating, task, per-VM) by the simulator's route. */
   routes: Array<[string, number]>;
+  /** The shared reads by the simulator's route. */
+  sharedRoutes: Array<[string, number]>;
 }
 
 export interface World {
@@ -67,15 +69,17 @@ async function openHere(speed: number): Promise<World> {
       // The simulator counts every request by its route (`GET /nodes/{node}/qemu/{vmid}/config`).
       const requests: Record<RequestClass, number> = { mutating: 0, task: 0, perVm: 0, shared: 0 };
       const routes = new Map<string, number>();
+      const sharedRoutes = new Map<string, number>();
       for (const c of sim.clusters)
         for (const [route, n] of Object.entries(c.counters())) {
           const [method, path] = route.split(' ');
           if (!path) continue; // (a fault's count, not a request)
           const cls = classOf(method!, path);
           requests[cls] += n;
-          if (cls !== 'shared') routes.set(route, (routes.get(route) ?? 0) + n);
+          const into = cls === 'shared' ? sharedRoutes : routes;
+          into.set(route, (into.get(route) ?? 0) + n);
         }
-      return { fleet, requests, routes: [...routes] };
+      return { fleet, requests, routes: [...routes], sharedRoutes: [...sharedRoutes] };
     },
     close: () => sim.close(),
   };

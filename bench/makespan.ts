@@ -15,7 +15,8 @@
  * perVm (reads of one VM, /nodes/N/qemu/VMID/..., and /cluster/nextid, one per create), and
  * shared apart (the bulk list, a node's active tasks, status, bridges, storages: one read serves
  * every VM of the node or site). Target: mutating + task + perVm <= 10. `perVmRoutes`: the first three
- * classes by the simulator's route, per VM, the most first.
+ * classes by the simulator's route, per VM, the most first; `sharedRoutes`: the shared reads the same
+ * way (at speed 1 most of them are the task watcher's reads of a node's task list).
  * Prints one JSON object. Target (issue 16): project <= 1.10 x ideal, phased and unphased.
  *
  * Each is measured twice by default (`--simulator worker,thread`): with the simulator in a worker
@@ -100,6 +101,16 @@ async function measure(
 
 const round = (x: number, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
+/** Requests by route, per VM of `vms`, the most first (at most 12). */
+function perVmOf(routes: Array<[string, number]>, vms: number): Record<string, number> {
+  return Object.fromEntries(
+    [...routes]
+      .sort((x, y) => y[1] - x[1])
+      .slice(0, 12)
+      .map(([k, n]) => [k, round(n / vms, 2)]),
+  );
+}
+
 /** One measured run, as the JSON prints it; and, `withIdeals`, the ideal makespans of its fleet (one run's are every run's). */
 async function measured(
   speed: number,
@@ -122,12 +133,9 @@ async function measured(
       met: m.projectS <= TARGET * ideal,
       requestsPerVm: { ...perVm, total: ownPerVm, met: ownPerVm <= 10 },
       // Where the VM's own requests go (mutating, task and per-VM routes), per VM, the most first.
-      perVmRoutes: Object.fromEntries(
-        [...m.routes]
-          .sort((x, y) => y[1] - x[1])
-          .slice(0, 12)
-          .map(([k, n]) => [k, round(n / m.fleet.length, 2)]),
-      ),
+      perVmRoutes: perVmOf(m.routes, m.fleet.length),
+      // And the shared reads (a node's or a site's list, one read for all its VMs), per VM.
+      sharedRoutes: perVmOf(m.sharedRoutes, m.fleet.length),
     },
     ...(withIdeals ? { ideals: await idealsOf(m.fleet) } : {}),
   };
