@@ -131,6 +131,7 @@ export function newResourceMemory(): ResourceMemory {
     agentAnswered: undefined,
     cloudInitExec: undefined,
     uptimeAt: undefined,
+    startSentAt: undefined,
     planned: undefined,
     view: undefined,
   };
