@@ -45,15 +45,6 @@ export type GuestMilestone = 'agent' | 'cloudInit';
 export const FLOOR_MS = 50;
 
 /**
- * START_FLOOR: a boot that this process started is first asked no sooner than its start took
- * (from the start's request to its task's end seen here), however young it is. A guest's agent
- * answers once the guest's firmware, kernel and init have run, after QEMU started it, and that
- * takes longer than PVE's start task (a few seconds; 27 ms at the simulator's speed 100, where the
- * whole boot is 250 ms). From the 50 ms floor, the first boot of a kind at speed 1 (its agent at
- * 25 s) was asked 26 times, 14 of them in its first two seconds.
- */
-
-/**
  * How a command run in the guest is asked about before the site has learned one: first after
  * EXEC_FLOOR_MS, then after as long again as it has run (its age doubles between two asks). Such
  * a command (`cloud-init status`) takes well under a second; asked from the milestones' floor, a
@@ -76,7 +67,7 @@ interface BootWatch {
   missedAt: Partial<Record<GuestMilestone, number>>;
   /** Per milestone: whether the site had learned it when this boot began (see askDelay). */
   known: Partial<Record<GuestMilestone, boolean>>;
-  /** How long our start of this boot took, from its request to its end seen here (see START_FLOOR). */
+  /** How long our start of this boot took, from its request to its end seen here (see guestPollMs). */
   startMs?: number;
 }
 
@@ -243,7 +234,12 @@ export function guestPollMs(ctx: StepContext, r: ProxmoxVM, milestone: GuestMile
     const wait = waitForScout(ctx, r, b, key, milestone);
     if (wait !== undefined) return wait;
   }
-  // A first boot of its kind is asked from the floor up, but not sooner than our start of it took.
+  // A first boot of its kind is asked from the floor up, but a boot this process started no sooner
+  // than its start took (from the start's request to its task's end seen here), however young it
+  // is. A guest's agent answers once its firmware, kernel and init have run, after QEMU started it,
+  // which takes longer than PVE's start task (a few seconds; 27 ms at the simulator's speed 100,
+  // where the whole boot is 250 ms). From the 50 ms floor, the first boot of a kind at speed 1 (its
+  // agent at 25 s) was asked 26 times, 14 of them in its first two seconds.
   const floorMs = Math.max(FLOOR_MS, b.startMs ?? 0);
   return askDelay(ctx, b.since, key, b.known[milestone], { floorMs, narrow: NARROW });
 }
@@ -266,8 +262,7 @@ function waitForScout(
     scouting.set(ctx.site, site);
   }
   const s = site.get(key);
-  const scoutBoot = s && boots.get(s.scout);
-  const live = s && scoutBoot?.since === s.since && scoutBoot.reachedAt[milestone] === undefined;
+  const live = s !== undefined && scoutLive(s, milestone);
   const wake = ctx.options.wake;
   if (!s || !live || s.scout === ctx.memory || b.since < s.since || !wake) {
     const waiting = s?.waiting ?? new Map<ResourceMemory, () => void>();
@@ -294,6 +289,11 @@ export function waitsForScout(ctx: StepContext, r: ProxmoxVM, milestone: GuestMi
   if (learned.get(ctx.site)?.has(key)) return false;
   const s = scouting.get(ctx.site)?.get(key);
   if (!s || s.scout === ctx.memory || !s.waiting.has(ctx.memory)) return false;
+  return scoutLive(s, milestone);
+}
+
+/** Whether a kind's scout is still the boot it was and has not reached `milestone` yet. */
+function scoutLive(s: Scouting, milestone: GuestMilestone): boolean {
   const scoutBoot = boots.get(s.scout);
   return scoutBoot?.since === s.since && scoutBoot.reachedAt[milestone] === undefined;
 }
