@@ -115,6 +115,30 @@ describe('task watcher: a task watched again', () => {
   });
 });
 
+describe('task watcher: a task watched while a look is pending', () => {
+  it('does not put that look off: a 500 ms task is seen within a tenth of its time when another begins after its end', async () => {
+    const { at, ends, w, runTo, restore } = watcherOnClock();
+    try {
+      const first = 'UPID:pve1:00000001:00000000:00000000:qmcreate:301:root@pam:';
+      const second = 'UPID:pve1:00000002:00000000:00000000:qmcreate:302:root@pam:';
+      ends.set(first, 500);
+      let woke: number | undefined;
+      w.watch(first, () => {
+        woke ??= at.clock;
+      });
+      // Its look was due at about 545 (a tenth past the last one, at 495); the second, watched at
+      // 532, had it computed again from then: a tenth of 532 later, or the newcomer's floor, 552.
+      await runTo(532);
+      ends.set(second, 1032);
+      w.watch(second, () => {});
+      await runTo(2000);
+      assert.ok(woke !== undefined && woke - 500 <= 50, `seen ${woke === undefined ? 'never' : woke - 500} ms late`);
+    } finally {
+      restore();
+    }
+  });
+});
+
 describe('task watcher: tasks of a type that run together on a node', () => {
   it('once one ended, the others are looked at closely from the age at which it was last seen running', async () => {
     const { at, ends, w, runTo, restore } = watcherOnClock();
