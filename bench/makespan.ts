@@ -29,7 +29,11 @@
  * reconciled before. A cold one is a process of its own for each run, as a CLI `apply` is: at
  * speed 100 its JIT's first minutes cost 0.05-0.1 of the ratio. Without this choice, a run's
  * client was as warm as the runs before it in the process had made it, and the order of the
- * modes changed their figures by that much.
+ * modes changed their figures by that much. What the cold client does not hold is the installed
+ * CLI's own start-up: Node's start and the loading of the apply's modules (done before the
+ * timed call), the CLI's restart of itself for its semi-space flag (src/cli/young-generation.ts:
+ * Node starts twice, 0.09-0.13 s each on a 2-core host) and its 20% heap growth
+ * (src/cli/program.ts). At speed 100 each 10 ms of them is a simulated second.
  *
  * With `--runs N`, each case runs N times and the run of median ratio is printed (its `met` is the
  * median's), with every run's ratio in `ratios`.

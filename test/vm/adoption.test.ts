@@ -66,6 +66,7 @@ for (const holders of ['scan', 'index'] as const)
       const b = await new Engine(sim, { holders }).start();
       const creates = count(c, CREATE);
       const destroys = count(c, DESTROY);
+      const tasksBefore = new Set(c.state.tasks.keys());
       try {
         const ka = a.apply(vm('race-1'));
         const kb = b.apply(vm('race-1'));
@@ -83,10 +84,23 @@ for (const holders of ['scan', 'index'] as const)
         assert.equal(rA.status!.atProvider!.vmId, kept);
         assert.equal(rB.status!.atProvider!.vmId, kept);
         assert.ok(ra && rb);
-        // Counted from the requests, not sampled: a timer sampling the VMs missed the duplicate's
-        // life when the event loop was held longer than that under a loaded full run.
-        // (Both runtimes may ask to destroy it: one is refused, or finds it gone.)
-        assert.ok(count(c, DESTROY) > destroys, 'there was a duplicate, and it was cleaned up');
+        // Two ways to one VM, by where the runtimes' reads fall. Each chose its VMID from
+        // /cluster/nextid (their state files hold no reservation of the other's): when both read it
+        // before either create made its config, both chose the same VMID, and PVE refused the
+        // second create (qemu-server src/PVE/API2/Qemu.pm create_vm: `VM N already exists on
+        // node`); its runtime found the VM at that VMID its own by the marker (create.ts) and
+        // adopted it: about one run in six of this test alone. Otherwise both were made, and one
+        // is destroyed.
+        const made = [...c.state.tasks.values()].filter((t) => t.type === 'qmcreate' && !tasksBefore.has(t.upid));
+        if (made.length === 2)
+          // Counted from the requests, not sampled: a timer sampling the VMs missed the duplicate's
+          // life when the event loop was held longer than that under a loaded full run.
+          // (Both runtimes may ask to destroy it: one is refused, or finds it gone.)
+          assert.ok(count(c, DESTROY) > destroys, 'there was a duplicate, and it was cleaned up');
+        else {
+          assert.equal(made.length, 1, 'one create refused: the VMID both chose was taken');
+          assert.equal(count(c, DESTROY), destroys, 'nothing to destroy');
+        }
         assert.equal(count(c, CREATE), creates + 2, 'no third VM');
       } finally {
         c.removeFault(slow);
