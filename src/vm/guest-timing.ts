@@ -31,7 +31,7 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { keyOf } from '../engine/resource.ts';
 import type { StepContext } from './context.ts';
 import type { ResourceMemory, SiteContext } from './site-cache.ts';
-import { pollDelay } from './task-watch.ts';
+import { pastExpected, pollDelay } from './task-watch.ts';
 
 export type GuestMilestone = 'agent' | 'cloudInit';
 
@@ -106,13 +106,12 @@ const EXEC_NARROW = 0.5;
 
 /**
  * A boot (or command) not reached at the learned hit is asked again after this share of the hit,
- * then after PAST_GROWTH of the time past it: before, it was asked as an unlearned one, after a
- * quarter of its age, and a boot a few hundred milliseconds slower than those that taught the hit
- * (or whose start was seen sooner) was seen a quarter of its boot late, 6 simulated seconds at
- * speed 100. Costs an ask or two for such a boot.
+ * then after a share of the time past it (pastExpected of task-watch.ts): before, it was asked as
+ * an unlearned one, after a quarter of its age, and a boot a few hundred milliseconds slower than
+ * those that taught the hit (or whose start was seen sooner) was seen a quarter of its boot late,
+ * 6 simulated seconds at speed 100. Costs an ask or two for such a boot.
  */
 const PAST_HIT = 0.04;
-const PAST_GROWTH = 0.25;
 
 /**
  * How a key is asked about: before it is learned, from `floorMs` at `growth` of its age (default
@@ -416,7 +415,7 @@ function aimedDelay(ctx: StepContext, since: number, key: string, probe: boolean
     // Past the learned hit: this boot is slower than those that taught it (or was seen running
     // sooner after its start). Closely from the hit on, then a share of the time past it.
     const past = Math.max(0, age - l.hit);
-    return Math.min(cap, Math.max(1, l.hit * PAST_HIT, past * (unlearned.growth ?? PAST_GROWTH)));
+    return Math.min(cap, pastExpected(l.hit * PAST_HIT, past, unlearned.growth));
   }
   earlyAsk.delete(ctx.memory);
   return pollDelay(

@@ -76,11 +76,23 @@ const NEAR_END = 0.02;
 const NEAR_PREDICTED = 0.005;
 /**
  * A copy a read found running past its predicted end: looked at again after this share of its age
- * (at least 1 ms: 2 ms at 4 s, 20 ms at 40 s), and after PAST_GROWTH of the time since that read
- * once that is more (see nearEnd).
+ * (at least 1 ms: 2 ms at 4 s, 20 ms at 40 s), then as pastExpected says (see nearEnd).
  */
 const NEAR_OVERDUE = 0.0005;
+
+/** The share of the time past an expected end after which pastExpected looks again. */
 const PAST_GROWTH = 0.25;
+
+/**
+ * How long to wait before looking again at something still going past the time it was expected
+ * by (a task past the end its node's tasks predict, nearEnd; a guest past the boot its kind was
+ * learned to take, guest-timing.ts): `closeMs` at first, as it may be only a moment past a lower
+ * bound, then a share of the time past (`pastMs`, by `growth`, default PAST_GROWTH), at least
+ * 1 ms: seen within that share of its overrun, for reads that grow with the log of it.
+ */
+export function pastExpected(closeMs: number, pastMs: number, growth = PAST_GROWTH): number {
+  return Math.max(1, closeMs, pastMs * growth);
+}
 
 /**
  * How long after `now` the watcher looks at task `t` again: not before its scaled estimate (when
@@ -314,7 +326,7 @@ export class TaskWatcher {
     const age = now - t.since;
     const lowest = Math.min(MIN_FLOOR_MS, this.o.minMs);
     const near = (ahead: number, share: number) =>
-      ahead > 0 ? ahead : Math.max(lowest, age * share, WATCH_GROWTH * -ahead);
+      ahead > 0 ? ahead : Math.max(lowest, pastExpected(age * share, -ahead, WATCH_GROWTH));
     const ran = this.lastRan.get(groupOf(node, t.type));
     let look = wait;
     if (ran !== undefined) look = Math.min(look, near(ran - age, NEAR_END));
@@ -323,10 +335,9 @@ export class TaskWatcher {
     // speed 1 a wave of copies larger than the one that taught the share was read every 3 ms until
     // it ended (1,500 reads of a node's list in 5 s; 68% of a rollout's reads). From the read that
     // first found it past, it is looked at closely (it may be a millisecond past a lower bound),
-    // then after a growing share of the time since (PAST_GROWTH): a copy 10 s longer than
+    // then after a growing share of the time since (pastExpected): a copy 10 s longer than
     // predicted costs about twenty reads. An end in its group predicts it afresh (poll).
-    if (t.overdueSince !== undefined)
-      look = Math.min(look, Math.max(1, age * NEAR_OVERDUE, PAST_GROWTH * (now - t.overdueSince)));
+    if (t.overdueSince !== undefined) look = Math.min(look, pastExpected(age * NEAR_OVERDUE, now - t.overdueSince));
     else if (dueMs !== undefined) look = Math.min(look, near(dueMs, NEAR_PREDICTED));
     return Math.max(1, look);
   }
