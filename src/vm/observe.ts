@@ -179,6 +179,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   const task = a.task;
   // Our task that just ended OK (its outcome is known: known-outcome.ts).
   let endedOk: string | undefined;
+  /** Our task failed on a VM that is not there any more (see below). */
+  let vmGone = false;
   if (task) {
     const done = await taskDone(ctx, task);
     if (!done.finished) return { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } };
@@ -211,15 +213,23 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       }
     }
     if (done.error && !alreadyDone(task, done.error.message)) {
-      // Back off before looking again (invariant 4); the next observe finds whatever the
-      // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
-      a.step = 'Failed';
-      const msg = withoutSecrets(ctx, done.error.message);
-      const locked = /VM is locked|got timeout/.test(msg);
       const creating = /:(qmcreate|qmclone):/.test(task);
-      const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
-      if (creating) err.createFailure = true;
-      throw err;
+      // A task of ours on a VM that is gone by now (retired as a twin by another state file's
+      // runtime while our resize waited for its lock, destroyed by hand) failed for that: observe
+      // goes on as for any VM not found at its VMID (the twin kept is adopted, or the VM is made
+      // again). Taken as the resource's failure, it stopped `apply` (TaskFailed is a stop reason)
+      // where the next reconcile converged (test/local/two-states.test.ts, under load).
+      vmGone = !creating && !observeOnly && !ctx.target && !(await locate(ctx, vmid, false));
+      if (!vmGone) {
+        // Back off before looking again (invariant 4); the next observe finds whatever the
+        // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
+        a.step = 'Failed';
+        const msg = withoutSecrets(ctx, done.error.message);
+        const locked = /VM is locked|got timeout/.test(msg);
+        const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
+        if (creating) err.createFailure = true;
+        throw err;
+      }
     }
   }
 
@@ -230,7 +240,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (ctx.target && !observeOnly && (a.siteMove || !r.metadata.deletionTimestamp)) return observeSiteMove(ctx, r, vmid);
 
   // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
-  let found = adopted ?? (await locate(ctx, vmid, false));
+  let found = adopted ?? (vmGone ? undefined : await locate(ctx, vmid, false));
   // (Once our VM was confirmed at this VMID, the create's outcome is known: it was made.)
   if (!observeOnly) noteUnknownCreate(r, vmid);
   if (!found && !observeOnly && lateCreateMayStillApply(ctx, r)) {

@@ -78,6 +78,7 @@ const foreignAct: fc.Arbitrary<ForeignAct> = fc.constantFrom(
   'look-alike',
   'backup',
   'power-off',
+  'destroy',
 );
 
 const interruption: fc.Arbitrary<Interruption> = fc.oneof(

@@ -133,7 +133,14 @@ export class Delete extends Step {
 }
 
 /** Another Proxmox user, acting through the API with its own token. */
-export type ForeignAct = 'next-id' | 'look-alike' | 'take-persisted-vmid' | 'take-move-vmid' | 'backup' | 'power-off';
+export type ForeignAct =
+  | 'next-id'
+  | 'look-alike'
+  | 'take-persisted-vmid'
+  | 'take-move-vmid'
+  | 'backup'
+  | 'power-off'
+  | 'destroy';
 
 /** Acts on the cluster the resource's VM is on (its status's site), where another user would meet it. */
 export async function foreignAct(w: World, what: ForeignAct, name: Name): Promise<void> {
@@ -185,6 +192,25 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       }
       const res = await w.foreignRequest('POST', `/nodes/${vm.node}/qemu/${vmid}/status/stop`, {}, site);
       return w.log(`  foreign: stop of VM ${site}/${vmid} (HTTP ${res.status})`);
+    }
+    case 'destroy': {
+      // A person removes our stopped VM (the web UI's Remove). The destroy holds the VM's lock for
+      // two simulated seconds, so a task of ours sent meanwhile (a resize, a start) waits for the
+      // lock, then finds no config and fails, as qemu-server's workers load it once they hold it.
+      const vmid = Number(r ? externalName(r) : undefined);
+      const vm = c.state.vms.get(vmid);
+      if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.status !== 'stopped' || vm.config.lock)
+        return w.log(`  foreign: ${name} has no stopped, unlocked VM to destroy`);
+      w.addFault(site, {
+        kind: 'task',
+        type: 'qmdestroy',
+        id: String(vmid),
+        action: 'stall',
+        durationMs: 2_000,
+        count: 1,
+      });
+      const res = await w.foreignRequest('DELETE', `/nodes/${vm.node}/qemu/${vmid}`, undefined, site);
+      return w.log(`  foreign: destroy of VM ${site}/${vmid} (HTTP ${res.status})`);
     }
   }
 }

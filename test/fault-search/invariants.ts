@@ -223,6 +223,7 @@ function checkData(w: World): void {
     if (now.has(id)) continue;
     const name = id.slice(id.lastIndexOf('/') + 1) as Name;
     if (w.deleted.has(name)) continue;
+    if ([...before].some((vm) => destroyedByOther(w, vm))) continue;
     violated(
       'VM with data destroyed',
       `${[...before].join(', ')} held the data of ${id}, which was never deleted, and no VM of it is left on either site`,
@@ -230,6 +231,18 @@ function checkData(w: World): void {
   }
   w.dataVms.clear();
   for (const [id, vms] of now) w.dataVms.set(id, vms);
+}
+
+/** Whether the other user destroyed `vm` (`site/vmid`; a destroy of theirs that ended OK): then it took the VM's data, not we. */
+function destroyedByOther(w: World, vm: string): boolean {
+  const [site, vmid] = vm.split('/') as [SiteName, string];
+  for (const t of w.cluster(site).state.tasks.values()) {
+    if (t.type !== 'qmdestroy' || t.id !== vmid || t.user !== FOREIGN_USER || t.exitstatus !== 'OK') continue;
+    if (w.destroysSeen.has(t.upid)) continue;
+    w.destroysSeen.add(t.upid);
+    return true;
+  }
+  return false;
 }
 
 /**

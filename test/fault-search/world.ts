@@ -114,6 +114,12 @@ export class World {
    */
   readonly dataVms = new Map<string, Set<string>>();
   /**
+   * The other user's destroys of our VMs (the `destroy` act) that checkData has taken as where a
+   * VM's data went (by UPID: each excuses one VM once). A destroy held by a fault is applied later,
+   * when healed, with no answer to the act: it is found in PVE's task list, not in the answer.
+   */
+  readonly destroysSeen = new Set<string>();
+  /**
    * Report the outcomes of F19, F21 and F24 as failures (the default since they were fixed);
    * FAULT_SEARCH_STRICT=0 accepts them again, journalled, to search a checkout without the fixes.
    */

@@ -207,12 +207,16 @@ export const configRoutes: Route[] = [
       const node = String(params.node);
       const vmid = Number(params.vmid);
       const skiplock = checkSkiplock(auth, params);
-      const vm = loadVm(c, node, vmid);
+      const held = loadVm(c, node, vmid);
       const disk = String(params.disk);
       const sizeArg = String(params.size);
       const work = async (t: TaskHandle | undefined): Promise<void> => {
-        const unlock = await vm.flock.acquire(10_000);
+        const unlock = await held.flock.acquire(10_000);
         try {
+          // resize_vm loads the config once it holds the lock (qemu-server src/PVE/API2/Qemu.pm:6002-6004,
+          // the worker :6068-6072, at e6352be): a VM destroyed while the task waited for the lock
+          // fails it with "Configuration file ... does not exist".
+          const vm = loadVm(c, node, vmid);
           checkDigest(c, vm, params);
           checkLock(vm, skiplock);
           const value = vm.config[disk];
