@@ -282,13 +282,18 @@ export class ManagedReconciler<R extends Managed = Managed> {
       return this.fail(r, before, e, 'observe failed');
     }
     await this.hook('observed', key);
-    // Observe found the external resource under another name (adopted by its marker): record it
-    // before anything else, as crossplane-runtime does when Observe changes the external name.
+    // Observe found the external resource under another name (adopted by its marker), or gave the
+    // name up (the VM at it proved gone): record it before anything else, as crossplane-runtime
+    // does when Observe changes the external name. A name given up and not written came back with
+    // the next read of the object whenever the create that followed did not get as far as its
+    // pending mark (a failed check, a wait for a slot): the next observe took the old name for its
+    // own again, and another resource's VM made there meanwhile for this one's (FINDINGS.md F38).
     const nameAfter = externalName(r);
-    if (nameAfter !== undefined && nameAfter !== nameBefore) {
+    if (nameAfter !== nameBefore) {
       // With every other annotation observe set beside it (the site it is on: F28), also after a conflict.
       await this.writeAnnotationRetry(r, key, annotationChanges(annotationsBefore, r.metadata.annotations));
-      this.store.event(r, 'Normal', 'AdoptedExternalResource', `external name is now ${nameAfter}`);
+      if (nameAfter !== undefined)
+        this.store.event(r, 'Normal', 'AdoptedExternalResource', `external name is now ${nameAfter}`);
     }
 
     // Without prepareCreate: a create whose result was lost, but the resource exists (found by its

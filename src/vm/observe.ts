@@ -29,7 +29,7 @@ import {
 import { guestPoll, needsFullObserve } from './read-schedule.ts';
 import { retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
-import { observeSiteMove } from './site-move.ts';
+import { lostOnSource, observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
 import { agentEnabled, validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
@@ -162,6 +162,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     !policyAllows(r.spec.managementPolicies, 'Create') && !policyAllows(r.spec.managementPolicies, 'Update');
   let adopted: ObservedVm | undefined;
   if (!vmidText) {
+    // Deleting during a replacement before the new VM got its VMID (the old one was given up on the
+    // new site, where it names nothing): the old VM still goes first (delete(), replace.ts). Taken
+    // for a resource with nothing to delete, it was left behind on the old site.
+    if (r.metadata.deletionTimestamp && a.replacing && ctx.previous) return { obs: { exists: true, upToDate: true } };
     // No VMID recorded (a new resource, or a lost or other state file): Proxmox may already hold
     // this resource's VM, made by this installation. Adopt it rather than make a second one.
     adopted = observeOnly ? undefined : await adoptOwn(ctx, r);
@@ -205,6 +209,13 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       // spec pins the VMID, the next VM is made through the whole create protocol at a VMID chosen
       // then, so a stranger taking this one meanwhile is a VMID lost, not a VMIDConflict for good.
       if (!r.metadata.deletionTimestamp && r.spec.forProvider.vmid === undefined) {
+        // Moving to another site with no VM left here (the placeholder of a create whose worker
+        // died, cleared): the resource goes where the spec says, as for any VM gone from its source
+        // (a VM of ours there, or a twin kept here, is followed; else it is made there). A create
+        // here failed (the spec's node is the target's) and left the VMID given up in the status
+        // only; another resource's VM made at it here was then taken for ours, for good (found by
+        // the fault search, FINDINGS.md F38).
+        if (ctx.target && !observeOnly) return lostOnSource(ctx, r, vmid);
         const gone = giveUpVmid(ctx, r, vmid);
         // A retired duplicate's resource adopts the VM that was kept; otherwise a create follows.
         adopted = observeOnly ? undefined : await adoptOwn(ctx, r);

@@ -227,7 +227,7 @@ async function unfinishedHere(
  * resource follows its VM to the target, or to the twin kept here (which then moves), or the VM is
  * made again on the target.
  */
-async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<SiteMoveObservation> {
+export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<SiteMoveObservation> {
   const a = atProvider(r);
   const tctx = targetContext(ctx, r);
   const moved = await findOwnVm(tctx, r);

@@ -15,8 +15,15 @@ import {
   type ManagementAction,
   policySupported,
   rfc3339,
+  setAnnotation,
 } from '../../src/engine/resource.ts';
-import { ConflictError, type EngineHooks, ReasonedError, SimulatedCrash } from '../../src/engine/types.ts';
+import {
+  ConflictError,
+  type EngineHooks,
+  type ExternalClient,
+  ReasonedError,
+  SimulatedCrash,
+} from '../../src/engine/types.ts';
 import { CREATE_FAILURE_SCHEDULE_MS } from '../../src/engine/workqueue.ts';
 import { MemoryStore } from '../../src/local/store.ts';
 import { ExternalSystem, ScriptedConnector, type TestVM, testVM } from '../helpers/scripted-external.ts';
@@ -300,6 +307,45 @@ describe('ManagedReconciler: create', () => {
     env2.advance(5000);
     await env2.rec.reconcile(KEY);
     assert.deepEqual(pick(env2.cond('Synced')), { status: 'True', reason: 'ReconcileSuccess' });
+  });
+
+  it('an external name observe gave up is written at once, also when the create stops before its pending mark', async () => {
+    // The Proxmox client gives a VMID up on proof that the VM at it is gone (its own destroy of a
+    // dead create's placeholder, a retired duplicate). Written only with the create's pending mark,
+    // a create whose checks failed (or that waited for a slot) left the old name in the store, and
+    // the next observe took it for the resource's again (fault search F38).
+    const env = setup();
+    let gone = false;
+    const client: ExternalClient<TestVM> = {
+      async observe(r) {
+        if (!gone) return { exists: true, upToDate: true };
+        setAnnotation(r, ANNOTATION_EXTERNAL_NAME, undefined);
+        return { exists: false, upToDate: false };
+      },
+      async preflight() {
+        throw new ReasonedError('NodeNotFound', 'the node is not part of the site', true);
+      },
+      async create() {
+        throw new Error('not reached: the checks failed');
+      },
+      async update() {
+        return {};
+      },
+      async delete() {
+        return {};
+      },
+    };
+    const rec = new ManagedReconciler<TestVM>(env.store, { connect: async () => client }, { now: env.now });
+    env.store.apply(testVM('vm1', { annotations: { [ANNOTATION_EXTERNAL_NAME]: '100' } }));
+    // First as it was: its finalizer written (a write of the metadata, which would carry any change).
+    await rec.reconcile(KEY);
+    assert.deepEqual(env.get()?.metadata.finalizers, [FINALIZER]);
+    gone = true;
+    await rec.reconcile(KEY);
+    assert.equal(env.get()?.metadata.annotations?.[ANNOTATION_EXTERNAL_NAME], undefined, 'the name given up is stored');
+    assert.equal(env.cond('Synced')?.reason, 'NodeNotFound');
+    // No AdoptedExternalResource event for a name given up.
+    assert.ok(!env.store.events.some((e) => e.reason === 'AdoptedExternalResource'));
   });
 
   it('a resource that does not exist in the store is done', async () => {

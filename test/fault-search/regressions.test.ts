@@ -542,6 +542,32 @@ describe('fault-search regressions', () => {
     retired(res.journal);
     assert.ok(res.moves.migrated >= 1, `expected a migration, got ${JSON.stringify(res.moves)}`);
   });
+  it('F38: a create whose worker died, a move to site-2, the placeholder cleared, another user takes the VMID on site-1 -> the resource goes to site-2 with the VMID given up for good; one VM, on site-2 (no PlacementChangeRefused for good)', async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Fault('the qmcreate worker dies at its start', {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'die',
+          at: 'start',
+        }),
+        new Reconcile('vm-a'),
+        new Move('vm-a'),
+        // The create's task failed; then its placeholder is destroyed (root@pam); then our destroy's end.
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+        // VMID 100 on site-1 is free again, and taken, while the resource goes to site-2 (or tried
+        // a create on site-1, which refused site-2's node, and kept VMID 100 for its own).
+        new Foreign('next-id', 'vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+
   it('F37: a crash before the create was sent, a move to site-2, another user takes the VMID there, a move back -> the VMID, which names nothing on site-2, is given up; one VM, on site-1 (no PlacementChangeRefused for good)', async () => {
     await runSchedule(
       'password',
