@@ -265,6 +265,12 @@ export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number)
   }
   a.site = site;
   delete a.placedNode;
+  // A move recorded for the VM that is gone is moot: kept, it held every reconcile on the source
+  // (VmConnector.placedSiteName follows a recorded move's source), where the create then made for
+  // the spec was refused (its node is the target's: NodeNotFound, for good; found by the fault
+  // search once another user could destroy our VM, F39), and a twin kept here would have been sent
+  // with the old VM's VMID. The twin's move is planned afresh.
+  delete a.siteMove;
   ctx.site.forget(r.metadata.uid);
   ready(
     r,

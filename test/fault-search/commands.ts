@@ -176,7 +176,12 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       // vzdump: it sets `lock: backup` in our VM's config and drops it when done (no flock meanwhile).
       const vmid = Number(r ? externalName(r) : undefined);
       const vm = c.state.vms.get(vmid);
-      if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.config.lock) {
+      // (vzdump takes the VM's config lock to set its own: a destroy holding it is waited for,
+      // and the VM is gone by then.)
+      const destroying = [...c.state.tasks.values()].some(
+        (t) => t.type === 'qmdestroy' && t.id === String(vmid) && t.status === 'running',
+      );
+      if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.config.lock || destroying) {
         return w.log(`  foreign: ${name} has no unlocked VM to back up`);
       }
       w.addFault(site, { kind: 'lock', vmid, lock: 'backup', flock: false });

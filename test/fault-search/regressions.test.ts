@@ -568,6 +568,23 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it('F39: a move to site-2, another user destroys the VM while the move is recorded -> the recorded move is dropped and the VM made on site-2 (no NodeNotFound on site-1 for good)', async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi', powerState: 'stopped' })],
+      [
+        new Converge('vm-a'),
+        // The other user's destroy holds the VM's lock until healed: the move is recorded and sent meanwhile.
+        new Fault('task qmdestroy hangs until healed', { kind: 'task', type: 'qmdestroy', action: 'stall' }),
+        new Move('vm-a'),
+        new Reconcile('vm-a', { where: { nth: 1 }, what: { kind: 'foreign', what: 'destroy' } }),
+        new Reconcile('vm-a'),
+        new Heal(0),
+      ],
+      { strict: true },
+    );
+  });
+
   it('F37: a crash before the create was sent, a move to site-2, another user takes the VMID there, a move back -> the VMID, which names nothing on site-2, is given up; one VM, on site-1 (no PlacementChangeRefused for good)', async () => {
     await runSchedule(
       'password',
