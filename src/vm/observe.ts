@@ -24,10 +24,11 @@ import {
   type Ownership,
   ownershipOf,
   placeholderFate,
+  provablyAnotherVm,
   smbiosUuid,
 } from './ownership.ts';
 import { guestPoll, needsFullObserve } from './read-schedule.ts';
-import { retireReplaced } from './replace.ts';
+import { dropRevertedReplacement, retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { lostOnSource, observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
@@ -69,24 +70,10 @@ function notOurs(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, own: Ownersh
   // Deleting, and a VM that is not ours holds the VMID: ours is gone (destroyed, the VMID reused).
   // Nothing of ours is left to delete; the stranger is never touched.
   if (r.metadata.deletionTimestamp) return { obs: giveUpVmid(ctx, r, found.vmid) };
-  // Our VM was here (we saw our marker) and is gone: another resource's VM now holds the VMID
-  // (our VM destroyed, by another state file's delete or a person, and the VMID reused). Its
-  // marker proves ours is not here; look for ours elsewhere, or make it again at another VMID.
-  if (own.kind === 'other' && r.spec.forProvider.vmid === undefined && confirmedAt(r, found.vmid))
-    return { obs: giveUpVmid(ctx, r, found.vmid) };
-  // The same with no marker at all: another VM (its SMBIOS UUID is not the one we confirmed), not
-  // ours with its description edited (then the UUID is the same, and it stays a VMIDConflict).
-  const uuid = smbiosUuid(found.config?.values.smbios1);
-  const was = r.status?.atProvider?.smbiosUuid;
-  if (
-    own.kind === 'foreign' &&
-    !own.lock &&
-    r.spec.forProvider.vmid === undefined &&
-    confirmedAt(r, found.vmid) &&
-    was &&
-    uuid &&
-    uuid !== was
-  )
+  // Our VM was here (we saw our marker) and is gone: another VM now holds the VMID (our VM
+  // destroyed, by another state file's delete or a person, and the VMID reused). Look for ours
+  // elsewhere, or make it again at another VMID; ours with its description edited stays a VMIDConflict.
+  if (provablyAnotherVm(r, found.vmid, own, found.config?.values.smbios1))
     return { obs: giveUpVmid(ctx, r, found.vmid) };
   if (own.kind === 'other')
     throw reason(
@@ -160,6 +147,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   await loadSecrets(ctx, r);
   const observeOnly =
     !policyAllows(r.spec.managementPolicies, 'Create') && !policyAllows(r.spec.managementPolicies, 'Update');
+  // A replacement whose new VM was not made yet, and the spec's site back on the old VM's.
+  if (dropRevertedReplacement(ctx, r)) return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   let adopted: ObservedVm | undefined;
   if (!vmidText) {
     // Deleting during a replacement before the new VM got its VMID (the old one was given up on the

@@ -30,6 +30,7 @@ import type { Change } from './drift.ts';
 import { findTemplate } from './lookup.ts';
 import { isPlaceholderLock, type Marker, type MarkerPlace, markerNames, ownerKey, parseMarker } from './spec.ts';
 import { type MakerTask, makerTasks } from './tasks.ts';
+import { confirmedAt } from './vmid.ts';
 
 export type Ownership =
   /**
@@ -102,6 +103,21 @@ function anotherVm(r: ProxmoxVM, cfg: VmConfig['values']): boolean {
 }
 
 /** The `uuid=` of an `smbios1` config value. */
+/**
+ * Whether the VM at `vmid`, where this resource had confirmed its own, is provably another VM now
+ * (ours destroyed, by another state file's delete or a person, and the VMID reused): it carries
+ * another resource's marker, or no marker and an SMBIOS UUID other than the one recorded when ours
+ * was confirmed (PVE makes one per create and per clone). Ours with its description edited keeps
+ * its UUID: not this. A VMID the spec pins is the resource's identity: never.
+ */
+export function provablyAnotherVm(r: ProxmoxVM, vmid: number, own: Ownership, smbios1: string | undefined): boolean {
+  if (r.spec.forProvider.vmid !== undefined || !confirmedAt(r, vmid)) return false;
+  if (own.kind === 'other') return true;
+  const uuid = smbiosUuid(smbios1);
+  const was = r.status?.atProvider?.smbiosUuid;
+  return own.kind === 'foreign' && !own.lock && was !== undefined && uuid !== undefined && uuid !== was;
+}
+
 export function smbiosUuid(smbios1: string | undefined): string | undefined {
   return /(?:^|,)uuid=([^,]+)/.exec(smbios1 ?? '')?.[1];
 }

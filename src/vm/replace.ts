@@ -10,10 +10,12 @@
  * 3. `RetiringReplaced`: once the new VM is Ready, the old one is stopped and destroyed with its
  *    disks, after its marker was read again (a VMID reused by somebody else is never touched).
  *
- * Deleting the resource meanwhile destroys both (the old one first). Nothing here ever runs
- * without the policy: by default a site change that cannot migrate is refused.
+ * Deleting the resource meanwhile destroys both (the old one first). The spec's site back on the
+ * old VM's before the new VM was made drops the replacement (dropRevertedReplacement). Nothing here
+ * ever runs without the policy: by default a site change that cannot migrate is refused.
  */
-import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
+import { ANNOTATION_EXTERNAL_NAME, createIncomplete, setAnnotation } from '../engine/resource.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
@@ -31,6 +33,40 @@ export function replacementChange(ctx: StepContext, here: ObservedVm, blocker: s
     replaced: { site: ctx.site.name, node: here.node, vmid: here.vmid },
     target: to,
   };
+}
+
+/**
+ * Before step 2 has made the new VM (none confirmed, no task, no create pending), the spec's site
+ * back on the old VM's (a user who changed their mind): the replacement is dropped and the old VM
+ * is the resource's again, with its VMID and site. Returns whether it was. Kept, the resource stayed
+ * placed on the new site with the old VM's VMID, which names nothing there or another resource's
+ * VM: PlacementChangeRefused for good (fault search F40).
+ */
+export function dropRevertedReplacement(ctx: StepContext, r: ProxmoxVM): boolean {
+  const a = atProvider(r);
+  const old = a.replacing;
+  if (
+    !old ||
+    r.metadata.deletionTimestamp ||
+    r.spec.forProvider.site !== old.site ||
+    a.vmId !== undefined ||
+    a.task ||
+    createIncomplete(r)
+  )
+    return false;
+  delete a.replacing;
+  a.site = old.site;
+  a.node = old.node;
+  setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(old.vmid));
+  setAnnotation(r, ANNOTATION_SITE, old.site);
+  ctx.site.forget(r.metadata.uid);
+  ready(
+    r,
+    'False',
+    'Unavailable',
+    `the replacement was dropped: spec.forProvider.site is ${old.site} again, where VM ${old.vmid} is`,
+  );
+  return true;
 }
 
 /** Step 1, in update: record the old VM and move the resource to the new site, in one status write. */

@@ -34,12 +34,27 @@ import { retireDuplicates } from './duplicates.ts';
 import { listIndex } from './list-index.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import { estimate, vmDisks, wantedStorage } from './migrate.ts';
-import { clearPlaceholder, cloneSource, manualCleanup, ownershipOf, placeholderFate, smbiosUuid } from './ownership.ts';
+import {
+  clearPlaceholder,
+  cloneSource,
+  manualCleanup,
+  ownershipOf,
+  placeholderFate,
+  provablyAnotherVm,
+  smbiosUuid,
+} from './ownership.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
 import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
-import { freeVmids, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
+import {
+  confirmedAt,
+  freeVmids,
+  giveUpVmid,
+  lateCreateMayStillApply,
+  noteUnknownCreate,
+  vmidChosenByUs,
+} from './vmid.ts';
 
 export interface SiteMoveObservation {
   obs: ExternalObservation;
@@ -106,7 +121,11 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       }
     }
     if (here) {
-      if (source) a.node = here.node;
+      // The VM at the source VMID is not ours any more (ours destroyed after the move was
+      // recorded, the VMID taken by someone): nothing of ours is left there to move. Sent anyway,
+      // the migration carried the other user's VM away (found by the fault search, F42).
+      if (!source) return lostOnSource(ctx, r, vmid);
+      a.node = here.node;
       const lock = hereLock;
       if (lock || (await migrationRunning(ctx, move)))
         return waiting(r, `VM ${vmid} is being migrated to site ${move.to} (${lock ?? 'qmigrate'})`, ctx);
@@ -144,6 +163,16 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   const own = ownershipOf(r, cfg, { installation: ctx.site.installation, vmid });
   const unfinished = own.kind === 'placeholder' ? own.lock : own.kind === 'ours' ? own.lock : undefined;
   if (unfinished) return unfinishedHere(ctx, r, here, unfinished, own.kind === 'ours');
+  // Not ours, at a VMID we chose and never confirmed, or where ours was confirmed and another VM
+  // holds it now (ours destroyed, the VMID reused): by observe's rules (notOurs) our VM is not
+  // here, so it is gone from the source and lostOnSource follows it or makes it on the target.
+  // Taken for a VM the move may not touch, it held the resource in PlacementChangeRefused for good
+  // (fault search F41, once another user could destroy our VM).
+  if (
+    own.kind !== 'ours' &&
+    ((vmidChosenByUs(r) && !confirmedAt(r, vmid)) || provablyAnotherVm(r, vmid, own, cfg.smbios1))
+  )
+    return lostOnSource(ctx, r, vmid);
   if (own.kind !== 'ours')
     throw reason(
       'PlacementChangeRefused',

@@ -29,6 +29,7 @@ import {
   OtherState,
   Prepare,
   Reconcile,
+  Replace,
   Restart,
   TwoWriters,
 } from './commands.ts';
@@ -348,6 +349,18 @@ function commandKinds(extras: Extras, auth: 'password' | 'token') {
     fault: { weight: 5, arbitrary: faultArb(extras, auth).map((f) => new Fault(f.label, f.spec, f.lastsFor, f.site)) },
     heal: { weight: 2, arbitrary: fc.nat(3).map((i) => new Heal(i)) },
     foreign: { weight: 3, arbitrary: fc.tuple(foreignAct, name).map(([what, n]) => new Foreign(what, n)) },
+    replace: { weight: 4, arbitrary: name.map((n) => new Replace(n)) },
+    // A replacement's own steps (its record made; the old VM's retirement sent) and a delete's destroy.
+    interruptedReplace: {
+      weight: 3,
+      arbitrary: fc
+        .tuple(
+          name,
+          fc.constantFrom('update-reserve-replacement', 'update-retire-replaced', 'delete-destroy-issued'),
+          interruption,
+        )
+        .map(([n, step, what]) => new Reconcile(n, { where: { step }, what })),
+    },
     prepare: {
       weight: 4,
       arbitrary: fc.tuple(name, edit, fc.constantFrom(0 as const, 2 as const)).map(([n, e, i]) => new Prepare(n, e, i)),
@@ -384,6 +397,37 @@ export function commandsArb(extras: Extras, auth: 'password' | 'token', maxComma
     'fault',
     'heal',
     'foreign',
+  ] as const;
+  return scheduleOf(extras, auth, kinds, maxCommands, replayPath);
+}
+
+/**
+ * The schedules of the third search (search.test.ts): moves that allow a replacement
+ * (`replacePolicy: CreateThenDelete`; with `password` a move to site-1 cannot be a remote migration,
+ * so the VM is made anew there and the old one destroyed once the new one is Ready), with their
+ * steps interrupted, among applies (which may take the policy away again), plain moves,
+ * reconciles, crashes, deletions, two writers, restarts and faults. Without the second state file
+ * and other users, whose open families (FINDINGS.md) are the first search's to meet.
+ */
+export function replaceCommandsArb(
+  extras: Extras,
+  auth: 'password' | 'token',
+  maxCommands: number,
+  replayPath?: string,
+) {
+  const kinds = [
+    'replace',
+    'interruptedReplace',
+    'apply',
+    'reconcile',
+    'converge',
+    'interrupted',
+    'move',
+    'delete',
+    'twoWriters',
+    'restart',
+    'fault',
+    'heal',
   ] as const;
   return scheduleOf(extras, auth, kinds, maxCommands, replayPath);
 }

@@ -37,7 +37,7 @@ abstract class Step implements AsyncCommand<Model, World> {
 }
 
 const showEdit = (e: Edit) =>
-  `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}${e.site && e.site !== SITE ? ` site=${e.site}` : ''}`;
+  `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}${e.site && e.site !== SITE ? ` site=${e.site}` : ''}${e.replacePolicy ? ` replacePolicy=${e.replacePolicy}` : ''}`;
 
 /** The user deletes the resource's manifest (from both state files: see Delete). */
 function deleteManifest(w: World, name: Name): void {
@@ -93,12 +93,15 @@ export class Prepare extends Step {
 /**
  * A user moves the resource to the other site: the manifest as last applied, with the other site
  * (and its node). Which site is "other" follows from the schedule so far, so a replay moves alike.
+ * `replacePolicy` (Replace): the move may replace the VM.
  */
 export class Move extends Step {
   readonly name: Name;
-  constructor(name: Name) {
+  readonly replacePolicy: Edit['replacePolicy'];
+  constructor(name: Name, replacePolicy?: Edit['replacePolicy']) {
     super();
     this.name = name;
+    this.replacePolicy = replacePolicy;
   }
   override check(m: Readonly<Model>): boolean {
     return m.applied.has(this.name);
@@ -106,11 +109,26 @@ export class Move extends Step {
   protected async act(_m: Model, w: World): Promise<void> {
     const last = w.lastEdit.get(this.name) ?? { cpu: 1, memory: '1Gi' };
     const site: SiteName = (last.site ?? SITE) === 'site-1' ? 'site-2' : 'site-1';
-    w.log(`  (as ${showEdit({ ...last, site })})`);
-    w.apply(this.name, { ...last, site });
+    const edit: Edit = { ...last, site, ...(this.replacePolicy ? { replacePolicy: this.replacePolicy } : {}) };
+    w.log(`  (as ${showEdit(edit)})`);
+    w.apply(this.name, edit);
   }
   toString(): string {
-    return `move ${this.name} to the other site (its last manifest, the site changed)`;
+    return this.replacePolicy
+      ? `move ${this.name} to the other site, a replacement allowed (${this.replacePolicy})`
+      : `move ${this.name} to the other site (its last manifest, the site changed)`;
+  }
+}
+
+/**
+ * The user moves the resource to the other site allowing a replacement (`replacePolicy:
+ * CreateThenDelete`): where no remote migration can be made (with `password`, a move to site-1 has
+ * no API token for its target) a new VM is made there and the old one destroyed once it is Ready;
+ * elsewhere the VM migrates as for Move.
+ */
+export class Replace extends Move {
+  constructor(name: Name) {
+    super(name, 'CreateThenDelete');
   }
 }
 

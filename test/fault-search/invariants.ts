@@ -138,6 +138,18 @@ function holdsData(p: Placed): boolean {
   return lock !== 'create' && lock !== 'clone';
 }
 
+/**
+ * A replacement under way (src/vm/replace.ts): the resource records the VM it replaces, which stays
+ * until its successor is Ready; the two carry one marker meanwhile.
+ */
+function replacing(w: World, uid: string, vms: Placed[]): boolean {
+  if (vms.length !== 2) return false;
+  return [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])].some((r) => {
+    const old = r.metadata.uid === uid ? r.status?.atProvider?.replacing : undefined;
+    return old !== undefined && vms.some((p) => p.site === old.site && p.vm.vmid === old.vmid);
+  });
+}
+
 function changedKeys(a: Record<string, string>, b: Record<string, string>): string[] {
   return [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => a[k] !== b[k]).sort();
 }
@@ -162,7 +174,7 @@ export function checkAlways(w: World): void {
       w.log(`  ${describeVm(reverted)}: migrated there, the spec back on the source site meanwhile (F24, open)`);
       continue;
     }
-    if (vms.length > 1 && !migrating(vms)) {
+    if (vms.length > 1 && !migrating(vms) && !replacing(w, uid, vms)) {
       const tasks = vms
         .map((p) => `${p.site} qmigrate ${taskRuns(p.c, 'qmigrate', p.vm.vmid) ? 'running' : 'not running'}`)
         .join(', ');

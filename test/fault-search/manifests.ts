@@ -1,7 +1,7 @@
 /**
  * What the fault search's users write and apply: the two sites of the default topology with their
  * nodes, the resources a schedule names and how each is made, the part of a spec a user edits
- * (size, power state, site), the manifest that results, and the ProviderConfig the provider
+ * (size, power state, site, replace policy), the manifest that results, and the ProviderConfig the provider
  * processes read (token credentials for both sites, or root@pam's password on site-1).
  */
 import { parseAllDocuments, stringify } from 'yaml';
@@ -41,6 +41,8 @@ export interface Edit {
   powerState?: 'running' | 'stopped';
   /** site-1 when not given. */
   site?: SiteName;
+  /** A move no remote migration can make replaces the VM (a new one, then the old destroyed): data lost by choice. */
+  replacePolicy?: 'CreateThenDelete';
 }
 
 export function manifest(name: Name, edit: Edit): ProxmoxVM {
@@ -59,6 +61,7 @@ export function manifest(name: Name, edit: Edit): ProxmoxVM {
         network: 'vmbr0',
         ...SOURCE[name],
         ...(edit.powerState ? { powerState: edit.powerState } : {}),
+        ...(edit.replacePolicy ? { replacePolicy: edit.replacePolicy } : {}),
       },
       providerConfigRef: { name: 'default' },
     },

@@ -18,6 +18,7 @@ import {
   Move,
   OtherState,
   Reconcile,
+  Replace,
   Restart,
   TwoWriters,
 } from './commands.ts';
@@ -580,6 +581,64 @@ describe('fault-search regressions', () => {
         new Reconcile('vm-a', { where: { nth: 1 }, what: { kind: 'foreign', what: 'destroy' } }),
         new Reconcile('vm-a'),
         new Heal(0),
+      ],
+      { strict: true },
+    );
+  });
+
+  it("F40: a replacement recorded (no new VM yet), then the spec back on the old site, where the new site holds another resource at the old VMID -> the replacement is dropped; the old VM stays the resource's", async () => {
+    await runSchedule(
+      'password',
+      [vmB, new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2' })],
+      [
+        // vm-b holds VMID 100 on site-1, vm-a VMID 100 on site-2.
+        new Converge('vm-b'),
+        new Converge('vm-a'),
+        // To site-1, where no remote migration can go with `password`: a replacement, recorded.
+        new Replace('vm-a'),
+        new Reconcile('vm-a'),
+        // And back to site-2 before a new VM was made.
+        new Replace('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+
+  it('F41: our VM destroyed by another user, its VMID taken by them, then a move to site-2 -> ours is gone from the source; made on site-2 (no PlacementChangeRefused for good)', async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi', powerState: 'stopped' })],
+      [
+        new Converge('vm-a'),
+        new Foreign('destroy', 'vm-a'),
+        // Time for the destroy (it holds the VM's lock two simulated seconds) to end.
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', powerState: 'stopped' }),
+        new Converge('vm-b'),
+        new Foreign('take-persisted-vmid', 'vm-a'),
+        new Move('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+
+  it("F42: a move recorded, our VM destroyed by another user and its VMID taken by them before the move is sent -> the other user's VM is never migrated; ours is made on site-2", async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi', powerState: 'stopped' })],
+      [
+        new Converge('vm-a'),
+        new Move('vm-a'),
+        new Reconcile('vm-a', {
+          where: { step: 'update-reserve-site-move' },
+          what: { kind: 'foreign', what: 'destroy' },
+        }),
+        // Time for the destroy to end.
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', powerState: 'stopped' }),
+        new Converge('vm-b'),
+        new Foreign('take-persisted-vmid', 'vm-a'),
+        new Reconcile('vm-a'),
       ],
       { strict: true },
     );

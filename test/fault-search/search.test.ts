@@ -16,7 +16,14 @@ import assert from 'node:assert/strict';
 import { appendFileSync } from 'node:fs';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { commandsArb, type Extras, initialArb, prepareCommandsArb, probeFaultKinds } from './arbitraries.ts';
+import {
+  commandsArb,
+  type Extras,
+  initialArb,
+  prepareCommandsArb,
+  probeFaultKinds,
+  replaceCommandsArb,
+} from './arbitraries.ts';
 import { type MoveStats, runSchedule, ScheduleFailure } from './runner.ts';
 import { World } from './world.ts';
 
@@ -169,3 +176,8 @@ test('fault search: the invariants hold under every drawn schedule of faults, cr
 // replay of one of its failures runs this test alone (--test-name-pattern 'preparing ahead').
 test('fault search, preparing ahead: no config names a snippet that is not there, and every invariant holds', (t) =>
   search(t, prepareCommandsArb));
+
+// Moves that replace the VM where no remote migration can move it (arbitraries.ts
+// replaceCommandsArb); a replay of one of its failures: --test-name-pattern 'replacements'.
+test('fault search, replacements: every invariant holds while moves replace VMs where none can migrate', (t) =>
+  search(t, replaceCommandsArb));
