@@ -261,7 +261,7 @@ function waitForScout(
     scouting.set(ctx.site, site);
   }
   const s = site.get(key);
-  const live = s !== undefined && scoutLive(s, milestone);
+  const live = s !== undefined && scoutLive(ctx, s, milestone);
   const wake = ctx.options.wake;
   if (!s || !live || s.scout === ctx.memory || b.since < s.since || !wake) {
     const waiting = s?.waiting ?? new Map<ResourceMemory, () => void>();
@@ -288,13 +288,33 @@ export function waitsForScout(ctx: StepContext, r: ProxmoxVM, milestone: GuestMi
   if (learned.get(ctx.site)?.has(key)) return false;
   const s = scouting.get(ctx.site)?.get(key);
   if (!s || s.scout === ctx.memory || !s.waiting.has(ctx.memory)) return false;
-  return scoutLive(s, milestone);
+  return scoutLive(ctx, s, milestone);
 }
 
-/** Whether a kind's scout is still the boot it was and has not reached `milestone` yet. */
-function scoutLive(s: Scouting, milestone: GuestMilestone): boolean {
+/**
+ * A scout that has not asked for this many agent polls (and at least SCOUT_SILENT_MIN_MS) has
+ * stopped (its resource reconciled by another process now, paused, or held in a backoff): the next
+ * boot of its kind takes its place. A scout asks at least once per agent poll while it is
+ * reconciled; the floor keeps a busy process's late reconciles (agent polls of 20 ms in tests) from
+ * passing the scouting on. Without it, a scout whose milestone another process saw stayed live here
+ * for good, and so did its waiters, which do not ask: in the fault search, with two writers, two
+ * VMs waited for 184 settle rounds, one for the agent and one for cloud-init.
+ */
+const SCOUT_SILENT_POLLS = 2;
+const SCOUT_SILENT_MIN_MS = 1000;
+
+/** Per resource: when it last asked its guest (any milestone or command): a scout that asks is live. */
+const lastAsked = new WeakMap<ResourceMemory, number>();
+
+/**
+ * Whether a kind's scout is still the boot it was, has not reached `milestone` yet, and still asks
+ * (SCOUT_SILENT_POLLS).
+ */
+function scoutLive(ctx: StepContext, s: Scouting, milestone: GuestMilestone): boolean {
   const scoutBoot = boots.get(s.scout);
-  return scoutBoot?.since === s.since && scoutBoot.reachedAt[milestone] === undefined;
+  if (scoutBoot?.since !== s.since || scoutBoot.reachedAt[milestone] !== undefined) return false;
+  const silent = ctx.site.now() - Math.max(s.since, lastAsked.get(s.scout) ?? s.since);
+  return silent <= Math.max(SCOUT_SILENT_MIN_MS, SCOUT_SILENT_POLLS * (ctx.options.agentPollMs ?? 5000));
 }
 
 /** How long to wait before asking about a command started in the guest at `startedAt`. */
@@ -378,6 +398,7 @@ function askDelay(
 
 /** An ask sent at `askedAt` had been scheduled for scheduledAsk: how late it was, for the site's lag. */
 function noteLag(ctx: StepContext, askedAt: number): void {
+  lastAsked.set(ctx.memory, askedAt);
   const at = scheduledAsk.get(ctx.memory);
   if (at === undefined) return;
   scheduledAsk.delete(ctx.memory);

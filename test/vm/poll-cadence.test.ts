@@ -382,6 +382,38 @@ describe('guest cadence', () => {
     }
   });
 
+  it('a scout that stops asking hands the scouting on after two agent polls: its waiters do not wait for good', () => {
+    // Found by the fault search: with two writers, a scout whose milestone the other process saw
+    // was live here for good, and its waiter never asked.
+    const named = (name: string) =>
+      ({
+        metadata: { name, namespace: 'default' },
+        spec: { forProvider: { image: 'local:import/silent-scout.qcow2' } },
+      }) as unknown as ProxmoxVM;
+    const ctxOf = (memory: ResourceMemory) =>
+      ({ site, memory, options: { agentPollMs: 5000, wake: () => {} } }) as unknown as StepContext;
+    now = 9_000_000;
+    const [scout, waiter] = ['s', 'w'].map((name) => {
+      const ctx = ctxOf({ secrets: { sshKeys: [] } } as ResourceMemory);
+      guestStopped(ctx.memory);
+      guestBooted(ctx);
+      now += 10;
+      return { ctx, r: named(name) };
+    });
+    assert.equal(guestPollMs(scout!.ctx, scout!.r, 'agent'), FLOOR_MS);
+    assert.equal(guestPollMs(waiter!.ctx, waiter!.r, 'agent'), 5000, 'the waiter waits for the scout');
+    now += FLOOR_MS;
+    guestMissed(scout!.ctx, 'agent');
+    // The scout asks no more (another process finished its resource). Within two agent polls of its
+    // last ask the waiter still waits; past them it asks, as the kind's scout now.
+    now += 9_900;
+    assert.equal(waitsForScout(waiter!.ctx, waiter!.r, 'agent'), true);
+    now += 200;
+    assert.equal(waitsForScout(waiter!.ctx, waiter!.r, 'agent'), false, 'the silent scout is not waited for');
+    assert.ok(guestPollMs(waiter!.ctx, waiter!.r, 'agent') < 5000, 'the waiter asks, from its own cadence');
+    assert.equal(waitsForScout(scout!.ctx, scout!.r, 'agent'), false);
+  });
+
   it('a command in the guest: the first asked at 10 ms, then at twice its age; the next ones at the hit it taught, its bounds being within half of it', () => {
     // Each site learns apart: this one is new.
     const own = { now: () => now } as unknown as SiteContext;
