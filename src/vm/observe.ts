@@ -22,9 +22,9 @@ import {
   cloneSource,
   manualCleanup,
   type Ownership,
+  ourVmNotAt,
   ownershipOf,
   placeholderFate,
-  provablyAnotherVm,
   smbiosUuid,
 } from './ownership.ts';
 import { guestPoll, needsFullObserve } from './read-schedule.ts';
@@ -34,7 +34,7 @@ import { lostOnSource, observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
 import { agentEnabled, validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
-import { confirmedAt, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate, vmidChosenByUs } from './vmid.ts';
+import { giveUpVmid, lateCreateMayStillApply, noteUnknownCreate, vmidChosenByUs } from './vmid.ts';
 
 /** The step a resource is at while the change drift found is being made. */
 const STEP_OF: Partial<Record<Change['kind'], string>> = {
@@ -66,14 +66,11 @@ function checkPlacement(r: ProxmoxVM, vmid: number | undefined): void {
 
 /** A VM at our VMID that is not ours: give the VMID up if we may, else refuse for good. */
 function notOurs(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, own: Ownership): Observed {
-  if (vmidChosenByUs(r) && !confirmedAt(r, found.vmid)) return { obs: giveUpVmid(ctx, r, found.vmid) };
   // Deleting, and a VM that is not ours holds the VMID: ours is gone (destroyed, the VMID reused).
-  // Nothing of ours is left to delete; the stranger is never touched.
-  if (r.metadata.deletionTimestamp) return { obs: giveUpVmid(ctx, r, found.vmid) };
-  // Our VM was here (we saw our marker) and is gone: another VM now holds the VMID (our VM
-  // destroyed, by another state file's delete or a person, and the VMID reused). Look for ours
-  // elsewhere, or make it again at another VMID; ours with its description edited stays a VMIDConflict.
-  if (provablyAnotherVm(r, found.vmid, own, found.config?.values.smbios1))
+  // Nothing of ours is left to delete; the stranger is never touched. Otherwise, where the VM there
+  // proves ours is not (ourVmNotAt), look for ours elsewhere, or make it again at another VMID; ours
+  // with its description edited stays a VMIDConflict.
+  if (r.metadata.deletionTimestamp || ourVmNotAt(r, found.vmid, own, found.config?.values.smbios1))
     return { obs: giveUpVmid(ctx, r, found.vmid) };
   if (own.kind === 'other')
     throw reason(

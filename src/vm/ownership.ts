@@ -30,7 +30,7 @@ import type { Change } from './drift.ts';
 import { findTemplate } from './lookup.ts';
 import { isPlaceholderLock, type Marker, type MarkerPlace, markerNames, ownerKey, parseMarker } from './spec.ts';
 import { type MakerTask, makerTasks } from './tasks.ts';
-import { confirmedAt } from './vmid.ts';
+import { confirmedAt, vmidChosenByUs } from './vmid.ts';
 
 export type Ownership =
   /**
@@ -102,15 +102,17 @@ function anotherVm(r: ProxmoxVM, cfg: VmConfig['values']): boolean {
   return known !== undefined && uuid !== undefined && known !== uuid;
 }
 
-/** The `uuid=` of an `smbios1` config value. */
 /**
- * Whether the VM at `vmid`, where this resource had confirmed its own, is provably another VM now
- * (ours destroyed, by another state file's delete or a person, and the VMID reused): it carries
+ * Whether the VM at `vmid`, which is not ours (`own`), proves our VM is not there: a VMID we chose
+ * (vmidChosenByUs) where we never confirmed ours, or one where ours was confirmed and another VM
+ * holds it now (ours destroyed, by another state file's delete or a person, and the VMID reused):
  * another resource's marker, or no marker and an SMBIOS UUID other than the one recorded when ours
  * was confirmed (PVE makes one per create and per clone). Ours with its description edited keeps
- * its UUID: not this. A VMID the spec pins is the resource's identity: never.
+ * its UUID: not this. A VMID the spec pins is the resource's identity: never. Observe then gives
+ * the VMID up (notOurs), and a move finds our VM gone from its source (site-move.ts).
  */
-export function provablyAnotherVm(r: ProxmoxVM, vmid: number, own: Ownership, smbios1: string | undefined): boolean {
+export function ourVmNotAt(r: ProxmoxVM, vmid: number, own: Ownership, smbios1: string | undefined): boolean {
+  if (vmidChosenByUs(r) && !confirmedAt(r, vmid)) return true;
   if (r.spec.forProvider.vmid !== undefined || !confirmedAt(r, vmid)) return false;
   if (own.kind === 'other') return true;
   const uuid = smbiosUuid(smbios1);
@@ -118,6 +120,7 @@ export function provablyAnotherVm(r: ProxmoxVM, vmid: number, own: Ownership, sm
   return own.kind === 'foreign' && !own.lock && was !== undefined && uuid !== undefined && uuid !== was;
 }
 
+/** The `uuid=` of an `smbios1` config value. */
 export function smbiosUuid(smbios1: string | undefined): string | undefined {
   return /(?:^|,)uuid=([^,]+)/.exec(smbios1 ?? '')?.[1];
 }

@@ -38,23 +38,16 @@ import {
   clearPlaceholder,
   cloneSource,
   manualCleanup,
+  ourVmNotAt,
   ownershipOf,
   placeholderFate,
-  provablyAnotherVm,
   smbiosUuid,
 } from './ownership.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
 import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
-import {
-  confirmedAt,
-  freeVmids,
-  giveUpVmid,
-  lateCreateMayStillApply,
-  noteUnknownCreate,
-  vmidChosenByUs,
-} from './vmid.ts';
+import { freeVmids, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
 
 export interface SiteMoveObservation {
   obs: ExternalObservation;
@@ -168,11 +161,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   // here, so it is gone from the source and lostOnSource follows it or makes it on the target.
   // Taken for a VM the move may not touch, it held the resource in PlacementChangeRefused for good
   // (fault search F41, once another user could destroy our VM).
-  if (
-    own.kind !== 'ours' &&
-    ((vmidChosenByUs(r) && !confirmedAt(r, vmid)) || provablyAnotherVm(r, vmid, own, cfg.smbios1))
-  )
-    return lostOnSource(ctx, r, vmid);
+  if (own.kind !== 'ours' && ourVmNotAt(r, vmid, own, cfg.smbios1)) return lostOnSource(ctx, r, vmid);
   if (own.kind !== 'ours')
     throw reason(
       'PlacementChangeRefused',
