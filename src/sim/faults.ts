@@ -103,6 +103,8 @@ export interface ActiveFault {
   pathRe?: RegExp;
   release?: () => void;
   released: Promise<void>;
+  /** A task stall: set once a task reached it (held there until the fault is removed): for tests that step a worker. */
+  reached?: boolean;
 }
 
 export interface TaskFault {
@@ -473,6 +475,7 @@ export class Faults {
             signal.addEventListener('abort', () => resolve(undefined), { once: true });
           }),
         );
+        tf.fault.reached = true;
         tf.stalled = Promise.race(waits).then(() => done.abort());
       }
       await tf.stalled;

@@ -26,6 +26,7 @@
 import { ANNOTATION_SITE, type ProxmoxVM, type SiteMove } from '../api/proxmoxvm.ts';
 import { ANNOTATION_EXTERNAL_NAME, rfc3339, setAnnotation, setCondition } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
+import { NotFoundError } from '../proxmox/errors.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
@@ -71,9 +72,13 @@ function movedHere(r: ProxmoxVM, description: string | undefined, installation: 
   return markerNames(m, r, { installation, vmid: move.vmid });
 }
 
-/** A `qmigrate` of the VM still runs on the source (a lost answer leaves no UPID to follow). */
-async function migrationRunning(ctx: StepContext, move: SiteMove): Promise<boolean> {
-  const active = await ctx.site.activeTasks(move.fromNode, ctx.signal, false, ctx.memory);
+/**
+ * A `qmigrate` of the VM still runs on the source (a lost answer leaves no UPID to follow).
+ * `fresh`: a task list read now, not a shared one of the last second (one read before another
+ * process sent the migration does not show it).
+ */
+async function migrationRunning(ctx: StepContext, move: SiteMove, fresh = false): Promise<boolean> {
+  const active = await ctx.site.activeTasks(move.fromNode, ctx.signal, fresh, ctx.memory);
   return [...active].some((u) => {
     const t = parseUpid(u);
     return t?.type === 'qmigrate' && t.id === String(move.fromVmid);
@@ -108,9 +113,9 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       // fault search (F20), where following it left the resource's own VM behind.
       if (movedHere(r, cfg.description, tctx.site.installation, move) && (!source || hereLock === 'migrate')) {
         if (cfg.lock) return waiting(r, `VM ${move.vmid} is arriving on site ${move.to} (${cfg.lock})`, ctx);
-        if (source && (await migrationRunning(ctx, move)))
+        if (source && (await migrationRunning(ctx, move, true)))
           return waiting(r, `the migration of VM ${vmid} to site ${move.to} is finishing`, ctx);
-        return arrived(ctx, r, move, there, source);
+        return arrived(ctx, r, move, there, source && (await leftBehind(ctx, r, source)));
       }
     }
     if (here) {
@@ -299,6 +304,25 @@ export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number)
       : `VM ${vmid} is no longer on site ${ctx.site.name}, nor anywhere on site ${tctx.site.name}; it is made there`,
   );
   return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+}
+
+/**
+ * Our source, read before the target, as it is now that no `qmigrate` runs: left behind only if it
+ * is still there, ours and locked `migrate`. The worker destroys it after it unlocked the target,
+ * then ends (:1906-1909): read before that end and taken for left once the task list no longer
+ * showed the task, it was reported left (SourceVmLeft, with `qm destroy` of its VMID) although it
+ * was gone; found by the fault search, where the VMID could then be another user's VM.
+ */
+async function leftBehind(ctx: StepContext, r: ProxmoxVM, source: ObservedVm): Promise<ObservedVm | undefined> {
+  const cfg = await ctx.client.vmConfig(source.node, source.vmid).then(
+    (c) => c.values,
+    (e) => {
+      if (e instanceof NotFoundError) return undefined;
+      throw e;
+    },
+  );
+  const ours = cfg && ownershipOf(r, cfg, { installation: ctx.site.installation, vmid: source.vmid }).kind === 'ours';
+  return ours && cfg.lock === 'migrate' ? source : undefined;
 }
 
 /** The move arrived: the resource's external name, site and node follow the VM. */

@@ -280,10 +280,21 @@ export function refusedAsDesigned(w: World, r: ProxmoxVM): boolean {
   return sy.reason === 'MigrationRefused' && /is in use on site .*keeps its VMID/.test(sy.message ?? '');
 }
 
-function unsettledLine(r: ProxmoxVM): string {
+function unsettledLine(w: World, r: ProxmoxVM): string {
   const sy = getCondition(r, 'Synced');
   const rd = getCondition(r, 'Ready');
-  return `${r.metadata.name}${r.metadata.deletionTimestamp ? ' (deleting)' : ''}: ext=${externalName(r) ?? '-'} step=${r.status?.atProvider?.step ?? '-'} Ready=${rd?.reason ?? '-'} Synced=${sy?.reason ?? '-'} ${(sy?.message ?? rd?.message ?? '').slice(0, 240)}`;
+  return `${r.metadata.name}${r.metadata.deletionTimestamp ? ' (deleting)' : ''}: ext=${externalName(r) ?? '-'} step=${r.status?.atProvider?.step ?? '-'} Ready=${rd?.reason ?? '-'} Synced=${sy?.reason ?? '-'} ${(sy?.message ?? rd?.message ?? '').slice(0, 240)}${guestLine(w, r)}`;
+}
+
+/** What PVE holds of an unsettled resource's VM that its guest's answers depend on (for a stuck wait). */
+function guestLine(w: World, r: ProxmoxVM): string {
+  const ext = externalName(r);
+  const site = w.siteOf(r);
+  const c = w.cluster(site);
+  const vm = ext === undefined ? undefined : c.state.vms.get(Number(ext));
+  if (!vm) return '';
+  const now = c.state.clock.now();
+  return ` [PVE ${site}/${vm.vmid}: ${vm.status}, agent=${vm.config.agent ?? '-'} pending=${Object.keys(vm.pending).join(',') || '-'} guestAgent=${vm.guestAgent} agentReadyIn=${vm.agentReadyAt - now}ms lock=${vm.config.lock ?? '-'} marker=${markerUid(vm.config.description) ?? '-'}]`;
 }
 
 function roundLine(r: ProxmoxVM): string {
@@ -329,8 +340,10 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     for (const r of w.otherStore?.listSync() ?? []) await w.reconcile(r.metadata.name as Name, 2, undefined, true);
     rounds++;
     // One line per round (identical rounds collapse into one with a count).
-    w.log(`  settle: ${w.store.listSync().map(roundLine).join('; ') || 'no resources'}`);
-    if (w.otherStore) w.log(`  settle (other state): ${w.otherStore.listSync().map(roundLine).join('; ') || 'none'}`);
+    // Both state files' resources on one line: identical rounds collapse, and a failure's journal
+    // (its last lines) still shows the schedule that led there.
+    const other = w.otherStore && `; other state: ${w.otherStore.listSync().map(roundLine).join('; ') || 'none'}`;
+    w.log(`  settle: ${w.store.listSync().map(roundLine).join('; ') || 'no resources'}${other ?? ''}`);
     await w.quiesce();
     checkAlways(w);
     const all = [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])];
@@ -349,7 +362,7 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
   }
   const unsettled = [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]
     .filter((r) => (r.metadata.deletionTimestamp || !settled(r)) && !refusedAsDesigned(w, r))
-    .map(unsettledLine);
+    .map((r) => unsettledLine(w, r));
   return { converged: unsettled.length === 0, rounds, unsettled };
 }
 

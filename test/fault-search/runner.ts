@@ -62,6 +62,8 @@ export async function runSchedule(
       const s = await settle(w);
       w.log(`settle: ${s.converged ? 'converged' : 'did not converge'} after ${s.rounds} rounds`);
       checkFinal(w, s);
+      // A replay that passes (a timing case) still shows what its schedule did (search.test.ts).
+      if (process.env.FAULT_SEARCH_JOURNAL) process.stderr.write(`${w.journal.join('\n')}\n`);
       return { settleRounds: s.rounds, journal: w.journal, moves: moveStats(w) };
     } catch (e) {
       const invariant = e instanceof InvariantViolation ? e.invariant : 'the run threw';

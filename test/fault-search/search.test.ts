@@ -7,6 +7,8 @@
  *   FAULT_SEARCH_SEED=<seed> FAULT_SEARCH_PATH=<path> FAULT_SEARCH_REPLAY=<replayPath> \
  *   npx node --test test/fault-search/search.test.ts
  * (the report prints that line; `replayPath` is fast-check's record of which commands ran).
+ * A failure's report ends with the last lines of its journal; FAULT_SEARCH_JOURNAL=1 prints the
+ * whole journal of every schedule that passes, for a replay that no longer fails (a timing case).
  *
  * Bounded in `npm test` (FAULT_SEARCH_RUNS runs, default 100, within FAULT_SEARCH_BUDGET_MS, default 60 s).
  * `npm run test:soak` keeps searching with fresh seeds until its budget is spent, records every
