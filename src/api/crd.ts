@@ -292,6 +292,19 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
         },
       ),
     ),
+    sourceLeft: Type.Optional(
+      Type.Object(
+        {
+          site: Type.String({ description: 'The site the VM left.' }),
+          node: Type.String({ description: 'Its node there.' }),
+          vmid: Type.Integer({ description: 'Its VMID there.' }),
+        },
+        {
+          description:
+            "A move's source that Proxmox failed to remove (condition SourceVmLeft), read again at each full read until it is gone.",
+        },
+      ),
+    ),
     replacing: Type.Optional(
       Type.Object(
         {

@@ -525,6 +525,11 @@ export interface AtProvider {
    * once the new VM is Ready (its task's UPID while that runs).
    */
   replacing?: { site: string; node: string; vmid: number; at: string; upid?: string };
+  /**
+   * A move's source that Proxmox failed to remove (condition SourceVmLeft): read again at each
+   * full read of the VM until it is gone or no longer this resource's, then the condition clears.
+   */
+  sourceLeft?: { site: string; node: string; vmid: number };
   /** Where ipAddresses came from: the guest agent, or the static cloudInit.ipConfig. */
   ipSource?: 'agent' | 'ipConfig';
   /** The snippet volume of the rendered userData (`cicustom user=`), when one is used. */

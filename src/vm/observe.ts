@@ -32,6 +32,7 @@ import { dropRevertedReplacement, retireReplaced } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { lostOnSource, observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
+import { recheckSourceLeft } from './source-left.ts';
 import { agentEnabled, validateSpec } from './spec.ts';
 import { taskDone } from './tasks.ts';
 import { giveUpVmid, lateCreateMayStillApply, noteUnknownCreate, vmidChosenByUs } from './vmid.ts';
@@ -400,6 +401,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   // A replacement's old VM goes once the new one got here (replace.ts).
   const old = await retireReplaced(ctx, r);
   if (old?.change) return { obs: { exists: true, upToDate: false, ...connection(ctx, r, found) }, change: old.change };
+  if (full && cfg) await recheckSourceLeft(ctx, r);
   a.step = 'Ready';
   ready(r, 'True', 'Available');
   return {

@@ -26,7 +26,6 @@
 import { ANNOTATION_SITE, type ProxmoxVM, type SiteMove } from '../api/proxmoxvm.ts';
 import { ANNOTATION_EXTERNAL_NAME, rfc3339, setAnnotation, setCondition } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
-import { NotFoundError } from '../proxmox/errors.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
@@ -47,6 +46,7 @@ import {
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
+import { leftBehind, noteSourceLeft } from './source-left.ts';
 import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
 import { freeVmids, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
 
@@ -115,7 +115,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
         if (cfg.lock) return waiting(r, `VM ${move.vmid} is arriving on site ${move.to} (${cfg.lock})`, ctx);
         if (source && (await migrationRunning(ctx, move, true)))
           return waiting(r, `the migration of VM ${vmid} to site ${move.to} is finishing`, ctx);
-        return arrived(ctx, r, move, there, source && (await leftBehind(ctx, r, source)));
+        return arrived(ctx, r, move, there, source !== undefined && (await leftBehind(ctx, r, vmid, source.node)));
       }
     }
     if (here) {
@@ -306,32 +306,13 @@ export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number)
   return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
 }
 
-/**
- * Our source, read before the target, as it is now that no `qmigrate` runs: left behind only if it
- * is still there, ours and locked `migrate`. The worker destroys it after it unlocked the target,
- * then ends (:1906-1909): read before that end and taken for left once the task list no longer
- * showed the task, it was reported left (SourceVmLeft, with `qm destroy` of its VMID) although it
- * was gone; found by the fault search, where the VMID could then be another user's VM.
- */
-async function leftBehind(ctx: StepContext, r: ProxmoxVM, source: ObservedVm): Promise<ObservedVm | undefined> {
-  const cfg = await ctx.client.vmConfig(source.node, source.vmid).then(
-    (c) => c.values,
-    (e) => {
-      if (e instanceof NotFoundError) return undefined;
-      throw e;
-    },
-  );
-  const ours = cfg && ownershipOf(r, cfg, { installation: ctx.site.installation, vmid: source.vmid }).kind === 'ours';
-  return ours && cfg.lock === 'migrate' ? source : undefined;
-}
-
 /** The move arrived: the resource's external name, site and node follow the VM. */
 function arrived(
   ctx: StepContext,
   r: ProxmoxVM,
   move: SiteMove,
   there: ObservedVm,
-  left: ObservedVm | undefined,
+  left: boolean,
 ): SiteMoveObservation {
   const a = atProvider(r);
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(move.vmid));
@@ -343,18 +324,7 @@ function arrived(
   delete a.siteMove;
   delete a.task;
   ctx.site.forget(r.metadata.uid);
-  if (left)
-    setCondition(
-      r,
-      {
-        type: 'SourceVmLeft',
-        status: 'True',
-        reason: 'SourceNotDeleted',
-        message: `VM ${move.fromVmid} is still on node ${move.fromNode} of site ${move.from} after its migration to ${move.to} (Proxmox failed to remove it; see the qmigrate task log), stopped and locked 'migrate'. It is not managed any more. Fix: on node ${move.fromNode} run 'qm unlock ${move.fromVmid} && qm destroy ${move.fromVmid} --purge'`,
-        observedGeneration: r.metadata.generation,
-      },
-      Date.now(),
-    );
+  if (left) noteSourceLeft(r, move);
   ready(r, 'False', 'Creating', `VM ${move.vmid} arrived on ${there.node} of site ${move.to}`);
   return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
 }

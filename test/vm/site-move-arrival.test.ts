@@ -8,12 +8,16 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
-import { cond, Engine, SITE1, startSim, vm, waitUntil } from './harness.ts';
+import { login, ticketHeaders } from '../helpers/fidelity.ts';
+import { raw, waitTask } from '../helpers/sim.ts';
+import { cond, Engine, NODE1, SITE1, startSim, vm, waitUntil } from './harness.ts';
 
 const SITE2 = 'site-2';
 const NODE2 = 'r630-01';
 
 describe('a move arriving while its worker ends', () => {
+  /** The number of the qmigrate worker's wait before its `quit`, for a VM of vm()'s size (the first test finds it). */
+  let quitStep: number | undefined;
   let sim: Simulator;
   let eng: Engine;
   before(async () => {
@@ -31,25 +35,11 @@ describe('a move arriving while its worker ends', () => {
     const key = eng.apply(vm('racer'));
     const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
     const worker = () => [...c1.state.tasks.values()].find((t) => t.type === 'qmigrate' && t.id === String(vmid));
-    // Hold the worker at each of its waits in turn (a task takes its faults when it starts), up to
-    // the one before its last tunnel command (`quit`): the target is unlocked then, the source still
-    // there and locked `migrate`.
-    const holds = Array.from({ length: 80 }, (_, i) =>
-      c1.addFault({ kind: 'task', type: 'qmigrate', id: String(vmid), action: 'stall', step: i + 1 }),
-    );
     // The migration's answer is lost: no UPID to follow, so each reconcile reads both VMs and the
     // source's task list (as a process that did not send the migration does).
     c1.addFault({ kind: 'reply-lost', method: 'POST', path: '/nodes/{node}/qemu/{vmid}/remote_migrate', count: 1 });
-    eng.apply(vm('racer', { site: SITE2, node: NODE2 }));
-    let step = 0;
-    for (; ; step++) {
-      assert.ok(step < holds.length, 'the worker reached its quit command');
-      await waitUntil(() => c1.faults.active.get(holds[step]!)?.reached, `the worker's wait ${step + 1}`);
-      if (/sending command "quit"/.test(worker()!.log.at(-1) ?? '')) break;
-      c1.removeFault(holds[step]!);
-    }
-    const hold = holds[step]!;
-    for (const later of holds.slice(step + 1)) c1.removeFault(later);
+    const { hold, step } = await holdBeforeQuit(sim, eng, 'racer', vmid);
+    quitStep = step;
     assert.equal(c2.state.vms.get(vmid)?.config.lock, undefined, 'the target is unlocked');
     assert.equal(c1.state.vms.get(vmid)?.config.lock, 'migrate', 'the source is still there, locked');
     // The next reconcile's read of the target lets the worker end; the task list it reads next is
@@ -72,4 +62,63 @@ describe('a move arriving while its worker ends', () => {
     const left = cond(r, 'SourceVmLeft');
     assert.notEqual(left?.status, 'True', `SourceVmLeft: ${left?.message}`);
   });
+
+  it('a source left behind is reported with the fix, and the report clears once the operator removed it', async () => {
+    assert.ok(quitStep, 'the first test found the wait before quit');
+    const c1 = sim.cluster(SITE1);
+    // Its own VMID: the first test's VM holds 100 on site-2 now, and a VM keeps its VMID when it moves.
+    const key = eng.apply(vm('stranded', { vmid: 150 }));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    // The worker's process is killed once the target is unlocked, before it destroys the source:
+    // PVE leaves the source stopped (here: as the migration left it) and locked `migrate`.
+    c1.addFault({ kind: 'task', type: 'qmigrate', id: String(vmid), action: 'die', step: quitStep });
+    eng.apply(vm('stranded', { vmid: 150, site: SITE2, node: NODE2 }));
+    const r = await eng.waitFor(key, (x) => cond(x, 'SourceVmLeft')?.status === 'True', 'SourceVmLeft');
+    assert.equal(c1.state.vms.get(vmid)?.config.lock, 'migrate', 'the source is there, locked');
+    assert.match(cond(r, 'SourceVmLeft')!.message!, new RegExp(`qm unlock ${vmid} && qm destroy ${vmid} --purge`));
+    assert.deepEqual(r.status?.atProvider?.sourceLeft, { site: SITE1, node: NODE1, vmid });
+    // The operator removes it (as root@pam over the API: `skiplock` is root's, as `qm unlock` is).
+    const root = ticketHeaders(await login(c1.url));
+    const destroy = await raw(c1.url, 'DELETE', `/nodes/${NODE1}/qemu/${vmid}?purge=1&skiplock=1`, { headers: root });
+    assert.equal(destroy.status, 200, destroy.text);
+    assert.equal((await waitTask(c1.url, NODE1, (destroy.json as { data: string }).data)).exitstatus, 'OK');
+    // The next full read of the VM (the drift read, or a spec change: here a change) looks again.
+    eng.apply(vm('stranded', { vmid: 150, site: SITE2, node: NODE2, tags: ['moved'] }));
+    const cleared = await eng.waitFor(
+      key,
+      (x) => cond(x, 'SourceVmLeft')?.status === 'False' && x.status?.atProvider?.step === 'Ready',
+      'SourceVmLeft cleared',
+    );
+    assert.equal(cond(cleared, 'SourceVmLeft')?.reason, 'SourceRemoved');
+    assert.equal(cleared.status?.atProvider?.sourceLeft, undefined);
+  });
 });
+
+/**
+ * Move `name` (VM `vmid`) to site-2 and hold its qmigrate worker at the wait before its last tunnel
+ * command (`quit`), stepping it wait by wait (a task takes its faults when it starts): the target
+ * is unlocked then, the source still there and locked `migrate`. Returns the holding fault and
+ * the wait's number.
+ */
+async function holdBeforeQuit(
+  sim: Simulator,
+  eng: Engine,
+  name: string,
+  vmid: number,
+): Promise<{ hold: number; step: number }> {
+  const c1 = sim.cluster(SITE1);
+  const worker = () => [...c1.state.tasks.values()].find((t) => t.type === 'qmigrate' && t.id === String(vmid));
+  const holds = Array.from({ length: 80 }, (_, i) =>
+    c1.addFault({ kind: 'task', type: 'qmigrate', id: String(vmid), action: 'stall', step: i + 1 }),
+  );
+  eng.apply(vm(name, { site: SITE2, node: NODE2 }));
+  let step = 0;
+  for (; ; step++) {
+    assert.ok(step < holds.length, 'the worker reached its quit command');
+    await waitUntil(() => sim.cluster(SITE1).faults.active.get(holds[step]!)?.reached, `the worker's wait ${step + 1}`);
+    if (/sending command "quit"/.test(worker()!.log.at(-1) ?? '')) break;
+    c1.removeFault(holds[step]!);
+  }
+  for (const later of holds.slice(step + 1)) c1.removeFault(later);
+  return { hold: holds[step]!, step: step + 1 };
+}
