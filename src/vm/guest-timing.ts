@@ -296,9 +296,11 @@ export function waitsForScout(ctx: StepContext, r: ProxmoxVM, milestone: GuestMi
  * stopped (its resource reconciled by another process now, paused, or held in a backoff): the next
  * boot of its kind takes its place. A scout asks at least once per agent poll while it is
  * reconciled; the floor keeps a busy process's late reconciles (agent polls of 20 ms in tests) from
- * passing the scouting on. Without it, a scout whose milestone another process saw stayed live here
- * for good, and so did its waiters, which do not ask: in the fault search, with two writers, two
- * VMs waited for 184 settle rounds, one for the agent and one for cloud-init.
+ * passing the scouting on. Without it, a scout whose milestone another process saw (two `apply`
+ * runs, or a CLI and the controller, on one fleet) stayed live here for good, and so did its
+ * waiters, which do not ask. (This was first taken for the cause of a guest waited for for good in
+ * the fault search; that search has no wakes, so no waiters: its cause was the search's own clock,
+ * test/fault-search/clock.test.ts.)
  */
 const SCOUT_SILENT_POLLS = 2;
 const SCOUT_SILENT_MIN_MS = 1000;

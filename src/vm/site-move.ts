@@ -24,7 +24,7 @@
  * bridges, and Sys.Audit on / for /cluster/status (the mtunnel endpoint's checks).
  */
 import { ANNOTATION_SITE, type ProxmoxVM, type SiteMove } from '../api/proxmoxvm.ts';
-import { ANNOTATION_EXTERNAL_NAME, rfc3339, setAnnotation, setCondition } from '../engine/resource.ts';
+import { ANNOTATION_EXTERNAL_NAME, rfc3339, setAnnotation } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';

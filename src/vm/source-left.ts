@@ -29,7 +29,7 @@ export async function leftBehind(ctx: StepContext, r: ProxmoxVM, vmid: number, n
       throw e;
     },
   );
-  if (!cfg || cfg.lock !== 'migrate') return false;
+  if (cfg?.lock !== 'migrate') return false;
   return ownershipOf(r, cfg, { installation: ctx.site.installation, vmid }).kind === 'ours';
 }
 

@@ -32,12 +32,23 @@ const REAL_NOW = Date.now;
 export class EngineClock {
   private offset = 0;
   private readonly realNow = REAL_NOW;
+  private installed: (() => number) | undefined;
   install(): void {
     const real = this.realNow;
-    Date.now = () => real() + this.offset;
+    this.installed = () => real() + this.offset;
+    Date.now = this.installed;
   }
+  /**
+   * Back to the real clock, unless another world's clock was installed since: a schedule that
+   * fast-check gave up on (its time budget or its timeout) still runs, and when it closed it put
+   * the real clock back under the next world's schedule. That world's clock then stood still
+   * whatever it ticked, and went back by its offset at once: a guest agent due a few seconds
+   * after a boot was never due in its 250 settle rounds (the open "guest agent waited for for
+   * good", met only in a search's first schedules, and never by a replay).
+   */
   uninstall(): void {
-    Date.now = this.realNow;
+    if (Date.now === this.installed) Date.now = this.realNow;
+    this.installed = undefined;
   }
   tick(ms = 1000): void {
     this.offset += ms;

@@ -50,6 +50,24 @@ const progress = { runs: 0, since: Date.now() };
 const moves: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0 };
 
 /**
+ * The schedule that runs or ran last. fast-check's time budget (interruptAfterTimeLimit) and its
+ * timeout race a run and, when they win, go on without it: that world still runs, and two worlds
+ * at once share one `Date.now` (EngineClock) and the machine's time.
+ */
+let inFlight: Promise<unknown> = Promise.resolve();
+
+/** `run` ended, or a schedule's timeout passed (a hung one is not waited for for good). */
+function settled(run: Promise<unknown>): Promise<unknown> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    run.catch(() => undefined),
+    new Promise((resolve) => {
+      timer = setTimeout(resolve, SCHEDULE_TIMEOUT_MS);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/**
  * The property: a schedule runs and every invariant holds. In soak mode a failure whose
  * signature was already found counts as seen, not as a new failure, so the search goes on
  * looking for other ones instead of shrinking the same one again.
@@ -68,8 +86,13 @@ function property(extras: Extras, known: Map<string, number>, commands: typeof c
     // Each schedule before it runs (a hang shows which one hangs: it is the last printed).
     if (env.FAULT_SEARCH_TRACE === '1')
       process.stderr.write(`[fault-search] run: ${auth} ${initial.join(', ')} ${String(cmds)}\n`);
+    // One world at a time: a schedule fast-check stopped waiting for (its time budget ran out, or
+    // it timed out) still runs; the next one starts once it ended (or after a timeout's length).
+    await settled(inFlight);
+    const run = runSchedule(auth, initial, cmds);
+    inFlight = run;
     try {
-      const res = await runSchedule(auth, initial, cmds);
+      const res = await run;
       for (const k of Object.keys(moves) as Array<keyof MoveStats>) moves[k] += res.moves[k];
     } catch (e) {
       // Traced: the failure as it happened (a shrink that fails later would leave only its own error).
@@ -117,6 +140,7 @@ function say(t: { diagnostic(m: string): void }, m: string): void {
  * the runs or the budget are spent; every distinct failure is reported.
  */
 async function search(t: { diagnostic(m: string): void }, commands: typeof commandsArb): Promise<void> {
+  await settled(inFlight);
   const probe = await World.start('password');
   const extras = await probeFaultKinds(probe);
   await probe.close();
@@ -140,7 +164,10 @@ async function search(t: { diagnostic(m: string): void }, commands: typeof comma
       plugins: [fc.interruptAfterTimeLimit(left)],
     });
     runs += details.numRuns;
-    if (!details.failed) {
+    // The budget ran out during the first schedule (fast-check reports no run as a failure with no
+    // error): nothing failed.
+    const cutShort = details.failed && details.interrupted && details.errorInstance == null;
+    if (!details.failed || cutShort) {
       say(t, `seed ${seed}: ${details.numRuns} runs passed${details.interrupted ? ' (time budget reached)' : ''}`);
       if (!KEEP_GOING || details.interrupted) break;
     } else {

@@ -383,8 +383,8 @@ describe('guest cadence', () => {
   });
 
   it('a scout that stops asking hands the scouting on after two agent polls: its waiters do not wait for good', () => {
-    // Found by the fault search: with two writers, a scout whose milestone the other process saw
-    // was live here for good, and its waiter never asked.
+    // Two processes on one fleet (two `apply` runs, a CLI and the controller): a scout whose
+    // milestone the other process saw was live here for good, and its waiter never asked.
     const named = (name: string) =>
       ({
         metadata: { name, namespace: 'default' },
