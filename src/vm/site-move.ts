@@ -236,6 +236,9 @@ async function unfinishedHere(
       `spec.forProvider.site is now '${r.spec.forProvider.site}', but VM ${vmid} on site '${ctx.site.name}' is a '${lock}' placeholder that this resource's credentials did not make; nothing is moved or created. Fix: revert spec.forProvider.site`,
     );
   atProvider(r).step = 'CreateInterrupted';
+  // Where it is, as below for a complete VM (F33): a create whose process died before its first
+  // status write left none, and the clearing was dropped for want of a node, for good (F45).
+  atProvider(r).node = here.node;
   if ((await ctx.client.capabilities()).rootTicket) return clearPlaceholder(r, vmid, lock, here.node);
   throw reason(
     'CreateInterrupted',

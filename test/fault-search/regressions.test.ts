@@ -658,4 +658,22 @@ describe('fault-search regressions', () => {
       { strict: true },
     );
   });
+
+  it("F45: a create's worker dies at its start, the process crashes once the create was sent (no status written), a move to site-2 -> the placeholder is cleared (root@pam) and the VM made on site-2 (no CreateInterrupted for good, no placeholder left)", async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Fault("the qmcreate worker dies at its start (PVE's placeholder stays)", {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'die',
+          at: 'start',
+        }),
+        new Reconcile('vm-a', { where: { step: 'create-issued' }, what: { kind: 'crash' } }),
+        new Move('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
 });
