@@ -28,6 +28,7 @@ import {
 
 export interface Change {
   /** `retire-duplicate`: this VM duplicates the one kept (see duplicates.ts): stop it, then destroy it. */
+  /** `discard-replacement`: a replacement's new VM, the spec back on the old VM's site (replace.ts): the same. */
   /** `reboot`: pending changes are applied by a reboot (rebootPolicy: IfNeeded). */
   /** `migrate` (to `target`, see migrate.ts) and `move-disk` (`disk` to `storage`, from `from`). */
   /** `reserve-site-move`, then `remote-migrate`: a move to another site (see site-move.ts). */
@@ -39,6 +40,7 @@ export interface Change {
     | 'reboot'
     | 'destroy-placeholder'
     | 'retire-duplicate'
+    | 'discard-replacement'
     | 'migrate'
     | 'move-disk'
     | 'reserve-site-move'

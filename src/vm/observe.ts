@@ -28,7 +28,7 @@ import {
   smbiosUuid,
 } from './ownership.ts';
 import { guestPoll, needsFullObserve } from './read-schedule.ts';
-import { dropRevertedReplacement, retireReplaced } from './replace.ts';
+import { backToReplaced, discardReplacement, dropRevertedReplacement, retireReplaced, reverted } from './replace.ts';
 import { loadSecrets, withoutSecrets } from './secrets.ts';
 import { lostOnSource, observeSiteMove } from './site-move.ts';
 import { desiredSnippet, removeSnippets } from './snippets.ts';
@@ -202,6 +202,11 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
         // here failed (the spec's node is the target's) and left the VMID given up in the status
         // only; another resource's VM made at it here was then taken for ours, for good (found by
         // the fault search, FINDINGS.md F38).
+        // (A replacement's new VM discarded, the spec back on the old VM's site: that VM again.)
+        if (reverted(r)) {
+          backToReplaced(ctx, r);
+          return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+        }
         if (ctx.target && !observeOnly) return lostOnSource(ctx, r, vmid);
         const gone = giveUpVmid(ctx, r, vmid);
         // A retired duplicate's resource adopts the VM that was kept; otherwise a create follows.
@@ -233,6 +238,9 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
 
   // Deleting while a replacement's old VM is still there: delete() destroys it first (replace.ts).
   if (r.metadata.deletionTimestamp && a.replacing && ctx.previous) return { obs: { exists: true, upToDate: true } };
+  // The spec back on a replacement's old site once its new VM was made: that one goes (replace.ts).
+  const discard = ctx.target && !observeOnly ? await discardReplacement(ctx, r, vmid) : undefined;
+  if (discard) return discard;
 
   // spec.forProvider.site names another site: the VM moves there (a remote migration, site-move.ts).
   if (ctx.target && !observeOnly && (a.siteMove || !r.metadata.deletionTimestamp)) return observeSiteMove(ctx, r, vmid);

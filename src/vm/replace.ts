@@ -16,6 +16,7 @@
  */
 import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
 import { ANNOTATION_EXTERNAL_NAME, createIncomplete, setAnnotation } from '../engine/resource.ts';
+import type { ExternalObservation } from '../engine/types.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
@@ -44,19 +45,25 @@ export function replacementChange(ctx: StepContext, here: ObservedVm, blocker: s
  */
 export function dropRevertedReplacement(ctx: StepContext, r: ProxmoxVM): boolean {
   const a = atProvider(r);
-  const old = a.replacing;
-  if (
-    !old ||
-    r.metadata.deletionTimestamp ||
-    r.spec.forProvider.site !== old.site ||
-    a.vmId !== undefined ||
-    a.task ||
-    createIncomplete(r)
-  )
-    return false;
+  if (!reverted(r) || a.vmId !== undefined || a.task || createIncomplete(r)) return false;
+  backToReplaced(ctx, r);
+  return true;
+}
+
+/** A replacement is recorded and the spec's site is the old VM's again (not deleting). */
+export function reverted(r: ProxmoxVM): boolean {
+  const old = atProvider(r).replacing;
+  return old !== undefined && !r.metadata.deletionTimestamp && r.spec.forProvider.site === old.site;
+}
+
+/** The replacement dropped: the old VM is the resource's again, with its VMID and site. */
+export function backToReplaced(ctx: StepContext, r: ProxmoxVM): void {
+  const a = atProvider(r);
+  const old = a.replacing!;
   delete a.replacing;
   a.site = old.site;
   a.node = old.node;
+  for (const k of ['vmId', 'placedNode', 'smbiosUuid', 'state', 'task', 'userDataSnippet'] as const) delete a[k];
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(old.vmid));
   setAnnotation(r, ANNOTATION_SITE, old.site);
   ctx.site.forget(r.metadata.uid);
@@ -66,7 +73,43 @@ export function dropRevertedReplacement(ctx: StepContext, r: ProxmoxVM): boolean
     'Unavailable',
     `the replacement was dropped: spec.forProvider.site is ${old.site} again, where VM ${old.vmid} is`,
   );
-  return true;
+}
+
+/**
+ * The spec's site back on the old VM's once step 2 made the new VM (reverted, its create ended):
+ * the new VM, a few minutes old and this resource's by its marker, is destroyed (stopped hard
+ * first), then the replacement is dropped (observe, at the destroy's end). The old VM keeps its
+ * data: the user changed their mind before the replacement was done. Left there, the new VM stayed
+ * on the other site with our marker, where no per-site check sees a duplicate, and the resource
+ * went back to the old VM (fault search F46). Undefined: not this case, or not yet (a create
+ * whose outcome is unknown, a placeholder: observe's own paths settle those first).
+ */
+export async function discardReplacement(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  vmid: number,
+): Promise<{ obs: ExternalObservation; change?: Change } | undefined> {
+  if (!reverted(r) || createIncomplete(r)) return undefined;
+  const here = await locate(ctx, vmid, true);
+  if (!here) {
+    backToReplaced(ctx, r);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+  }
+  const cfg = (await ctx.client.vmConfig(here.node, vmid)).values;
+  if (!markerNames(parseMarker(cfg.description), r, { installation: ctx.site.installation, vmid })) return undefined;
+  const a = atProvider(r);
+  a.node = here.node;
+  if (cfg.lock) {
+    ready(r, 'False', 'Unavailable', `VM ${vmid} is locked (${cfg.lock}); it is discarded once unlocked`);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+  }
+  const running = here.entry.status === 'running';
+  const why = `${running ? 'stopping' : 'destroying'} VM ${vmid}, the new VM of a replacement the spec no longer wants (spec.forProvider.site is ${a.replacing!.site} again, where VM ${a.replacing!.vmid} is kept)`;
+  ready(r, 'False', 'Unavailable', why);
+  return {
+    obs: { exists: true, upToDate: false },
+    change: { kind: 'discard-replacement', why, node: here.node, vmid, running },
+  };
 }
 
 /** Step 1, in update: record the old VM and move the resource to the new site, in one status write. */

@@ -83,8 +83,9 @@ export async function applyChange(
       });
       break;
     case 'retire-duplicate':
-      // Stopped hard, then destroyed with its disks: it is a few minutes old (duplicates.ts).
-      setStep(r, 'RetiringDuplicate');
+    case 'discard-replacement':
+      // Stopped hard, then destroyed with its disks: it is a few minutes old (duplicates.ts, replace.ts).
+      setStep(r, change.kind === 'retire-duplicate' ? 'RetiringDuplicate' : 'DiscardingReplacement');
       upid = change.running
         ? await ctx.client.stopVm(change.node ?? node, change.vmid ?? vmid)
         : await ctx.client.deleteVm(change.node ?? node, change.vmid ?? vmid, {

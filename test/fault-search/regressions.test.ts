@@ -676,4 +676,27 @@ describe('fault-search regressions', () => {
       { strict: true },
     );
   });
+
+  it("F46: a replacement's new VM made on site-1, then the spec back on site-2 where the old VM is -> the new VM is discarded and the old one kept (not two VMs of one resource across the sites)", async () => {
+    await runSchedule(
+      'password',
+      [vmC, vmA, new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' })],
+      [
+        new Reconcile('vm-b'),
+        // To site-1 (no remote migration can go there with `password`): a replacement.
+        new Move('vm-b', 'CreateThenDelete'),
+        new Converge('vm-a'),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-b', {
+          where: { step: 'update-reserve-site-move' },
+          what: { kind: 'foreign', what: 'take-persisted-vmid' },
+        }),
+        // The new VM is cloned on site-1 (VMID 101: vm-a holds 100 there).
+        new Reconcile('vm-b'),
+        // And the spec goes back to site-2, where the old VM (100) is.
+        new Move('vm-b'),
+      ],
+      { strict: true },
+    );
+  });
 });
