@@ -146,7 +146,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   const observeOnly =
     !policyAllows(r.spec.managementPolicies, 'Create') && !policyAllows(r.spec.managementPolicies, 'Update');
   // A replacement whose new VM was not made yet, and the spec's site back on the old VM's.
-  if (dropRevertedReplacement(ctx, r)) return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+  if (await dropRevertedReplacement(ctx, r)) return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   let adopted: ObservedVm | undefined;
   if (!vmidText) {
     // Deleting during a replacement before the new VM got its VMID (the old one was given up on the

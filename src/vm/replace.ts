@@ -15,7 +15,13 @@
  * ever runs without the policy: by default a site change that cannot migrate is refused.
  */
 import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
-import { ANNOTATION_EXTERNAL_NAME, createIncomplete, setAnnotation } from '../engine/resource.ts';
+import {
+  ANNOTATION_EXTERNAL_NAME,
+  annotation,
+  createIncomplete,
+  externalName,
+  setAnnotation,
+} from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
@@ -43,9 +49,17 @@ export function replacementChange(ctx: StepContext, here: ObservedVm, blocker: s
  * placed on the new site with the old VM's VMID, which names nothing there or another resource's
  * VM: PlacementChangeRefused for good (fault search F40).
  */
-export function dropRevertedReplacement(ctx: StepContext, r: ProxmoxVM): boolean {
+export async function dropRevertedReplacement(ctx: StepContext, r: ProxmoxVM): Promise<boolean> {
   const a = atProvider(r);
   if (!reverted(r) || a.vmId !== undefined || a.task || createIncomplete(r)) return false;
+  // A VMID chosen for the new VM (the site annotation is the new site's) may hold what a failed
+  // create left there: PVE's placeholder, when its worker died. That is cleared first (site-move.ts
+  // unfinishedHere) and the replacement dropped at the destroy's end (observe); dropped now, the
+  // placeholder was left behind with nobody to clear it (fault search F48).
+  const chosen = externalName(r);
+  if (chosen !== undefined && a.site !== a.replacing!.site && annotation(r, ANNOTATION_SITE) === a.site) {
+    if (await locate(ctx, Number(chosen), true)) return false;
+  }
   backToReplaced(ctx, r);
   return true;
 }

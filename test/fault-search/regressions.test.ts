@@ -699,4 +699,29 @@ describe('fault-search regressions', () => {
       { strict: true },
     );
   });
+
+  it("F48: a replacement's new VM whose create worker died (PVE's placeholder stays), then the spec back on the old site -> the placeholder is cleared (root@pam) before the replacement is dropped; the old VM kept", async () => {
+    await runSchedule(
+      'password',
+      [vmA, new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' })],
+      [
+        new Converge('vm-c'),
+        new Converge('vm-a'),
+        // To site-1 (no remote migration can go there with `password`): a replacement.
+        new Move('vm-c', 'CreateThenDelete'),
+        new Reconcile('vm-c'),
+        new Fault("the qmcreate worker dies at its start (PVE's placeholder stays)", {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'die',
+          at: 'start',
+        }),
+        new Reconcile('vm-c'),
+        new Reconcile('vm-c'),
+        // And the spec goes back to site-2, where the old VM is.
+        new Move('vm-c'),
+      ],
+      { strict: true },
+    );
+  });
 });
