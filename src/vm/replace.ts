@@ -117,6 +117,9 @@ export async function discardReplacement(
     ready(r, 'False', 'Unavailable', `VM ${vmid} is locked (${cfg.lock}); it is discarded once unlocked`);
     return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
   }
+  // Only while the old VM is there, ours, unlocked and not being retired (step 3 may have begun:
+  // the new VM was Ready): else the new VM is all that is left, and goes to the old site as any VM.
+  if (!(await oldStillThere(ctx, r))) return undefined;
   const running = here.entry.status === 'running';
   const why = `${running ? 'stopping' : 'destroying'} VM ${vmid}, the new VM of a replacement the spec no longer wants (spec.forProvider.site is ${a.replacing!.site} again, where VM ${a.replacing!.vmid} is kept)`;
   ready(r, 'False', 'Unavailable', why);
@@ -124,6 +127,18 @@ export async function discardReplacement(
     obs: { exists: true, upToDate: false },
     change: { kind: 'discard-replacement', why, node: here.node, vmid, running },
   };
+}
+
+/** The replacement's old VM is on its site, ours, unlocked, and no retirement of it was sent. */
+async function oldStillThere(ctx: StepContext, r: ProxmoxVM): Promise<boolean> {
+  const old = atProvider(r).replacing;
+  const pctx = previousContext(ctx, r);
+  if (!old || old.upid || !pctx) return false;
+  const found = await locate(pctx, old.vmid, true);
+  if (!found) return false;
+  const cfg = (await pctx.client.vmConfig(found.node, old.vmid)).values;
+  if (cfg.lock) return false;
+  return markerNames(parseMarker(cfg.description), r, { installation: pctx.site.installation, vmid: old.vmid });
 }
 
 /** Step 1, in update: record the old VM and move the resource to the new site, in one status write. */
