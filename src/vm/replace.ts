@@ -23,6 +23,7 @@ import {
   setAnnotation,
 } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
+import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
@@ -104,6 +105,24 @@ export async function discardReplacement(
   vmid: number,
 ): Promise<{ obs: ExternalObservation; change?: Change } | undefined> {
   if (!reverted(r) || createIncomplete(r)) return undefined;
+  // Step 3 under way (the new VM was Ready): its task is seen to its end first. A stop leaves the
+  // old VM, which the user wants back; a destroy does not: the replacement is done, and the new VM
+  // is the resource's and goes to the old site as any VM.
+  const old = atProvider(r).replacing!;
+  const pctx = previousContext(ctx, r);
+  if (old.upid && pctx) {
+    const done = await taskDone(pctx, old.upid);
+    if (!done.finished) {
+      ready(r, 'False', 'Unavailable', `waiting for the retirement of VM ${old.vmid} on ${old.site} to end`);
+      return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+    }
+    const destroyed = parseUpid(old.upid)?.type === 'qmdestroy' && !done.error;
+    delete old.upid;
+    if (destroyed) {
+      delete atProvider(r).replacing;
+      return undefined;
+    }
+  }
   const here = await locate(ctx, vmid, true);
   if (!here) {
     backToReplaced(ctx, r);
@@ -117,8 +136,8 @@ export async function discardReplacement(
     ready(r, 'False', 'Unavailable', `VM ${vmid} is locked (${cfg.lock}); it is discarded once unlocked`);
     return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
   }
-  // Only while the old VM is there, ours, unlocked and not being retired (step 3 may have begun:
-  // the new VM was Ready): else the new VM is all that is left, and goes to the old site as any VM.
+  // Only while the old VM is there, ours and unlocked: else the new VM is all that is left, and
+  // goes to the old site as any VM.
   if (!(await oldStillThere(ctx, r))) return undefined;
   const running = here.entry.status === 'running';
   const why = `${running ? 'stopping' : 'destroying'} VM ${vmid}, the new VM of a replacement the spec no longer wants (spec.forProvider.site is ${a.replacing!.site} again, where VM ${a.replacing!.vmid} is kept)`;
@@ -129,7 +148,7 @@ export async function discardReplacement(
   };
 }
 
-/** The replacement's old VM is on its site, ours, unlocked, and no retirement of it was sent. */
+/** The replacement's old VM is on its site, ours, unlocked, and no retirement of it is under way. */
 async function oldStillThere(ctx: StepContext, r: ProxmoxVM): Promise<boolean> {
   const old = atProvider(r).replacing;
   const pctx = previousContext(ctx, r);
