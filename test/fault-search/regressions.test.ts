@@ -725,54 +725,33 @@ describe('fault-search regressions', () => {
     );
   });
 
-  it("a replacement reverted during its step 3 (the new VM Ready, the old one's stop sent and hanging) -> once the stop ends the new VM is discarded and the old one, stopped but whole, kept; one VM at the end", async () => {
-    await runSchedule(
-      'password',
-      [new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' })],
-      [
-        new Converge('vm-c'),
-        // The old VM's hard stop (step 3) hangs on site-2 until healed.
-        new Fault(
-          'task qmstop hangs until healed',
-          { kind: 'task', type: 'qmstop', action: 'stall' },
-          undefined,
-          'site-2',
-        ),
-        // To site-1 (no remote migration can go there with `password`): a replacement, made and Ready.
-        new Move('vm-c', 'CreateThenDelete'),
-        new Converge('vm-c'),
-        // The spec back on site-2 while the old VM's stop hangs.
-        new Move('vm-c'),
-        new Reconcile('vm-c'),
-        new Reconcile('vm-c'),
-        new Heal(0),
-        new Reconcile('vm-c'),
-      ],
-      { strict: true },
-    );
-  });
+  it("a replacement reverted during its step 3 (the new VM Ready, the old one's stop sent and hanging) -> once the stop ends the new VM is discarded and the old one, stopped but whole, kept; one VM at the end", () =>
+    revertDuringStep3('qmstop', 'running'));
 
-  it("a replacement reverted while its old VM's destroy (step 3) hangs -> the replacement completes, the new VM is kept and goes to site-2; one VM at the end", async () => {
-    await runSchedule(
-      'password',
-      [new Apply('vm-c', { cpu: 1, memory: '1Gi', powerState: 'stopped', site: 'site-2' })],
-      [
-        new Converge('vm-c'),
-        // The old VM is stopped: step 3 destroys it at once, and that destroy hangs until healed.
-        new Fault(
-          'task qmdestroy hangs until healed',
-          { kind: 'task', type: 'qmdestroy', action: 'stall' },
-          undefined,
-          'site-2',
-        ),
-        new Move('vm-c', 'CreateThenDelete'),
-        new Converge('vm-c'),
-        new Move('vm-c'),
-        new Reconcile('vm-c'),
-        new Heal(0),
-        new Reconcile('vm-c'),
-      ],
-      { strict: true },
-    );
-  });
+  it("a replacement reverted while its old VM's destroy (step 3) hangs -> the replacement completes, the new VM is kept and goes to site-2; one VM at the end", () =>
+    revertDuringStep3('qmdestroy', 'stopped'));
 });
+
+/**
+ * vm-c on site-2 is replaced by a VM on site-1 (no remote migration can go there with `password`);
+ * once the new VM is Ready, step 3's task on the old VM (`task`: its hard stop when it runs, its
+ * destroy when it is stopped) hangs until healed, and meanwhile the spec goes back to site-2.
+ */
+async function revertDuringStep3(task: 'qmstop' | 'qmdestroy', powerState: 'running' | 'stopped'): Promise<void> {
+  await runSchedule(
+    'password',
+    [new Apply('vm-c', { cpu: 1, memory: '1Gi', powerState, site: 'site-2' })],
+    [
+      new Converge('vm-c'),
+      new Fault(`task ${task} hangs until healed`, { kind: 'task', type: task, action: 'stall' }, undefined, 'site-2'),
+      new Move('vm-c', 'CreateThenDelete'),
+      new Converge('vm-c'),
+      new Move('vm-c'),
+      new Reconcile('vm-c'),
+      new Reconcile('vm-c'),
+      new Heal(0),
+      new Reconcile('vm-c'),
+    ],
+    { strict: true },
+  );
+}
