@@ -108,7 +108,8 @@ export async function discardReplacement(
   // Step 3 under way (the new VM was Ready): its task is seen to its end first. A stop leaves the
   // old VM, which the user wants back; a destroy does not: the replacement is done, and the new VM
   // is the resource's and goes to the old site as any VM.
-  const old = atProvider(r).replacing!;
+  const a = atProvider(r);
+  const old = a.replacing!;
   const pctx = previousContext(ctx, r);
   if (old.upid && pctx) {
     const done = await taskDone(pctx, old.upid);
@@ -119,7 +120,7 @@ export async function discardReplacement(
     const destroyed = parseUpid(old.upid)?.type === 'qmdestroy' && !done.error;
     delete old.upid;
     if (destroyed) {
-      delete atProvider(r).replacing;
+      delete a.replacing;
       return undefined;
     }
   }
@@ -130,7 +131,6 @@ export async function discardReplacement(
   }
   const cfg = (await ctx.client.vmConfig(here.node, vmid)).values;
   if (!markerNames(parseMarker(cfg.description), r, { installation: ctx.site.installation, vmid })) return undefined;
-  const a = atProvider(r);
   a.node = here.node;
   if (cfg.lock) {
     ready(r, 'False', 'Unavailable', `VM ${vmid} is locked (${cfg.lock}); it is discarded once unlocked`);
@@ -138,9 +138,10 @@ export async function discardReplacement(
   }
   // Only while the old VM is there, ours and unlocked: else the new VM is all that is left, and
   // goes to the old site as any VM.
-  if (!(await oldStillThere(ctx, r))) return undefined;
+  const kept = pctx && !old.upid ? await ourOldVm(pctx, r, old) : undefined;
+  if (!kept || kept.cfg.lock) return undefined;
   const running = here.entry.status === 'running';
-  const why = `${running ? 'stopping' : 'destroying'} VM ${vmid}, the new VM of a replacement the spec no longer wants (spec.forProvider.site is ${a.replacing!.site} again, where VM ${a.replacing!.vmid} is kept)`;
+  const why = `${running ? 'stopping' : 'destroying'} VM ${vmid}, the new VM of a replacement the spec no longer wants (spec.forProvider.site is ${old.site} again, where VM ${old.vmid} is kept)`;
   ready(r, 'False', 'Unavailable', why);
   return {
     obs: { exists: true, upToDate: false },
@@ -148,16 +149,20 @@ export async function discardReplacement(
   };
 }
 
-/** The replacement's old VM is on its site, ours, unlocked, and no retirement of it is under way. */
-async function oldStillThere(ctx: StepContext, r: ProxmoxVM): Promise<boolean> {
-  const old = atProvider(r).replacing;
-  const pctx = previousContext(ctx, r);
-  if (!old || old.upid || !pctx) return false;
+/**
+ * The replacement's old VM, read on its site (`pctx`): where it is and its config, if it is there
+ * and ours by its marker; undefined when it is gone or its VMID is somebody else's now.
+ */
+async function ourOldVm(
+  pctx: StepContext,
+  r: ProxmoxVM,
+  old: { vmid: number },
+): Promise<{ found: ObservedVm; cfg: Record<string, string> } | undefined> {
   const found = await locate(pctx, old.vmid, true);
-  if (!found) return false;
+  if (!found) return undefined;
   const cfg = (await pctx.client.vmConfig(found.node, old.vmid)).values;
-  if (cfg.lock) return false;
-  return markerNames(parseMarker(cfg.description), r, { installation: pctx.site.installation, vmid: old.vmid });
+  const ours = markerNames(parseMarker(cfg.description), r, { installation: pctx.site.installation, vmid: old.vmid });
+  return ours ? { found, cfg } : undefined;
 }
 
 /** Step 1, in update: record the old VM and move the resource to the new site, in one status write. */
@@ -195,16 +200,13 @@ export async function retireReplaced(
     if (done.error)
       throw reason('TaskFailed', `retiring replaced VM ${old.vmid} on ${old.site}: ${done.error.message}`);
   }
-  const found = await locate(pctx, old.vmid, true);
-  const cfg = found ? (await pctx.client.vmConfig(found.node, old.vmid)).values : undefined;
-  const ours =
-    cfg !== undefined &&
-    markerNames(parseMarker(cfg.description), r, { installation: pctx.site.installation, vmid: old.vmid });
-  if (!found || !ours) {
+  const kept = await ourOldVm(pctx, r, old);
+  if (!kept) {
     // Gone (destroyed by us or by hand), or the VMID is somebody else's now: nothing of ours is left there.
     delete a.replacing;
     return undefined;
   }
+  const { found, cfg } = kept;
   if (cfg.lock) return { waitMs: ctx.taskPollMs };
   return {
     change: {
