@@ -725,6 +725,28 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F47: a create held by PVE as the process died, then a move to the other site -> PVE applies it within its bound during the move's wait, and that VM moves; one VM at the end", async () => {
+    await runSchedule(
+      'token',
+      [vmA],
+      [
+        new Fault('POST create is held unanswered until healed, then applied (the client gave up)', {
+          kind: 'applied-late',
+          method: 'POST',
+          path: '/nodes/{node}/qemu',
+          delayMs: 365 * 24 * 3600_000,
+          count: 1,
+        }),
+        new Reconcile('vm-a'),
+        new Move('vm-a', 'CreateThenDelete'),
+        // One converge runs for minutes of the clock: the hold's bound (20 s) is kept inside it.
+        new Converge('vm-a'),
+        new Restart(),
+      ],
+      { strict: true },
+    );
+  });
+
   it("a replacement reverted during its step 3 (the new VM Ready, the old one's stop sent and hanging) -> once the stop ends the new VM is discarded and the old one, stopped but whole, kept; one VM at the end", () =>
     revertDuringStep3('qmstop', 'running'));
 

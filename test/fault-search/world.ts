@@ -200,15 +200,24 @@ export class World {
     else this.journal.push(line);
   }
 
-  /** After each command: faults of bounded length that are due end now. */
-  commandDone(): void {
-    // PVE applies a request within a bounded time of receiving it; the engine's promise (no second
-    // VM, no orphan) is made for late applications within that bound (LATE_APPLY_BOUND_MS, below the
-    // engine's 30 s unknown-outcome wait). A hold older than that is applied now.
+  /**
+   * PVE applies a request within a bounded time of receiving it; the engine's promise (no second
+   * VM, no orphan) is made for late applications within that bound (LATE_APPLY_BOUND_MS, below the
+   * engine's 30 s unknown-outcome wait). A hold older than that is applied now. Run before every
+   * reconcile, not only between commands: a converge goes on for minutes of the clock, and a hold
+   * applied at its end came a minute late, after the engine had rightly stopped waiting (what F47
+   * was: a second VM on the other site, from a create PVE applied 60 s after it was sent).
+   */
+  private applyOverdueHolds(): void {
     for (const [ref, since] of this.heldSince) {
       if (Date.now() - since < LATE_APPLY_BOUND_MS) continue;
       if (this.removeFault(ref)) this.log(`  held request of fault ${ref.site}#${ref.id} applied (the PVE bound)`);
     }
+  }
+
+  /** After each command: faults of bounded length that are due end now. */
+  commandDone(): void {
+    this.applyOverdueHolds();
     for (const [ref, left] of this.expiring) {
       if (left > 1) {
         this.expiring.set(ref, left - 1);
@@ -267,6 +276,7 @@ export class World {
     const key = keyOfName(name);
     // Time passes as the work queue would let it before this reconcile (at least a second).
     this.clock.tick(Math.max(1000, p.delayFor(key)));
+    this.applyOverdueHolds();
     p.interrupt = interrupt && { ...interrupt, seen: 0, fired: false };
     const held = this.heldCount();
     const run = p.rec.reconcile(key);
