@@ -5,13 +5,21 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
-import { atProvider, setStep } from './conditions.ts';
+import { atProvider, reason, setStep } from './conditions.ts';
 import { followTask, hook, type StepContext, slotWait, slotWake } from './context.ts';
 import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
 import { sendSiteMove } from './site-move.ts';
 import { removeSnippets, uploadSnippet } from './snippets.ts';
+
+/** The changes that send nothing to the VM's own node (the move's and replacement's nodes are in the change). */
+const NO_NODE_NEEDED: ReadonlySet<Change['kind']> = new Set([
+  'reserve-site-move',
+  'remote-migrate',
+  'reserve-replacement',
+  'retire-replaced',
+]);
 
 export async function applyChange(
   ctx: StepContext,
@@ -20,8 +28,17 @@ export async function applyChange(
 ): Promise<{ requeueAfterMs?: number }> {
   const a = atProvider(r);
   const vmid = Number(externalName(r));
-  const node = a.node;
-  if (!change || !node) return {};
+  if (!change) return {};
+  const node = change.node ?? a.node ?? '';
+  // Observe sets the node wherever it plans a change on the VM; dropped in silence, a change
+  // planned without one was planned again on every reconcile with Synced True, for good (fault
+  // search F45). A move's and a replacement's bookkeeping name their own nodes.
+  if (!node && !NO_NODE_NEEDED.has(change.kind))
+    throw reason(
+      'NodeUnknown',
+      `the change '${change.why}' was planned for VM ${vmid} with no node recorded in status.atProvider.node; nothing was sent. This is a provider bug: please report it with the resource's status`,
+      true,
+    );
   let upid: string | null = null;
   switch (change.kind) {
     case 'config': {
@@ -76,7 +93,7 @@ export async function applyChange(
       // One request, so that no unlocked, unmarked VM is ever left between two steps: root@pam's
       // skiplock destroys a config under `lock: create|clone` (qemu-server Qemu.pm destroy_vm).
       setStep(r, 'Destroying');
-      upid = await ctx.client.deleteVm(change.node ?? node, vmid, {
+      upid = await ctx.client.deleteVm(node, vmid, {
         purge: true,
         destroyUnreferencedDisks: true,
         skiplock: true,
@@ -87,8 +104,8 @@ export async function applyChange(
       // Stopped hard, then destroyed with its disks: it is a few minutes old (duplicates.ts, replace.ts).
       setStep(r, change.kind === 'retire-duplicate' ? 'RetiringDuplicate' : 'DiscardingReplacement');
       upid = change.running
-        ? await ctx.client.stopVm(change.node ?? node, change.vmid ?? vmid)
-        : await ctx.client.deleteVm(change.node ?? node, change.vmid ?? vmid, {
+        ? await ctx.client.stopVm(node, change.vmid ?? vmid)
+        : await ctx.client.deleteVm(node, change.vmid ?? vmid, {
             purge: true,
             destroyUnreferencedDisks: true,
           });
