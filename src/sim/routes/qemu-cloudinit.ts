@@ -10,7 +10,7 @@ import { hasPriv } from '../auth.ts';
 import { applyCloudinit, cloudinitPending, dumpCloudinit } from '../cloudinit.ts';
 import { die } from '../errors.ts';
 import type { Route } from '../server.ts';
-import { checkLock, loadVm, vmPerm } from './qemu-common.ts';
+import { checkLock, loadVm, lockVm, vmPerm } from './qemu-common.ts';
 
 export const cloudinitRoutes: Route[] = [
   {
@@ -27,7 +27,7 @@ export const cloudinitRoutes: Route[] = [
       const vm = loadVm(c, String(params.node), Number(params.vmid));
       // lock_config (10 s), check_lock, vmconfig_update_cloudinit_drive; a running VM gets the new
       // medium (change_medium), its guest reads it at the next boot.
-      const unlock = await vm.flock.acquire(10_000);
+      const unlock = await lockVm(c, vm, String(params.node), 10_000);
       try {
         checkLock(vm, false);
         try {

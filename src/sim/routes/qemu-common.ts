@@ -74,6 +74,23 @@ export function loadVm(c: ClusterState, node: string, vmid: number): VmState {
   return vm;
 }
 
+/**
+ * Take a VM's config lock as qemu-server's workers do: lock_config, then load_config under it
+ * (vm_start, qemu-server src/PVE/QemuServer.pm:5504-5510 at e6352be; update_vm and the cloud-init
+ * update alike). A VM destroyed, or migrated off `node`, while this waited for the lock fails with
+ * "does not exist", not a worker carrying on with the VM it saw before the wait: a start that did
+ * regenerated the destroyed VM's cloud-init drive, a volume of a VM that no longer exists (found
+ * by the fault search). Returns the unlock.
+ */
+export async function lockVm(c: ClusterState, vm: VmState, node: string, timeoutMs: number): Promise<() => void> {
+  const unlock = await vm.flock.acquire(timeoutMs);
+  if (c.vms.get(vm.vmid) !== vm || vm.node !== node) {
+    unlock();
+    die(`Configuration file 'nodes/${node}/qemu-server/${vm.vmid}.conf' does not exist`);
+  }
+  return unlock;
+}
+
 export function checkDigest(c: ClusterState, vm: VmState, params: Record<string, unknown>): void {
   if (params.digest !== undefined && params.digest !== c.digest(vm))
     die('checksum mismatch (file change by other user?)');

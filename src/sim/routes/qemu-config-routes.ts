@@ -30,6 +30,7 @@ import {
   configKeys,
   DURATIONS,
   loadVm,
+  lockVm,
   normalizeValue,
   sameModel,
   syncHandle,
@@ -59,7 +60,7 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
   );
 
   const apply = async (t: TaskHandle | undefined): Promise<void> => {
-    const unlock = await vm.flock.acquire(10_000);
+    const unlock = await lockVm(c, vm, node, 10_000);
     try {
       checkDigest(c, vm, params);
       // Only skiplock (root@pam) passes a lock, `delete=lock` included.

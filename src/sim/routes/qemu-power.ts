@@ -21,7 +21,7 @@ import type { Route } from '../server.ts';
 import { type ClusterState, MiB, type VmState } from '../state.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { agentEnabled } from './qemu-agent.ts';
-import { checkLock, checkSkiplock, DURATIONS, loadVm, vmPerm } from './qemu-common.ts';
+import { checkLock, checkSkiplock, DURATIONS, loadVm, lockVm, vmPerm } from './qemu-common.ts';
 
 /**
  * Start a VM: runs in qmstart workers (and create's start=1, reboot). `resume`: from a hibernation
@@ -194,7 +194,7 @@ export function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> 
  * from its `vmstate`; a `lock: backup` VM that still runs is resumed in its QEMU instance.
  */
 export async function startWorker(c: ClusterState, t: TaskHandle, vm: VmState, skiplock: boolean): Promise<void> {
-  const unlock = await vm.flock.acquire(10_000);
+  const unlock = await lockVm(c, vm, vm.node, 10_000);
   try {
     if (vm.config.template === '1') throw new Error("you can't start a vm if it's a template");
     const suspended = vm.config.lock === 'suspended';
