@@ -28,6 +28,7 @@ import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { locate, type ObservedVm } from './lookup.ts';
+import { removeSnippetsLeftOn } from './snippets.ts';
 import { markerNames, parseMarker } from './spec.ts';
 import { taskDone } from './tasks.ts';
 
@@ -120,6 +121,7 @@ export async function discardReplacement(
     const destroyed = parseUpid(old.upid)?.type === 'qmdestroy' && !done.error;
     delete old.upid;
     if (destroyed) {
+      await removeSnippetsLeftOn(pctx, r, old.node);
       delete a.replacing;
       return undefined;
     }
@@ -202,7 +204,9 @@ export async function retireReplaced(
   }
   const kept = await ourOldVm(pctx, r, old);
   if (!kept) {
-    // Gone (destroyed by us or by hand), or the VMID is somebody else's now: nothing of ours is left there.
+    // Gone (destroyed by us or by hand), or the VMID is somebody else's now: nothing of ours is
+    // left there, and its snippet on that node served it alone.
+    await removeSnippetsLeftOn(pctx, r, old.node);
     delete a.replacing;
     return undefined;
   }

@@ -45,7 +45,7 @@ import {
 } from './ownership.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
-import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
+import { checkSnippetPossible, desiredSnippet, needsSnippet, removeSnippetsLeftOn, uploadSnippet } from './snippets.ts';
 import { leftBehind, noteSourceLeft } from './source-left.ts';
 import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
 import { freeVmids, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
@@ -115,7 +115,10 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
         if (cfg.lock) return waiting(r, `VM ${move.vmid} is arriving on site ${move.to} (${cfg.lock})`, ctx);
         if (source && (await migrationRunning(ctx, move, true)))
           return waiting(r, `the migration of VM ${vmid} to site ${move.to} is finishing`, ctx);
-        return arrived(ctx, r, move, there, source !== undefined && (await leftBehind(ctx, r, vmid, source.node)));
+        const left = source !== undefined && (await leftBehind(ctx, r, vmid, source.node));
+        // Its snippet on the source node served the source VM alone (a left source still reads it).
+        if (!left) await removeSnippetsLeftOn(ctx, r, move.fromNode);
+        return arrived(ctx, r, move, there, left);
       }
     }
     if (here) {
@@ -260,6 +263,12 @@ export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number)
   const kept = moved ? undefined : await findOwnVm(ctx, r);
   const found = moved ?? kept;
   const site = kept ? ctx.site.name : tctx.site.name;
+  // Gone from here after a move was recorded (its migration's end seen here, not its arrival: the
+  // VM may still be locked on the target), or found moved: the snippet on the node it left served
+  // it alone. Not for a twin kept here, nor for a VM of ours gone without a move (made again here,
+  // a late create of ours here would read it).
+  const leftNode = a.siteMove?.fromNode ?? a.node;
+  if (!kept && (moved || a.siteMove) && leftNode) await removeSnippetsLeftOn(ctx, r, leftNode);
   if (found) {
     setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(found.vmid));
     // With the VMID, in the same write, the site it is on (F28).

@@ -368,6 +368,20 @@ function writtenKey(node: string, dir: string, file: string): string {
 }
 
 /**
+ * After this resource's VM left `node` for another site (its source destroyed by the migration, or
+ * removed by the operator once left behind): its snippet files there are read by nothing. Removed
+ * only from a storage that is not shared: a shared one (NFS, CephFS) may be the very export the
+ * target site mounts too, where the file of the same name (its content's hash) serves the moved VM.
+ * Best effort, once: what a failure leaves is named for the resource.
+ */
+export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node: string): Promise<number> {
+  if (!ctx.site.ssh || (!needsSnippet(r) && !r.status?.atProvider?.userDataSnippet)) return 0;
+  const store = await snippetStore(ctx, node).catch(() => undefined);
+  if (!store || store.shared) return 0;
+  return removeSnippets(ctx, r, node);
+}
+
+/**
  * Remove this resource's snippet files on `node` but `keep` (best effort: what is left stays, named
  * for the resource). Only its own files are touched: their names carry its identity.
  */

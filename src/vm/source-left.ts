@@ -14,6 +14,7 @@ import { NotFoundError } from '../proxmox/errors.ts';
 import { atProvider } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import { ownershipOf } from './ownership.ts';
+import { removeSnippetsLeftOn } from './snippets.ts';
 
 /**
  * Our source as it is now, read once no `qmigrate` runs: left behind only if it is still there,
@@ -69,6 +70,8 @@ export async function recheckSourceLeft(ctx: StepContext, r: ProxmoxVM): Promise
     }
   }
   if (still) return;
+  // The source's snippet was read by the source alone, which is gone now.
+  if (site) await removeSnippetsLeftOn(stepContext(site, r, ctx.options, ctx.signal), r, left.node);
   delete a.sourceLeft;
   if (getCondition(r, 'SourceVmLeft')?.status !== 'True') return;
   setCondition(

@@ -8,13 +8,42 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments, stringify } from 'yaml';
+import type { ForProvider } from '../../src/api/proxmoxvm.ts';
 import { keyOf } from '../../src/engine/resource.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { planResources } from '../../src/vm/plan.ts';
-import { cond, count, Engine, ownedBy, SITE1, startSim, vm } from './harness.ts';
+import { raw } from '../helpers/sim.ts';
+import { cond, count, Engine, NODE1, ownedBy, SITE1, startSim, vm } from './harness.ts';
 
 const SITE2 = 'site-2';
 const NODE2 = 'r630-01';
+const USER_DATA = '#cloud-config\nruncmd:\n  - echo moved\n';
+
+/** The snippet volumes on `node` of `site`, in `storage`. */
+async function snippetsOn(sim: Simulator, site: string, node: string, storage = 'local'): Promise<string[]> {
+  const res = await raw(sim.cluster(site).url, 'GET', `/nodes/${node}/storage/${storage}/content?content=snippets`);
+  return ((res.json as { data?: Array<{ volid: string }> }).data ?? []).map((v) => v.volid).sort();
+}
+
+/** A VM with userData moved to site-2 (by a migration or a replacement): its snippet leaves site-1 with it. */
+async function snippetFollows(sim: Simulator, eng: Engine, name: string, fp: Partial<ForProvider>): Promise<void> {
+  const key = eng.apply(vm(name, { vmid: 160, userData: USER_DATA }));
+  const volid = (await eng.waitReady(key)).status!.atProvider!.userDataSnippet!;
+  assert.deepEqual(await snippetsOn(sim, SITE1, NODE1), [volid], 'the snippet on site-1');
+  eng.apply(vm(name, { vmid: 160, userData: USER_DATA, site: SITE2, node: NODE2, ...fp }));
+  const r = await eng.waitFor(
+    key,
+    (x) =>
+      x.status?.atProvider?.site === SITE2 && x.status?.atProvider?.step === 'Ready' && !x.status.atProvider.replacing,
+    'Ready on site-2, nothing left on site-1',
+  );
+  const now = r.status!.atProvider!.userDataSnippet!;
+  const vmid = r.status!.atProvider!.vmId!;
+  assert.equal(sim.cluster(SITE2).state.vms.get(vmid)?.config.cicustom, `user=${now}`);
+  assert.ok((await snippetsOn(sim, SITE2, NODE2, now.split(':')[0])).includes(now), 'the snippet on site-2');
+  // Left on site-1's node (a storage of its own), the file was read by nothing any more.
+  assert.deepEqual(await snippetsOn(sim, SITE1, NODE1), [], 'nothing left on site-1');
+}
 
 describe('a site change: remote migration', () => {
   let sim: Simulator;
@@ -75,6 +104,9 @@ describe('a site change: remote migration', () => {
     assert.equal(ownedBy(c2, r.metadata.uid).length, 0);
     assert.equal(c2.state.vms.get(vmid)!.config.description, otherMarker, 'the other VM was not touched');
   });
+
+  it("a moved VM's snippet leaves site-1's node with it; the VM reads its own on site-2", () =>
+    snippetFollows(sim, eng, 'carrier', {}));
 });
 
 describe('a site change that cannot be a remote migration', () => {
@@ -147,6 +179,9 @@ describe('a site change that cannot be a remote migration', () => {
     assert.equal(c1.state.vms.get(old), undefined, 'the old VM was destroyed after the new one was Ready');
     assert.equal(count(c1, 'POST /nodes/{node}/qemu/{vmid}/remote_migrate'), 0);
   });
+
+  it("a replaced VM's snippet goes with it once it is destroyed; the new VM reads its own on site-2", () =>
+    snippetFollows(sim, eng, 'replaced-carrier', { replacePolicy: 'CreateThenDelete' }));
 
   it('deleting during a replacement destroys both VMs', async () => {
     const c1 = sim.cluster(SITE1);
