@@ -204,7 +204,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
         // the fault search, FINDINGS.md F38).
         // (A replacement's new VM discarded, the spec back on the old VM's site: that VM again.)
         if (reverted(r)) {
-          backToReplaced(ctx, r);
+          await backToReplaced(ctx, r);
           return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
         }
         if (ctx.target && !observeOnly) return lostOnSource(ctx, r, vmid);

@@ -62,7 +62,7 @@ export async function dropRevertedReplacement(ctx: StepContext, r: ProxmoxVM): P
   if (chosen !== undefined && a.site !== a.replacing!.site && annotation(r, ANNOTATION_SITE) === a.site) {
     if (await locate(ctx, Number(chosen), true)) return false;
   }
-  backToReplaced(ctx, r);
+  await backToReplaced(ctx, r);
   return true;
 }
 
@@ -72,10 +72,14 @@ export function reverted(r: ProxmoxVM): boolean {
   return old !== undefined && !r.metadata.deletionTimestamp && r.spec.forProvider.site === old.site;
 }
 
-/** The replacement dropped: the old VM is the resource's again, with its VMID and site. */
-export function backToReplaced(ctx: StepContext, r: ProxmoxVM): void {
+/**
+ * The replacement dropped: the old VM is the resource's again, with its VMID and site. What went up
+ * on the new site's node for the new VM (its snippet) is read by nothing there any more.
+ */
+export async function backToReplaced(ctx: StepContext, r: ProxmoxVM): Promise<void> {
   const a = atProvider(r);
   const old = a.replacing!;
+  if (a.node && ctx.site.name !== old.site) await removeSnippetsLeftOn(ctx, r, a.node);
   delete a.replacing;
   a.site = old.site;
   a.node = old.node;
@@ -128,7 +132,7 @@ export async function discardReplacement(
   }
   const here = await locate(ctx, vmid, true);
   if (!here) {
-    backToReplaced(ctx, r);
+    await backToReplaced(ctx, r);
     return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   }
   const cfg = (await ctx.client.vmConfig(here.node, vmid)).values;

@@ -25,6 +25,15 @@ async function snippetsOn(sim: Simulator, site: string, node: string, storage = 
   return ((res.json as { data?: Array<{ volid: string }> }).data ?? []).map((v) => v.volid).sort();
 }
 
+/** The snippet volumes on every storage of `node` of `site` that holds snippets. */
+async function allSnippetsOn(sim: Simulator, site: string, node: string): Promise<string[]> {
+  const res = await raw(sim.cluster(site).url, 'GET', `/nodes/${node}/storage`);
+  const storages = ((res.json as { data?: Array<{ storage: string; content?: string }> }).data ?? []).filter((x) =>
+    (x.content ?? '').split(',').includes('snippets'),
+  );
+  return (await Promise.all(storages.map((x) => snippetsOn(sim, site, node, x.storage)))).flat().sort();
+}
+
 /** A VM with userData moved to site-2 (by a migration or a replacement): its snippet leaves site-1 with it. */
 async function snippetFollows(sim: Simulator, eng: Engine, name: string, fp: Partial<ForProvider>): Promise<void> {
   const key = eng.apply(vm(name, { vmid: 160, userData: USER_DATA }));
@@ -182,6 +191,40 @@ describe('a site change that cannot be a remote migration', () => {
 
   it("a replaced VM's snippet goes with it once it is destroyed; the new VM reads its own on site-2", () =>
     snippetFollows(sim, eng, 'replaced-carrier', { replacePolicy: 'CreateThenDelete' }));
+
+  it('a replacement reverted once its new VM was made: the new VM and its snippet on site-2 go, the old VM stays', async () => {
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('turned-back', { vmid: 161, userData: USER_DATA }));
+    const volid = (await eng.waitReady(key)).status!.atProvider!.userDataSnippet!;
+    const uid = eng.get(key).metadata.uid;
+    eng.apply(
+      vm('turned-back', {
+        vmid: 161,
+        userData: USER_DATA,
+        site: SITE2,
+        node: NODE2,
+        replacePolicy: 'CreateThenDelete',
+      }),
+    );
+    await eng.waitFor(key, () => ownedBy(c2, uid).length === 1, 'the new VM made on site-2');
+    assert.ok(
+      (await allSnippetsOn(sim, SITE2, NODE2)).some((v) => v.includes('-turned-back-')),
+      'its snippet went up on site-2',
+    );
+    eng.apply(vm('turned-back', { vmid: 161, userData: USER_DATA, replacePolicy: 'CreateThenDelete' }));
+    const r = await eng.waitFor(
+      key,
+      (x) =>
+        x.status?.atProvider?.site === SITE1 &&
+        x.status?.atProvider?.step === 'Ready' &&
+        !x.status.atProvider.replacing,
+      'Ready on site-1 again',
+    );
+    assert.equal(ownedBy(c2, uid).length + ownedBy(sim.cluster(SITE1), uid).length, 1, 'one VM');
+    const mine = (await allSnippetsOn(sim, SITE2, NODE2)).filter((v) => v.includes('-turned-back-'));
+    assert.deepEqual(mine, [], 'nothing of it left on site-2');
+    assert.deepEqual(await snippetsOn(sim, SITE1, NODE1), [r.status!.atProvider!.userDataSnippet ?? volid]);
+  });
 
   it('deleting during a replacement destroys both VMs', async () => {
     const c1 = sim.cluster(SITE1);
