@@ -205,6 +205,16 @@ export class SlotLimiter {
     this.pump();
   }
 
+  /**
+   * Release what `holder` holds, unless a wake granted it and it has not come for it yet (its turn
+   * in the FIFO stays its own). Returns whether it held anything to release.
+   */
+  releaseHeld(holder: string): boolean {
+    if (!this.owner.has(holder) || this.granted.has(holder)) return false;
+    this.release(holder);
+    return true;
+  }
+
   private drop(holder: string): void {
     for (const k of this.owner.get(holder) ?? []) this.held.get(k)?.delete(holder);
     this.owner.delete(holder);

@@ -709,6 +709,15 @@ export class SiteContext {
     this.releaseCapacity(uid);
   }
 
+  /**
+   * A reconcile of a resource with no task in flight: a slot this process still holds for it (and
+   * the capacity reserved with it) was held for a task whose end another process saw. Released,
+   * unless a wake granted it a moment ago (see SlotLimiter.releaseHeld).
+   */
+  releaseIdle(uid: string): void {
+    if (this.limiter.releaseHeld(uid)) this.releaseCapacity(uid);
+  }
+
   /** Drop this resource's in-process reservation of `vmid` (visible in Proxmox now, or given up), or of all. */
   unreserve(uid: string, vmid?: number): void {
     for (const [id, holder] of this.reserved)

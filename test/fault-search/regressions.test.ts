@@ -747,6 +747,42 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F50: a resize whose end the other process saw -> this process's slot for it is released at the resource's next reconcile; the node's next resize is not held for good", async () => {
+    await runSchedule(
+      'password',
+      [
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new Apply('vm-a', { cpu: 1, memory: '1Gi', powerState: 'stopped', site: 'site-2' }),
+      ],
+      [
+        new Reconcile('vm-b'),
+        new Reconcile('vm-a'),
+        // vm-a's resize sent by this process (p0)...
+        new Reconcile('vm-a'),
+        vmC,
+        new Reconcile('vm-b'),
+        new Fault(
+          'task resize fails at start x1',
+          {
+            kind: 'task',
+            type: 'resize',
+            action: 'fail',
+            at: 'start',
+            message: "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
+            count: 1,
+          },
+          undefined,
+          'site-2',
+        ),
+        // ...and seen to its end by p1, which takes vm-a on to Ready.
+        new TwoWriters('vm-c', 'vm-a'),
+        new Reconcile('vm-b', { where: { step: 'update-reserve-site-move' }, what: { kind: 'writer' } }),
+        new OtherState('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("a replacement reverted during its step 3 (the new VM Ready, the old one's stop sent and hanging) -> once the stop ends the new VM is discarded and the old one, stopped but whole, kept; one VM at the end", () =>
     revertDuringStep3('qmstop', 'running'));
 

@@ -119,6 +119,28 @@ describe('slot limiter', () => {
     assert.deepEqual(woken, ['b', 'c']);
   });
 
+  it('releaseHeld (a reconcile with no task in flight) frees a held slot, keeps one a wake granted, and never touches a waiter', () => {
+    const l = new SlotLimiter({ perNode: 1, perStorage: 1 });
+    const woken: string[] = [];
+    assert.ok(l.tryAcquire('a', 'n1', ['local-lvm']));
+    assert.equal(
+      l.tryAcquire('b', 'n1', ['local-lvm'], () => woken.push('b')),
+      false,
+    );
+    assert.equal(
+      l.tryAcquire('c', 'n1', ['local-lvm'], () => woken.push('c')),
+      false,
+    );
+    assert.equal(l.releaseHeld('c'), false, 'a waiter holds nothing');
+    assert.deepEqual(l.waiting, ['b', 'c'], 'and keeps its place');
+    assert.equal(l.releaseHeld('a'), true, "a's task ended where this process did not see it");
+    assert.deepEqual(woken, ['b'], 'the slot went to the oldest waiter');
+    assert.equal(l.releaseHeld('b'), false, "granted to b, which has not come for it yet: b's turn stays b's");
+    assert.ok(l.tryAcquire('b', 'n1', ['local-lvm']), 'b takes it');
+    assert.equal(l.releaseHeld('b'), true, 'claimed, it is held like any');
+    assert.deepEqual(woken, ['b', 'c']);
+  });
+
   it('a resize has its own slots per node: it does not wait for the creates queued on the node', () => {
     const l = new SlotLimiter({ perNode: 1, perStorage: 1 });
     const woken: string[] = [];
