@@ -170,8 +170,9 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   const task = a.task;
   // A slot is held for a task in flight. With none recorded (another process followed ours to its
   // end), one this process still held was held for good: the node's next resize waited for ever
-  // (fault search F50). A create of unknown outcome keeps its slot (architecture.md, invariant 1).
-  if (!task && a.createOutcome !== 'Unknown') ctx.site.releaseIdle(r.metadata.uid);
+  // (fault search F50). A create of unknown outcome keeps its slot (architecture.md, invariant 1);
+  // a plan changes nothing.
+  if (!task && !ctx.readOnly && a.createOutcome !== 'Unknown') ctx.site.releaseIdle(r.metadata.uid);
   // Our task that just ended OK (its outcome is known: known-outcome.ts).
   let endedOk: string | undefined;
   /** Our task failed on a VM that is not there any more (see below). */
