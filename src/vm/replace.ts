@@ -125,8 +125,7 @@ export async function discardReplacement(
     const destroyed = parseUpid(old.upid)?.type === 'qmdestroy' && !done.error;
     delete old.upid;
     if (destroyed) {
-      await removeSnippetsLeftOn(pctx, r, old.node);
-      delete a.replacing;
+      await replacementDone(pctx, r);
       return undefined;
     }
   }
@@ -153,6 +152,16 @@ export async function discardReplacement(
     obs: { exists: true, upToDate: false },
     change: { kind: 'discard-replacement', why, node: here.node, vmid, running },
   };
+}
+
+/**
+ * The old VM is gone (step 3's destroy ended, or it went by hand): the replacement is done, and
+ * nothing of ours is left on the old site; its snippet on the old VM's node served it alone.
+ */
+async function replacementDone(pctx: StepContext, r: ProxmoxVM): Promise<void> {
+  const a = atProvider(r);
+  await removeSnippetsLeftOn(pctx, r, a.replacing!.node);
+  delete a.replacing;
 }
 
 /**
@@ -208,10 +217,8 @@ export async function retireReplaced(
   }
   const kept = await ourOldVm(pctx, r, old);
   if (!kept) {
-    // Gone (destroyed by us or by hand), or the VMID is somebody else's now: nothing of ours is
-    // left there, and its snippet on that node served it alone.
-    await removeSnippetsLeftOn(pctx, r, old.node);
-    delete a.replacing;
+    // Gone (destroyed by us or by hand), or the VMID is somebody else's now.
+    await replacementDone(pctx, r);
     return undefined;
   }
   const { found, cfg } = kept;
