@@ -81,6 +81,12 @@ export interface ReconcilerOptions {
   reconcileTimeoutMs?: number;
 }
 
+/**
+ * How long after a create's success "not found" is taken for a listing that lags rather than a VM
+ * gone (crossplane-runtime's creation grace period), unless set in ReconcilerOptions.
+ */
+export const CREATION_GRACE_MS = 30_000;
+
 export class ManagedReconciler<R extends Managed = Managed> {
   private readonly store: ResourceStore<R>;
   private readonly connector: Connector<R>;
@@ -110,7 +116,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     this.connector = connector;
     this.o = {
       pollIntervalMs: 60_000,
-      creationGraceMs: 30_000,
+      creationGraceMs: CREATION_GRACE_MS,
       shortWaitMs: 2000,
       now: () => Date.now(),
       ...opts,

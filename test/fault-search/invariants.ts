@@ -8,6 +8,7 @@
  * half-created placeholders and a migration's leftovers included; and every resource got there.
  */
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
+import { CREATION_GRACE_MS } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
 import { settled } from '../../src/local/runtime.ts';
 import type { SimCluster } from '../../src/sim/index.ts';
@@ -351,9 +352,15 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
       // Settled on what the bulk list showed; a VM that appeared since (a create that was in
       // flight when the state was lost) shows at the next poll. Converged only if it still holds
       // one more round after the list's cache has expired, as it must a poll interval later.
+      // And after the creation grace: within it the reconciler takes a VM not found for a list
+      // that lags, and leaves the status as it was (Ready, for a VM another user destroyed moments
+      // after it was made: F52).
       if (confirmed) return { converged: true, rounds, unsettled: [] };
       confirmed = true;
-      w.clock.tick(SITE_TTL_MS + 1000);
+      w.clock.tick(Math.max(SITE_TTL_MS, CREATION_GRACE_MS) + 1000);
+      // What PVE is still doing ends before the confirmation round looks, as it would within
+      // that interval.
+      await w.quiesce();
       continue;
     }
     confirmed = false;

@@ -783,6 +783,28 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F52: another user destroys a VM moments after it became Ready -> the provider makes it again once the creation grace (30 s) is over; settle's last round looks after that grace, not within it", async () => {
+    await runSchedule(
+      'token',
+      [
+        new Apply('vm-c', { cpu: 1, memory: '1Gi', powerState: 'stopped' }),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', powerState: 'stopped' }),
+      ],
+      [
+        new Reconcile('vm-b'),
+        new Reconcile('vm-c'),
+        new Reconcile('vm-c'),
+        new Reconcile('vm-c', {
+          where: { step: 'update-reserve-site-move' },
+          what: { kind: 'foreign', what: 'take-persisted-vmid' },
+        }),
+        new Foreign('destroy', 'vm-c'),
+        new Reconcile('vm-b', { where: { nth: 1 }, what: { kind: 'crash' } }),
+      ],
+      { strict: true },
+    );
+  });
+
   it("a replacement reverted during its step 3 (the new VM Ready, the old one's stop sent and hanging) -> once the stop ends the new VM is discarded and the old one, stopped but whole, kept; one VM at the end", () =>
     revertDuringStep3('qmstop', 'running'));
 
