@@ -13,6 +13,7 @@ import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.
 import { followTask, type StepContext, stepContext } from './context.ts';
 import { type Change, changes } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
+import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { knownOutcome, planAfter, plannedWait } from './known-outcome.ts';
 import { isLockContention } from './limits.ts';
@@ -139,6 +140,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   }
   const a = atProvider(r);
   const wasReady = a.step === 'Ready';
+  // (A retirement of this resource's VM for an older twin on another site goes on to its destroy.)
+  const lookElsewhere = wasReady || a.step === 'RetiringDuplicate';
   const vmidText = externalName(r);
   checkPlacement(r, vmidText ? Number(vmidText) : undefined);
   a.site = ctx.site.name;
@@ -214,9 +217,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
         }
         if (ctx.target && !observeOnly) return lostOnSource(ctx, r, vmid);
         const gone = giveUpVmid(ctx, r, vmid);
-        // A retired duplicate's resource adopts the VM that was kept; otherwise a create follows.
+        // A retired duplicate's resource adopts the VM that was kept (on another site, it follows
+        // it there: duplicates-elsewhere.ts); otherwise a create follows.
         adopted = observeOnly ? undefined : await adoptOwn(ctx, r);
-        if (!adopted) return { obs: gone };
+        if (!adopted) return (observeOnly ? undefined : await adoptElsewhere(ctx, r)) ?? { obs: gone };
         vmid = adopted.vmid;
       }
     }
@@ -367,6 +371,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   // at once): the lowest VMID is kept, the others go, and their resources adopt the one kept.
   const retire = await retireDuplicates(ctx, r, found, state, false);
   if (retire) return retire;
+  // Its twin on another site, from a create in flight there when the state was lost (fault search
+  // F51). Not at the first Ready, which may open a rollout's next phase: a stray shows later anyway.
+  const stray = lookElsewhere ? await retireStrayElsewhere(ctx, r, found, state) : undefined;
+  if (stray) return stray;
 
   // The next change our plan holds (known-outcome.ts), else drift (only with a fresh config).
   let change = known?.next;

@@ -344,6 +344,18 @@ export class SiteContext {
     return abortable(this.beginList(), signal);
   }
 
+  /**
+   * The bulk list as cached, if it was asked for less than `maxAgeMs` ago, else as
+   * clusterResources reads it. For a look that may be minutes late (a stray on another site,
+   * duplicates-elsewhere.ts): a site none of this process's resources polls is read once per
+   * `maxAgeMs`, not once per TTL.
+   */
+  recentResources(maxAgeMs: number, signal?: AbortSignal): Promise<ClusterResource[]> {
+    const cur = this.resources;
+    if (cur && cur.epoch >= this.floor && this.now() - cur.at < maxAgeMs) return abortable(cur.data, signal);
+    return this.clusterResources(false, signal);
+  }
+
   /** The next list read: after the one in flight, and after the gap that follows it (see beginList). */
   private async listAfterGap(): Promise<ClusterResource[]> {
     await this.listing?.catch(() => undefined);

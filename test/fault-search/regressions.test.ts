@@ -783,6 +783,27 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it('F51: a create hanging on site-2, the manifest back on site-1, the state lost and the VM made on site-1 -> once the hanging create ends, the later of the two VMs goes; one VM', async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' }), vmB],
+      [
+        new Fault(
+          'task qmcreate hangs until healed',
+          { kind: 'task', type: 'qmcreate', action: 'stall' },
+          undefined,
+          'site-2',
+        ),
+        new Reconcile('vm-c'),
+        new Apply('vm-c', { cpu: 1, memory: '1Gi' }),
+        new LoseState(),
+        new Reconcile('vm-c'),
+        new Reconcile('vm-c'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F52: another user destroys a VM moments after it became Ready -> the provider makes it again once the creation grace (30 s) is over; settle's last round looks after that grace, not within it", async () => {
     await runSchedule(
       'token',
