@@ -5,19 +5,18 @@
  * and guest addresses. Observe never mutates; what must change is returned as one Change for
  * update (the engine's one-mutation-per-reconcile rule).
  */
-import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
-import { ANNOTATION_EXTERNAL_NAME, externalName, policyAllows, setAnnotation } from '../engine/resource.ts';
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { externalName, policyAllows } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
-import { parseUpid } from '../proxmox/upid.ts';
+import { adoptElsewhere, adoptOwn } from './adoption.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
-import { followTask, type StepContext, stepContext } from './context.ts';
+import type { StepContext } from './context.ts';
 import { type Change, changes } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
 import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { knownOutcome, planAfter, plannedWait } from './known-outcome.ts';
-import { isLockContention } from './limits.ts';
-import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
+import { locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
   cloneSource,
@@ -29,13 +28,13 @@ import {
   smbiosUuid,
 } from './ownership.ts';
 import { guestPoll, needsFullObserve } from './read-schedule.ts';
-import { backToReplaced, discardReplacement, dropRevertedReplacement, retireReplaced, reverted } from './replace.ts';
-import { loadSecrets, withoutSecrets } from './secrets.ts';
-import { lostOnSource, observeSiteMove } from './site-move.ts';
-import { desiredSnippet, removeSnippets } from './snippets.ts';
+import { discardReplacement, dropRevertedReplacement, retireReplaced } from './replace.ts';
+import { loadSecrets } from './secrets.ts';
+import { observeSiteMove } from './site-move.ts';
+import { desiredSnippet } from './snippets.ts';
 import { recheckSourceLeft } from './source-left.ts';
 import { agentEnabled, validateSpec } from './spec.ts';
-import { taskDone } from './tasks.ts';
+import { observeTaskEnd } from './task-end.ts';
 import { giveUpVmid, lateCreateMayStillApply, noteUnknownCreate, vmidChosenByUs } from './vmid.ts';
 
 /** The step a resource is at while the change drift found is being made. */
@@ -178,70 +177,15 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (!task && !ctx.readOnly && a.createOutcome !== 'Unknown') ctx.site.releaseIdle(r.metadata.uid);
   // Our task that just ended OK (its outcome is known: known-outcome.ts).
   let endedOk: string | undefined;
-  /** Our task failed on a VM that is not there any more (see below). */
+  /** Our task failed on a VM that is not there any more (task-end.ts). */
   let vmGone = false;
   if (task) {
-    const done = await taskDone(ctx, task);
-    if (!done.finished) return { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } };
-    delete a.task;
-    if (!done.error) endedOk = task;
-    ctx.site.releaseCreate(
-      r.metadata.uid,
-      !done.error ? 'ok' : isLockContention(done.error.message) ? 'contention' : 'failed',
-    );
-    ctx.site.invalidate(ctx.memory);
-    // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
-    if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) {
-      delete a.vmId;
-      // Deleting: the UUID of the VM it destroyed tells a newer VM of the same identity from it.
-      if (!r.metadata.deletionTimestamp) delete a.smbiosUuid;
-      // Its snippets are read by nothing now (best effort; their names carry this resource's uid).
-      if (r.metadata.deletionTimestamp && a.node && a.userDataSnippet) {
-        await removeSnippets(ctx, r, a.node);
-        delete a.userDataSnippet;
-      }
-      // Our own VM is gone (an interrupted create's placeholder, a retired duplicate): unless the
-      // spec pins the VMID, the next VM is made through the whole create protocol at a VMID chosen
-      // then, so a stranger taking this one meanwhile is a VMID lost, not a VMIDConflict for good.
-      if (!r.metadata.deletionTimestamp && r.spec.forProvider.vmid === undefined) {
-        // Moving to another site with no VM left here (the placeholder of a create whose worker
-        // died, cleared): the resource goes where the spec says, as for any VM gone from its source
-        // (a VM of ours there, or a twin kept here, is followed; else it is made there). A create
-        // here failed (the spec's node is the target's) and left the VMID given up in the status
-        // only; another resource's VM made at it here was then taken for ours, for good (found by
-        // the fault search, FINDINGS.md F38).
-        // (A replacement's new VM discarded, the spec back on the old VM's site: that VM again.)
-        if (reverted(r)) {
-          await backToReplaced(ctx, r);
-          return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
-        }
-        if (ctx.target && !observeOnly) return lostOnSource(ctx, r, vmid);
-        const gone = giveUpVmid(ctx, r, vmid);
-        // A retired duplicate's resource adopts the VM that was kept (on another site, it follows
-        // it there: duplicates-elsewhere.ts); otherwise a create follows.
-        adopted = observeOnly ? undefined : await adoptOwn(ctx, r);
-        if (!adopted) return (observeOnly ? undefined : await adoptElsewhere(ctx, r)) ?? { obs: gone };
-        vmid = adopted.vmid;
-      }
-    }
-    if (done.error && !alreadyDone(task, done.error.message)) {
-      const creating = /:(qmcreate|qmclone):/.test(task);
-      // A task of ours on a VM that is gone by now (retired as a twin by another state file's
-      // runtime while our resize waited for its lock, destroyed by hand) failed for that: observe
-      // goes on as for any VM not found at its VMID (the twin kept is adopted, or the VM is made
-      // again). Taken as the resource's failure, it stopped `apply` (TaskFailed is a stop reason)
-      // where the next reconcile converged (test/local/two-states.test.ts, under load).
-      vmGone = !creating && !observeOnly && !ctx.target && !(await locate(ctx, vmid, false));
-      if (!vmGone) {
-        // Back off before looking again (invariant 4); the next observe finds whatever the
-        // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
-        a.step = 'Failed';
-        const msg = withoutSecrets(ctx, done.error.message);
-        const locked = /VM is locked|got timeout/.test(msg);
-        const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
-        if (creating) err.createFailure = true;
-        throw err;
-      }
+    const ended = await observeTaskEnd(ctx, r, vmid, task, observeOnly);
+    if ('observed' in ended) return ended.observed;
+    ({ endedOk, vmGone } = ended);
+    if (ended.adopted) {
+      adopted = ended.adopted;
+      vmid = adopted.vmid;
     }
   }
 
@@ -433,66 +377,6 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
       ...connection(ctx, r, found),
     },
   };
-}
-
-/**
- * A power task that failed because the VM already was where it was sent (another runtime of this
- * installation managing the same VM, or a person, got there first): qemu-server's vm_start dies
- * with "VM N already running", vm_shutdown/vm_stop with "VM N not running". Nothing failed.
- */
-function alreadyDone(task: string, message: string): boolean {
-  const type = parseUpid(task)?.type;
-  if (type === 'qmstart') return /already running/.test(message);
-  if (type === 'qmshutdown' || type === 'qmstop') return /not running/.test(message);
-  return false;
-}
-
-/** This resource's VM found by its marker (see findOwnVm), adopted; undefined when there is none. */
-async function adoptOwn(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
-  const own = await findOwnVm(ctx, r);
-  if (own) adopt(ctx, r, own);
-  return own;
-}
-
-/**
- * No VM of this resource on the site it is placed on: before one is made there, its marker on the
- * ProviderConfig's other sites (a lost or another state file, a create whose site was never
- * recorded: fault search F19). Found there, the resource follows it, and the next reconcile moves it
- * where the spec says (a remote migration), instead of a second VM being made here.
- */
-async function adoptElsewhere(ctx: StepContext, r: ProxmoxVM): Promise<Observed | undefined> {
-  if (!ctx.elsewhere) return undefined;
-  for (const site of await ctx.elsewhere()) {
-    // (lookOnly: every new resource looks on every other site; memory kept there for each was half
-    // of all resource memory)
-    const own = await findOwnVm(stepContext(site, r, ctx.options, ctx.signal, { lookOnly: true }), r);
-    // A replacement's old VM is replaced, not adopted back (replace.ts).
-    const old = r.status?.atProvider?.replacing;
-    if (!own || (old?.site === site.name && old.vmid === own.vmid)) continue;
-    adopt(ctx, r, own, site.name);
-    const a = atProvider(r);
-    a.site = site.name;
-    a.node = own.node;
-    a.vmId = own.vmid;
-    delete a.placedNode;
-    return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
-  }
-  return undefined;
-}
-
-/** Take `found` (on `site`, when another) as this resource's VM: record its VMID (the marker says whose it is). */
-function adopt(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, site?: string): void {
-  setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(found.vmid));
-  // With the VMID, in the same write, the site it is on: a status write lost after this one (a
-  // conflict with an edit of the spec's site) must not leave the VMID read on another site (F28).
-  setAnnotation(r, ANNOTATION_SITE, site ?? ctx.site.name);
-  ctx.site.unreserve(r.metadata.uid);
-  ready(
-    r,
-    'False',
-    'Creating',
-    `adopted VM ${found.vmid} on ${found.node}${site ? ` of site ${site}` : ''}: its ownership marker names this resource`,
-  );
 }
 
 function connection(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): { connectionDetails: Record<string, string> } {
