@@ -13,6 +13,7 @@
  * does (keepsStray): the one that may hold data the other cannot.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { getCondition, setCondition } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
 import { atProvider, ready } from './conditions.ts';
@@ -25,9 +26,11 @@ import type { SiteContext } from './site-cache.ts';
 import { vmName } from './spec.ts';
 
 /**
- * How long a site's cached bulk list serves this look: a minute (the default poll interval), or
- * the drift interval when shorter. A site that none of this process's resources polls is then
- * read once a minute, not once per TTL.
+ * How long a site's cached bulk list serves this look: a minute (the default poll interval, not
+ * scaled with it). A site that none of this process's resources polls is then read once a minute,
+ * not once per TTL; a site its own resources poll is read at their pace anyway. (Scaled with the
+ * drift interval, a phased rollout at speed 100 read the lists of the sites idle between phases
+ * every 3 s of real time: 0.27 lists more per VM.)
  */
 const LIST_MAX_AGE_MS = 60_000;
 
@@ -54,12 +57,16 @@ export async function retireStrayElsewhere(
   const a = atProvider(r);
   if (ctx.readOnly || !ctx.elsewhere || a.siteMove || a.replacing || r.metadata.deletionTimestamp) return undefined;
   const strays = await straysOf(ctx, r);
-  if (!strays.length) return undefined;
+  if (!strays.length) {
+    if (getCondition(r, DUPLICATE)?.status === 'True')
+      duplicateCondition(r, 'False', 'DuplicateRetired', 'no VM of this resource is left on another site');
+    return undefined;
+  }
   const [self] = await ctx.site.markedVms([found.entry], ctx.signal);
   const own: Candidate = { running: state === 'running', ctime: self?.ctime, vmid: found.vmid, site: ctx.site.name };
   const kept = strays.find((s) => keepsStray(own, candidate(s)) === true);
   if (kept) {
-    const why = `VM ${found.vmid} duplicates VM ${kept.vm.vmid} of site ${kept.site.name}, made for this resource too by a create whose state was lost, and ${kept.vm.status === 'running' && !own.running ? 'running' : kept.vm.ctime !== own.ctime ? 'older' : 'first by VMID and site'}: VM ${kept.vm.vmid} is kept and moves here, VM ${found.vmid} is ${own.running ? 'stopped, then ' : ''}destroyed`;
+    const why = `VM ${found.vmid} duplicates VM ${kept.vm.vmid} of site ${kept.site.name}, made for this resource too by a create whose state was lost, and ${lesser(candidate(kept), own)}: VM ${kept.vm.vmid} is kept and moves here, VM ${found.vmid} is ${own.running ? 'stopped, then ' : ''}destroyed`;
     a.step = 'RetiringDuplicate';
     ready(r, 'False', 'Unavailable', why);
     return {
@@ -67,8 +74,32 @@ export async function retireStrayElsewhere(
       change: { kind: 'retire-duplicate', why, node: found.node, vmid: found.vmid, running: own.running },
     };
   }
-  for (const s of strays) if (keepsStray(own, candidate(s)) === false) await retire(ctx, s);
+  const going = strays.filter((s) => keepsStray(own, candidate(s)) === false);
+  for (const s of going) await retire(ctx, s);
+  if (going.length)
+    duplicateCondition(
+      r,
+      'True',
+      'RetiringDuplicate',
+      going
+        .map(
+          (s) =>
+            `VM ${s.vm.vmid} on node ${s.vm.node} of site ${s.site.name}, made for this resource too by a create whose state was lost, duplicates VM ${found.vmid} and ${lesser(own, candidate(s))}: ${s.vm.status === 'running' ? 'stopped, then destroyed at a later poll' : 'destroyed'}`,
+        )
+        .join('; '),
+    );
   return undefined;
+}
+
+/** The condition that says a twin on another site is being retired (and, once gone, that it was). */
+const DUPLICATE = 'DuplicateElsewhere';
+
+function duplicateCondition(r: ProxmoxVM, status: 'True' | 'False', reasonText: string, message: string): void {
+  setCondition(
+    r,
+    { type: DUPLICATE, status, reason: reasonText, message, observedGeneration: r.metadata.generation },
+    Date.now(),
+  );
 }
 
 /**
@@ -88,6 +119,13 @@ function keepsStray(own: Candidate, stray: Candidate): boolean | undefined {
   return stray.site < own.site;
 }
 
+/** Why `goes` is the one that goes (keepsStray's order), for a condition's message. */
+function lesser(stays: Candidate, goes: Candidate): string {
+  if (stays.running !== goes.running) return 'does not run where the other does';
+  if (stays.ctime !== goes.ctime) return 'was made later';
+  return stays.vmid !== goes.vmid ? 'has the higher VMID' : 'is on the site named later';
+}
+
 /** What keepsStray compares of a VM. */
 interface Candidate {
   running: boolean;
@@ -105,11 +143,10 @@ async function straysOf(ctx: StepContext, r: ProxmoxVM): Promise<Stray[]> {
   const name = vmName(r);
   const left = atProvider(r).sourceLeft;
   const out: Stray[] = [];
-  const maxAge = Math.min(LIST_MAX_AGE_MS, ctx.options.driftIntervalMs ?? LIST_MAX_AGE_MS);
   for (const site of (await ctx.elsewhere?.()) ?? []) {
     let named: ClusterResource[] | undefined;
     try {
-      named = listIndex(await site.recentResources(maxAge, ctx.signal)).byName.get(name);
+      named = listIndex(await site.recentResources(LIST_MAX_AGE_MS, ctx.signal)).byName.get(name);
     } catch (e) {
       // A site that cannot be read now is looked at again at the next poll.
       if (ctx.signal?.aborted) throw e;

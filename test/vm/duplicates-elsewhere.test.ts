@@ -12,7 +12,7 @@ import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
 import { ownershipMarker } from '../../src/vm/spec.ts';
 import { raw, waitTask } from '../helpers/sim.ts';
-import { count, Engine, foreignVm, NODE1, SITE1, startSim, vm } from './harness.ts';
+import { cond, count, Engine, foreignVm, NODE1, SITE1, startSim, vm } from './harness.ts';
 
 const SITE2 = 'site-2';
 const NODE2 = 'r630-01';
@@ -60,8 +60,10 @@ describe("a resource's twin on another site", () => {
   let eng: Engine;
   before(async () => {
     sim = await startSim();
-    // Polls and drift reads within a test's time: the other site's list is read again at each.
-    eng = await new Engine(sim, { pollIntervalMs: 100, driftIntervalMs: 200 }).start();
+    // Polls within a test's time. A resource on site-2 keeps that site's list fresh, as any site
+    // with resources of this process is kept (an idle one is read once a minute).
+    eng = await new Engine(sim, { pollIntervalMs: 100 }).start();
+    await eng.waitReady(eng.apply(vm('anchor', { site: SITE2, node: NODE2 })));
   });
   after(async () => {
     await eng.stop();
@@ -75,14 +77,32 @@ describe("a resource's twin on another site", () => {
     const r = await eng.waitReady(key);
     const vmid = r.status!.atProvider!.vmId!;
     const installation = /installation=(\S+)/.exec(c1.state.vms.get(vmid)!.config.description ?? '')![1]!;
+    const seen: string[] = [];
+    // (Status writes reach an index, not a watch.)
+    const stop = eng.store.addIndex((_k, x) => {
+      const c = x && cond(x, 'DuplicateElsewhere');
+      if (c) seen.push(`${c.reason}: ${c.message}`);
+    });
     await stray(sim, r, 170, installation, false);
     assert.deepEqual(named(c2, 'twin-a'), [170]);
     await until('the twin on site-2 is destroyed', () => named(c2, 'twin-a').length === 0);
     assert.equal(count(c2, 'DELETE /nodes/{node}/qemu/{vmid}'), 1, 'one destroy, on site-2');
     assert.deepEqual(named(c1, 'twin-a'), [vmid], 'the resource keeps its VM');
     assert.equal(c1.state.vms.get(vmid)?.status, 'running');
-    const after = await eng.waitReady(key);
+    const after = await eng.waitFor(
+      key,
+      (x) => cond(x, 'DuplicateElsewhere')?.reason === 'DuplicateRetired',
+      'the condition says the twin is gone',
+    );
     assert.equal(after.status?.atProvider?.vmId, vmid);
+    assert.equal(cond(after, 'Ready')?.status, 'True');
+    // While it was being retired, the resource said which VM, where, and why.
+    const said = seen.find((m) => m.startsWith('RetiringDuplicate'));
+    assert.match(
+      said ?? '',
+      /VM 170 on node r630-01 of site site-2.*duplicates VM \d+ and does not run where the other does: destroyed/,
+    );
+    stop();
   });
 
   it('a running twin of a stopped VM stays: the resource retires its own VM, adopts the twin and moves it here', async () => {
