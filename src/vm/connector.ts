@@ -78,7 +78,10 @@ export class VmConnector implements Connector<ProxmoxVM> {
     const move = r.status?.atProvider?.siteMove;
     if (move && known(move.from)) return move.from;
     const at = placedSite(r);
-    if (at && at !== wanted && externalName(r) && known(at)) return at;
+    // A task of ours in flight is followed where it was sent, with or without a VMID recorded now:
+    // a deleting resource whose VMID was given up while its create's task ran followed that task
+    // on the spec's site, where the task's node does not exist, for good (fault search F53).
+    if (at && at !== wanted && (externalName(r) || r.status?.atProvider?.task) && known(at)) return at;
     return wanted;
   }
 

@@ -158,8 +158,15 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     // No VMID recorded (a new resource, or a lost or other state file): Proxmox may already hold
     // this resource's VM, made by this installation. Adopt it rather than make a second one.
     adopted = observeOnly ? undefined : await adoptOwn(ctx, r);
+    // Not when deleting (as below, for a VM not at its VMID): another site's VM of this identity
+    // is another resource's by now (the manifest applied again there), which the delete would
+    // have destroyed (fault search F53).
     if (!adopted)
-      return (observeOnly ? undefined : await adoptElsewhere(ctx, r)) ?? { obs: { exists: false, upToDate: false } };
+      return (
+        (observeOnly || r.metadata.deletionTimestamp ? undefined : await adoptElsewhere(ctx, r)) ?? {
+          obs: { exists: false, upToDate: false },
+        }
+      );
   }
   let vmid = adopted?.vmid ?? Number(vmidText);
   if (!Number.isInteger(vmid) || vmid < 100)

@@ -804,6 +804,24 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F53: two state files, the VM destroyed by one while the other's create task is still recorded, the manifest moved -> the deleting resource follows its task on the site it was sent to and adopts nothing elsewhere; it goes, the other resource's VM stays", async () => {
+    await runSchedule(
+      'token',
+      [
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+      ],
+      [
+        new OtherState('vm-a'),
+        new Reconcile('vm-a', { where: { step: 'preflight-passed' }, what: { kind: 'crash' } }),
+        new Delete('vm-a'),
+        new Reconcile('vm-a', { where: { nth: 3 }, what: { kind: 'writer' } }),
+        new Move('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F52: another user destroys a VM moments after it became Ready -> the provider makes it again once the creation grace (30 s) is over; settle's last round looks after that grace, not within it", async () => {
     await runSchedule(
       'token',
