@@ -259,6 +259,11 @@ async function unfinishedHere(
 export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<SiteMoveObservation> {
   const a = atProvider(r);
   const tctx = targetContext(ctx, r);
+  // "Gone" makes a VM: only on a list of the target begun now. A list a moment old (a fresh read
+  // may take one begun up to FRESH_MS before) can predate a migration that just arrived, which our
+  // own mutations on the source site do not date; taken for gone, the VM was made again on the
+  // target, then retired as the moved VM's twin (the site-move tests, with no creation grace).
+  tctx.site.invalidate();
   const moved = await findOwnVm(tctx, r);
   const kept = moved ? undefined : await findOwnVm(ctx, r);
   const found = moved ?? kept;

@@ -51,6 +51,8 @@ function stringifyConfig(sim: Simulator, auth: 'token' | 'password' = 'token'): 
 }
 
 export interface EngineOptions {
+  /** The reconciler's creation grace (default 2 s; 0: every VM is older than it, as in production after the first half minute). */
+  creationGraceMs?: number;
   auth?: 'token' | 'password';
   store?: MemoryStore<ProxmoxVM>;
   hooks?: EngineHooks;
@@ -126,7 +128,7 @@ export class Engine {
     this.reconciler = new ManagedReconciler<ProxmoxVM>(this.store, this.connector, {
       pollIntervalMs: opts.pollIntervalMs ?? 60_000,
       shortWaitMs: 10,
-      creationGraceMs: 2000,
+      creationGraceMs: opts.creationGraceMs ?? 2000,
       createFailureScheduleMs: [40, 80, 160, 320, 640],
       ...(opts.hooks ? { hooks: opts.hooks } : {}),
     });

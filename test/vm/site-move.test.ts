@@ -94,6 +94,32 @@ describe('a site change: remote migration', () => {
     assert.equal(count(c1, 'DELETE /nodes/{node}/qemu/{vmid}'), 0, 'nothing destroyed by the provider');
   });
 
+  it('a VM older than the creation grace moves as one: nothing made on the target while the migration arrives', async () => {
+    // No grace: "not found" is never taken for a listing that lags, as for any VM half a minute
+    // after its create. A list of the target a moment old predated the arrival, the VM was taken
+    // for gone and made again there, then retired as the moved VM's twin.
+    const aged = await new Engine(sim, { pollIntervalMs: 200, creationGraceMs: 0 }).start();
+    try {
+      const c2 = sim.cluster(SITE2);
+      const key = aged.apply(vm('seasoned', { vmid: 150 }));
+      const r0 = await aged.waitReady(key);
+      const created = count(c2, 'POST /nodes/{node}/qemu');
+      const destroyed = count(c2, 'DELETE /nodes/{node}/qemu/{vmid}');
+      aged.apply(vm('seasoned', { vmid: 150, site: SITE2, node: NODE2 }));
+      const r = await aged.waitFor(
+        key,
+        (x) => x.status?.atProvider?.site === SITE2 && x.status?.atProvider?.step === 'Ready',
+        'Ready on site-2',
+      );
+      assert.equal(r.status?.atProvider?.vmId, r0.status?.atProvider?.vmId, 'the VMID stayed');
+      assert.equal(count(c2, 'POST /nodes/{node}/qemu'), created, 'nothing created on site-2');
+      assert.equal(count(c2, 'DELETE /nodes/{node}/qemu/{vmid}'), destroyed, 'nothing destroyed on site-2');
+      assert.equal(ownedBy(sim.cluster(SITE1), r.metadata.uid).length + ownedBy(c2, r.metadata.uid).length, 1);
+    } finally {
+      await aged.stop();
+    }
+  });
+
   it('keeps its VMID or does not move: a VMID taken on the target refuses the move with the fix', async () => {
     const c1 = sim.cluster(SITE1);
     const c2 = sim.cluster(SITE2);
