@@ -76,6 +76,10 @@ export function registerFleet(program: Command): void {
       '--include-unknown',
       "with --delete, also delete stopped VMs of this installation whose uid this state file never held (another state file's, or lost); running ones never",
     )
+    .option(
+      '--snippets',
+      "also list this installation's cloud-init snippet files that no VM of any site reads (config, pending change or snapshot), written over an hour ago; with --delete they are removed (reads every VM's pending config and snapshot list)",
+    )
     .addOption(output())
     .action(
       (o: {
@@ -85,6 +89,7 @@ export function registerFleet(program: Command): void {
         yes?: boolean;
         includeHalfCreated?: boolean;
         includeUnknown?: boolean;
+        snippets?: boolean;
         output: 'table';
       }) =>
         run(async () =>
@@ -95,6 +100,7 @@ export function registerFleet(program: Command): void {
             yes: Boolean(o.yes),
             includeHalfCreated: Boolean(o.includeHalfCreated),
             includeUnknown: Boolean(o.includeUnknown),
+            snippets: Boolean(o.snippets),
             output: o.output,
           }),
         ),

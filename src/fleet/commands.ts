@@ -20,6 +20,7 @@ import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '.
 import { RolloutError } from '../workspace/phases.ts';
 import { readStateFile, type StateFile, StateFileError } from '../workspace/state-file.ts';
 import type { GcFinding } from './gc.ts';
+import type { SnippetFinding } from './gc-snippets.ts';
 import type { PlanResult } from './plan.ts';
 import { validateManifests } from './validate.ts';
 
@@ -148,6 +149,8 @@ export async function gcCommand(args: {
   includeHalfCreated?: boolean;
   /** Also delete stopped VMs of this installation whose uid the state file never held. */
   includeUnknown?: boolean;
+  /** Also look for this installation's snippet files that no VM reads (gc-snippets.ts). */
+  snippets?: boolean;
   output?: Output;
   out?: NodeJS.WriteStream;
   /** This process's clock (ms), which the scan start is taken from (tests: the simulator's). */
@@ -168,6 +171,8 @@ export async function gcCommand(args: {
     const state = readState(stateFile, installation);
     return knownResources(state.objects, state.retired, onlySite);
   };
+  // The snippet scan's start, taken before anything is read (files written since are not its own).
+  const scanStartedAt = (args.now ?? Date.now)();
   const policy = {
     installation,
     known: readKnown(),
@@ -191,11 +196,23 @@ export async function gcCommand(args: {
     });
     code = done.some((f) => f.action !== 'deleted') || found.some((f) => refused(f)) ? 1 : 0;
   }
+  let snippets: SnippetFinding[] = [];
+  let snippetTable: string | undefined;
+  if (args.snippets) {
+    const { collectSnippets, formatSnippets, scanSnippets } = await import('./gc-snippets.ts');
+    // A file's identity is tried in the namespaces the state file knows, and none; a name cut to
+    // 40 characters in the file's name, against the state file's full names.
+    const objects = readState(stateFile, installation).objects;
+    const namespaces = ['default', '', ...objects.map((r) => r.metadata.namespace ?? '')];
+    const names = objects.map((r) => r.metadata.name);
+    const files = await scanSnippets(config, { installation, known: policy.known, namespaces, names }, scanStartedAt);
+    snippets = args.delete ? await collectSnippets(config, files) : files;
+    if (args.delete ? snippets.some((f) => f.action !== 'deleted') : snippets.length > 0) code = 1;
+    snippetTable = formatSnippets(snippets);
+  }
   const note = wrongStoreNote(found);
-  emit(
-    args.out,
-    render(result, args.output ?? 'table', () => formatGc(result, note ? { note } : {})),
-  );
+  const table = () => [formatGc(result, note ? { note } : {}), ...(snippetTable ? ['', snippetTable] : [])].join('\n');
+  emit(args.out, render(args.snippets ? [...result, ...snippets] : result, args.output ?? 'table', table));
   return code;
 }
 

@@ -335,95 +335,99 @@ export async function collect(
   findings: GcFinding[],
   opts: CollectOptions,
 ): Promise<GcFinding[]> {
-  const done: GcFinding[] = [];
-  for (const site of config.config.spec.sites) {
-    const mine = findings.filter(
-      (f) =>
-        f.site === site.name &&
-        ((f.deletable && (f.kind === 'orphan' || f.kind === 'legacy-unknown')) ||
-          (Boolean(opts.includeHalfCreated) && (f.kind === 'half-created' || f.kind === 'stuck-lock'))),
-    );
-    if (!mine.length) continue;
-    const client = clientForSite(config, site.name);
+  const mine = findings.filter(
+    (f) =>
+      (f.deletable && (f.kind === 'orphan' || f.kind === 'legacy-unknown')) ||
+      (Boolean(opts.includeHalfCreated) && (f.kind === 'half-created' || f.kind === 'stuck-lock')),
+  );
+  return perSite(
+    config,
+    mine,
+    (client) => client.capabilities(),
+    async (client, f, caps) => {
+      // Only what a scan read can be re-checked against (a finding without it is not a scan's).
+      if (!f.digest || !Number.isFinite(f.scanStartedAt)) {
+        return 'skipped: not found by a scan';
+      }
+      let cfg: Awaited<ReturnType<PveClient['vmConfig']>>;
+      try {
+        cfg = await client.vmConfig(f.node, f.vmid);
+      } catch (e) {
+        if (e instanceof NotFoundError) {
+          return 'skipped: gone since the scan';
+        }
+        throw e;
+      }
+      const ctime = metaCtime(cfg.values.meta);
+      if (ctime !== undefined && ctime * 1000 >= f.scanStartedAt - CLOCK_SKEW_MS) {
+        return `skipped: created ${new Date(ctime * 1000).toISOString()}, after the scan started or within ${CLOCK_SKEW_MS / 60_000} min of it (clock skew); run gc again later`;
+      }
+      if (cfg.digest !== f.digest || !sameMarker(parseMarker(cfg.values.description), f.marker)) {
+        return 'skipped: its config changed since the scan; run gc again';
+      }
+      const lock = cfg.values.lock;
+      const placeholderLock = isPlaceholderLock(lock);
+      // Only the create/clone lock we set, with no task running, is ours to clear (skiplock on
+      // destroy, root@pam only). backup, migrate, snapshot, suspended... belong to somebody else.
+      if (lock && !placeholderLock) {
+        return `skipped: locked (${lock}) by another operation; such locks are never cleared`;
+      }
+      if (placeholderLock) {
+        const running = (await client.activeTasks(f.node, { vmid: f.vmid })).length > 0;
+        if (running) {
+          return `skipped: locked (${lock}) by a task still running`;
+        }
+        if (!caps.rootTicket) {
+          return `skipped: locked (${lock}); only root@pam with a password can clear it over the API. Fix: ${manualCleanup(f.node, f.vmid)}`;
+        }
+      }
+      const st = await client.vmStatus(f.node, f.vmid);
+      if (f.onlyStopped && st.status !== 'stopped') {
+        return `skipped: ${st.status} now; a VM whose uid this store never held is deleted only while stopped`;
+      }
+      const gone = stillUnknown(f, await opts.known());
+      if (gone) {
+        return gone;
+      }
+      if (st.status === 'running') {
+        await client.waitTask(await client.stopVm(f.node, f.vmid));
+        // Stopping takes a while: a resource applied meanwhile still keeps its VM.
+        const late = stillUnknown(f, await opts.known());
+        if (late) {
+          return `${late} (left stopped)`;
+        }
+      }
+      await client.waitTask(
+        await client.deleteVm(f.node, f.vmid, {
+          purge: true,
+          destroyUnreferencedDisks: true,
+          ...(placeholderLock ? { skiplock: true } : {}),
+        }),
+      );
+      return 'deleted';
+    },
+  );
+}
+
+/**
+ * Act on findings site by site, one client per site (`prepare`d once): each finding gets the
+ * outcome `act` returns (`deleted`, `skipped: ...`), or `failed: <message>` when it throws. gc's
+ * VMs and snippet files (gc-snippets.ts) are collected so.
+ */
+export async function perSite<F extends { site: string }, P>(
+  config: LoadedProviderConfig,
+  findings: F[],
+  prepare: (client: PveClient) => Promise<P>,
+  act: (client: PveClient, f: F, prepared: P) => Promise<string>,
+): Promise<F[]> {
+  const done: F[] = [];
+  for (const site of new Set(findings.map((f) => f.site))) {
+    const client = clientForSite(config, site);
     try {
-      const caps = await client.capabilities();
-      for (const f of mine) {
-        const skip = (why: string) => done.push({ ...f, action: why });
+      const prepared = await prepare(client);
+      for (const f of findings.filter((x) => x.site === site)) {
         try {
-          // Only what a scan read can be re-checked against (a finding without it is not a scan's).
-          if (!f.digest || !Number.isFinite(f.scanStartedAt)) {
-            skip('skipped: not found by a scan');
-            continue;
-          }
-          let cfg: Awaited<ReturnType<PveClient['vmConfig']>>;
-          try {
-            cfg = await client.vmConfig(f.node, f.vmid);
-          } catch (e) {
-            if (e instanceof NotFoundError) {
-              skip('skipped: gone since the scan');
-              continue;
-            }
-            throw e;
-          }
-          const ctime = metaCtime(cfg.values.meta);
-          if (ctime !== undefined && ctime * 1000 >= f.scanStartedAt - CLOCK_SKEW_MS) {
-            skip(
-              `skipped: created ${new Date(ctime * 1000).toISOString()}, after the scan started or within ${CLOCK_SKEW_MS / 60_000} min of it (clock skew); run gc again later`,
-            );
-            continue;
-          }
-          if (cfg.digest !== f.digest || !sameMarker(parseMarker(cfg.values.description), f.marker)) {
-            skip('skipped: its config changed since the scan; run gc again');
-            continue;
-          }
-          const lock = cfg.values.lock;
-          const placeholderLock = isPlaceholderLock(lock);
-          // Only the create/clone lock we set, with no task running, is ours to clear (skiplock on
-          // destroy, root@pam only). backup, migrate, snapshot, suspended... belong to somebody else.
-          if (lock && !placeholderLock) {
-            skip(`skipped: locked (${lock}) by another operation; such locks are never cleared`);
-            continue;
-          }
-          if (placeholderLock) {
-            const running = (await client.activeTasks(f.node, { vmid: f.vmid })).length > 0;
-            if (running) {
-              skip(`skipped: locked (${lock}) by a task still running`);
-              continue;
-            }
-            if (!caps.rootTicket) {
-              skip(
-                `skipped: locked (${lock}); only root@pam with a password can clear it over the API. Fix: ${manualCleanup(f.node, f.vmid)}`,
-              );
-              continue;
-            }
-          }
-          const st = await client.vmStatus(f.node, f.vmid);
-          if (f.onlyStopped && st.status !== 'stopped') {
-            skip(`skipped: ${st.status} now; a VM whose uid this store never held is deleted only while stopped`);
-            continue;
-          }
-          const gone = stillUnknown(f, await opts.known());
-          if (gone) {
-            skip(gone);
-            continue;
-          }
-          if (st.status === 'running') {
-            await client.waitTask(await client.stopVm(f.node, f.vmid));
-            // Stopping takes a while: a resource applied meanwhile still keeps its VM.
-            const late = stillUnknown(f, await opts.known());
-            if (late) {
-              skip(`${late} (left stopped)`);
-              continue;
-            }
-          }
-          await client.waitTask(
-            await client.deleteVm(f.node, f.vmid, {
-              purge: true,
-              destroyUnreferencedDisks: true,
-              ...(placeholderLock ? { skiplock: true } : {}),
-            }),
-          );
-          done.push({ ...f, action: 'deleted' });
+          done.push({ ...f, action: await act(client, f, prepared) });
         } catch (e) {
           done.push({ ...f, action: `failed: ${e instanceof Error ? e.message : String(e)}` });
         }

@@ -612,6 +612,14 @@ export class PveClient {
     return this.call(R.vmPending(node, vmid));
   }
 
+  vmSnapshots(node: string, vmid: number): Promise<Array<{ name: string; parent?: string }>> {
+    return this.call(R.vmSnapshots(node, vmid));
+  }
+
+  snapshotConfig(node: string, vmid: number, snapname: string): Promise<Record<string, unknown>> {
+    return this.call(R.snapshotConfig(node, vmid, snapname));
+  }
+
   /** Grow a disk; a UPID on PVE >= 8.0, null (done) before. */
   async resizeDisk(
     node: string,

@@ -457,6 +457,16 @@ export function vmPending(node: string, vmid: number): PveRequest<PendingEntry[]
   return req('GET', '/nodes/{node}/qemu/{vmid}/pending', { node, vmid }, {}, { decode: list<PendingEntry> });
 }
 
+/** A VM's snapshots (`current`, the running state, is always the last entry). */
+export function vmSnapshots(node: string, vmid: number): PveRequest<Array<{ name: string; parent?: string }>> {
+  return req('GET', '/nodes/{node}/qemu/{vmid}/snapshot', { node, vmid }, {}, { decode: list<{ name: string }> });
+}
+
+/** The config a snapshot holds (what a rollback puts back). */
+export function snapshotConfig(node: string, vmid: number, snapname: string): PveRequest<Record<string, unknown>> {
+  return req('GET', '/nodes/{node}/qemu/{vmid}/snapshot/{snapname}/config', { node, vmid, snapname });
+}
+
 /**
  * `PUT .../resize`: `size` is absolute (`32G`) or relative (`+8G`). PVE >= 8.0 answers a `resize`
  * UPID, older versions null (and fail synchronously).

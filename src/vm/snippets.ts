@@ -95,8 +95,13 @@ const rendered = new Map<string, string>();
 
 /** The part of a snippet's name that says whose it is: `<name>-<8 hex of installation/ns/name>`. */
 export function snippetOwner(r: ProxmoxVM, installation: string): string {
-  const id = `${installation}/${r.metadata.namespace ?? ''}/${r.metadata.name}`;
-  return `${r.metadata.name.slice(0, 40)}-${createHash('sha256').update(id).digest('hex').slice(0, 8)}`;
+  return snippetOwnerOf(installation, r.metadata.namespace ?? '', r.metadata.name);
+}
+
+/** The owner part of a snippet's file name for a resource's identity (see the file's comment). */
+export function snippetOwnerOf(installation: string, namespace: string, name: string): string {
+  const id = `${installation}/${namespace}/${name}`;
+  return `${name.slice(0, 40)}-${createHash('sha256').update(id).digest('hex').slice(0, 8)}`;
 }
 
 export function snippetFile(owner: string, content: string): string {

@@ -112,6 +112,8 @@ const SAMPLES: Sample[] = [
   s('updateVmConfigSync', R.updateVmConfigSync(N, 100, { set: { description: 'x', onboot: false }, skiplock: true })),
   s('unlockVm', R.unlockVm(N, 100)),
   s('vmPending', R.vmPending(N, 100)),
+  s('vmSnapshots', R.vmSnapshots(N, 100)),
+  s('snapshotConfig', R.snapshotConfig(N, 100, 'before-upgrade')),
   s('resizeDisk', R.resizeDisk(N, 100, 'scsi0', '+8G', { digest: 'b'.repeat(40), skiplock: true })),
   s('resizeDisk', R.resizeDisk(N, 100, 'scsi0', '64G'), undefined, 'resizeDisk(absolute)'),
   s('vmStatus', R.vmStatus(N, 100)),
