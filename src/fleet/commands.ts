@@ -167,15 +167,15 @@ export async function gcCommand(args: {
   const sites = config.config.spec.sites;
   const onlySite = sites.length === 1 ? sites[0]!.name : undefined;
   // Read at the scan and again right before each deletion (another process may apply meanwhile).
-  const readKnown = () => {
-    const state = readState(stateFile, installation);
-    return knownResources(state.objects, state.retired, onlySite);
-  };
+  const knownOf = (state: StateFile<ProxmoxVM>) => knownResources(state.objects, state.retired, onlySite);
+  const readKnown = () => knownOf(readState(stateFile, installation));
+  // Read once for the scan (the VMs' and the snippet files'); again right before each deletion.
+  const state = readState(stateFile, installation);
   // The snippet scan's start, taken before anything is read (files written since are not its own).
   const scanStartedAt = (args.now ?? Date.now)();
   const policy = {
     installation,
-    known: readKnown(),
+    known: knownOf(state),
     includeUnknown: Boolean(args.includeUnknown),
     storeName: 'this state file',
   };
@@ -202,7 +202,7 @@ export async function gcCommand(args: {
     const { collectSnippets, formatSnippets, scanSnippets } = await import('./gc-snippets.ts');
     // A file's identity is tried in the namespaces the state file knows, and none; a name cut to
     // 40 characters in the file's name, against the state file's full names.
-    const objects = readState(stateFile, installation).objects;
+    const objects = state.objects;
     const namespaces = ['default', '', ...objects.map((r) => r.metadata.namespace ?? '')];
     const names = objects.map((r) => r.metadata.name);
     const files = await scanSnippets(config, { installation, known: policy.known, namespaces, names }, scanStartedAt);
