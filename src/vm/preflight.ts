@@ -17,6 +17,7 @@ import {
   checkSnippetPossible,
   desiredSnippet,
   prepareSnippet,
+  snippetChecked,
   snippetStore,
   uploadSnippet,
   warmSnippetConnection,
@@ -71,7 +72,7 @@ export async function preflight(
   setStep(r, 'ResolvingImage');
   const source = await resolveSource(ctx, r, node, storages);
   await checkCapacity(ctx, r, node);
-  if (ctx.memory.snippet && !ctx.memory.snippet.uploaded && source.kind !== 'template') {
+  if (ctx.memory.snippet && !snippetChecked(ctx) && source.kind !== 'template') {
     // The snippet before the VM: a failed upload leaves no VM, at worst a file named for this
     // resource; no config ever names a file that is not on the node. (A clone gets its snippet
     // when drift sets cicustom.)

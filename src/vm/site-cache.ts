@@ -83,9 +83,13 @@ export interface ResourceMemory {
   secretsLoaded?: { at: number; refs: string };
   /**
    * The snippet this resource's userData renders to (see snippets.ts), computed by observe before
-   * drift compares `cicustom`, and uploaded before a config change or create refers to it.
+   * drift compares `cicustom`, and uploaded before a config change, create or move refers to it.
+   * `checkedIn` is the reconcile (its signal) that wrote the file or found it on the node: only
+   * that reconcile takes it as there. Any later one looks again, since the file may have gone
+   * meanwhile: removed when the VM left the node (by this process or another one, F55), or by
+   * `gc --snippets`.
    */
-  snippet?: { volid: string; file: string; dir: string; node: string; content: string; uploaded?: boolean };
+  snippet?: { volid: string; file: string; dir: string; node: string; content: string; checkedIn?: AbortSignal };
   /**
    * The running VM's uptime as last read (ms; PVE's, so in the cluster's own time), which the
    * agent wait counts, and the boot it belongs to: a smaller uptime is a new boot.

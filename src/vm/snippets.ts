@@ -262,7 +262,7 @@ async function uploadFailed(e: unknown): Promise<Error> {
  * where the resource needs a snippet and none is uploaded yet; a failure shows at the upload.
  */
 export function warmSnippetConnection(ctx: StepContext, r: ProxmoxVM, node: string): void {
-  if (!ctx.site.ssh || !needsSnippet(r) || ctx.memory.snippet?.uploaded) return;
+  if (!ctx.site.ssh || !needsSnippet(r) || snippetChecked(ctx)) return;
   // Once a few seconds per node is enough (a target may cost a /cluster/status read).
   let nodes = warmed.get(ctx.site);
   if (!nodes) {
@@ -284,16 +284,24 @@ export function warmSnippetConnection(ctx: StepContext, r: ProxmoxVM, node: stri
 const warmed = new WeakMap<object, Map<string, number>>();
 const WARM_EVERY_MS = 5_000;
 
-/** Upload the snippet computed by desiredSnippet (once per content and node). */
+/** Whether this reconcile wrote the memory's snippet file or found it on its node. */
+export function snippetChecked(ctx: StepContext): boolean {
+  return ctx.signal !== undefined && ctx.memory.snippet?.checkedIn === ctx.signal;
+}
+
+/**
+ * Upload the snippet computed by desiredSnippet, unless this reconcile did (a file this process
+ * wrote before costs a stat, see writeSnippet).
+ */
 export async function uploadSnippet(ctx: StepContext): Promise<void> {
   const s = ctx.memory.snippet;
-  if (!s || s.uploaded) return;
+  if (!s || snippetChecked(ctx)) return;
   try {
     await writeSnippet(ctx, s.node, s.dir, s.file, s.content);
   } catch (e) {
     throw await uploadFailed(e);
   }
-  s.uploaded = true;
+  s.checkedIn = ctx.signal;
 }
 
 /**
@@ -402,6 +410,8 @@ export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: strin
       const old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
       for (const n of old) {
         writesOf(ctx).written.delete(writtenKey(node, store.dir, n));
+        const mine = ctx.memory.snippet;
+        if (mine?.node === node && mine.file === n) mine.checkedIn = undefined;
         await files.remove(`${store.dir}/${n}`);
       }
       return old.length;

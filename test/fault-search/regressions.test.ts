@@ -822,6 +822,21 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F55: moved to site-2 (the process crashed at reserving the target, its next reconcile sent the move while another process looked), then back to site-1 -> the move back writes the snippet on site-1 again, which the arrival on site-2 removed: the process's memory of its create there no longer stands for the file", async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi' })],
+      [
+        new Converge('vm-c'),
+        new Move('vm-c'),
+        new Reconcile('vm-c', { where: { nth: 5 }, what: { kind: 'crash' } }),
+        new Reconcile('vm-c', { where: { nth: 3 }, what: { kind: 'writer' } }),
+        new Move('vm-c'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F52: another user destroys a VM moments after it became Ready -> the provider makes it again once the creation grace (30 s) is over; settle's last round looks after that grace, not within it", async () => {
     await runSchedule(
       'token',
