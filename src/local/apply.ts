@@ -236,7 +236,7 @@ function done(planned: ResourcePlan[], after: Array<ProxmoxVM | undefined>): str
     (r): r is ProxmoxVM => r !== undefined && getCondition(r, 'PendingReboot')?.status === 'True',
   );
   const lines = [
-    `Done: ${n('create')} created, ${n('adopt')} adopted, ${n('update') + n('update-reboot')} updated, ${n('reboot')} rebooted, ${n('no-op')} unchanged.`,
+    `Done: ${n('create')} created, ${n('adopt')} adopted, ${n('update') + n('update-reboot')} updated, ${n('reboot')} rebooted, ${n('no-op')} unchanged${n('replace') ? `, ${n('replace')} replaced` : ''}${n('retire-duplicate') ? `, ${n('retire-duplicate')} duplicate VM(s) destroyed` : ''}.`,
   ];
   if (waiting.length)
     lines.push(

@@ -62,6 +62,11 @@ export interface Change {
   vmid?: number;
   /** retire-duplicate: whether the duplicate still runs (it is stopped first); migrate: online. */
   running?: boolean;
+  /**
+   * retire-duplicate, in a plan only: the twin's site, when it is on another site than the
+   * resource's (duplicates-elsewhere.ts; a reconcile retires such a twin itself, not as a change).
+   */
+  site?: string;
   /** migrate: the target node; reserve-replacement: the new site. */
   target?: string;
   /** migrate: where local disks go; move-disk: the target storage. */

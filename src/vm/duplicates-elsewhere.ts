@@ -55,7 +55,7 @@ export async function retireStrayElsewhere(
   state: string,
 ): Promise<{ obs: ExternalObservation; change: Change } | undefined> {
   const a = atProvider(r);
-  if (ctx.readOnly || !ctx.elsewhere || a.siteMove || a.replacing || r.metadata.deletionTimestamp) return undefined;
+  if (!ctx.elsewhere || a.siteMove || a.replacing || r.metadata.deletionTimestamp) return undefined;
   const strays = await straysOf(ctx, r);
   if (!strays.length) {
     if (getCondition(r, DUPLICATE)?.status === 'True')
@@ -75,19 +75,30 @@ export async function retireStrayElsewhere(
     };
   }
   const going = strays.filter((s) => keepsStray(own, candidate(s)) === false);
+  if (!going.length) return undefined;
+  const why = going
+    .map(
+      (s) =>
+        `VM ${s.vm.vmid} on node ${s.vm.node} of site ${s.site.name}, made for this resource too by a create whose state was lost, duplicates VM ${found.vmid} and ${lesser(own, candidate(s))}: ${s.vm.status === 'running' ? 'stopped, then destroyed at a later poll' : 'destroyed'}`,
+    )
+    .join('; ');
+  // A plan shows the first twin's retirement (the why names them all) and sends nothing.
+  if (ctx.readOnly) {
+    const s = going[0]!;
+    return {
+      obs: { exists: true, upToDate: false },
+      change: {
+        kind: 'retire-duplicate',
+        why,
+        node: s.vm.node,
+        vmid: s.vm.vmid,
+        running: s.vm.status === 'running',
+        site: s.site.name,
+      },
+    };
+  }
   for (const s of going) await retire(ctx, s);
-  if (going.length)
-    duplicateCondition(
-      r,
-      'True',
-      'RetiringDuplicate',
-      going
-        .map(
-          (s) =>
-            `VM ${s.vm.vmid} on node ${s.vm.node} of site ${s.site.name}, made for this resource too by a create whose state was lost, duplicates VM ${found.vmid} and ${lesser(own, candidate(s))}: ${s.vm.status === 'running' ? 'stopped, then destroyed at a later poll' : 'destroyed'}`,
-        )
-        .join('; '),
-    );
+  duplicateCondition(r, 'True', 'RetiringDuplicate', why);
   return undefined;
 }
 

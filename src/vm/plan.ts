@@ -29,6 +29,12 @@ export type PlanAction =
   | 'reboot'
   /** A new VM on another site, then the old one destroyed: the disks' data is lost (replacePolicy). */
   | 'replace'
+  /**
+   * A second VM made for this resource (two runtimes at once, a state lost mid-create) is stopped
+   * and destroyed: its twin, or the resource's own VM when the twin is the one kept (duplicates.ts,
+   * duplicates-elsewhere.ts).
+   */
+  | 'retire-duplicate'
   | 'no-op'
   | 'refused';
 
@@ -287,6 +293,27 @@ async function planObserved(
       pending: [],
       ...(a.step ? { message: a.step } : {}),
     };
+  // A duplicate goes first and alone: what drift would change is read again after it.
+  if (observed.change?.kind === 'retire-duplicate') {
+    const c = observed.change;
+    return {
+      key,
+      action: 'retire-duplicate',
+      vmid,
+      node,
+      state: a.state ?? 'unknown',
+      changes: [
+        {
+          key: 'duplicate',
+          from: `VM ${c.vmid} on ${c.site ? `site ${c.site}, ` : ''}node ${c.node}`,
+          to: '(destroyed)',
+          reboot: false,
+          detail: c.why,
+        },
+      ],
+      pending: [],
+    };
+  }
   // The config observe read, if it read this VM's: a plan reads it once.
   const cfg = (read?.node === node && read.vmid === vmid ? read.config : await ctx.client.vmConfig(node, vmid)).values;
   const state = a.state ?? 'unknown';
@@ -360,6 +387,7 @@ const MARK: Record<PlanAction, string> = {
   'update-reboot': '~',
   reboot: '↻',
   replace: '±',
+  'retire-duplicate': '-',
   'no-op': ' ',
   refused: '!',
 };
@@ -398,7 +426,7 @@ export function describePlans(
   const n = (a: PlanAction) => plans.filter((p) => p.action === a).length;
   const reboots = n('update-reboot');
   lines.push(
-    `Plan: ${n('create')} to create, ${n('adopt')} to adopt, ${n('update') + reboots} to update${reboots ? ` (${reboots} only at the next boot)` : ''}, ${n('reboot')} to reboot, ${n('no-op')} unchanged${n('replace') ? `, ${n('replace')} to replace (data loss)` : ''}${n('refused') ? `, ${n('refused')} refused` : ''}.`,
+    `Plan: ${n('create')} to create, ${n('adopt')} to adopt, ${n('update') + reboots} to update${reboots ? ` (${reboots} only at the next boot)` : ''}, ${n('reboot')} to reboot, ${n('no-op')} unchanged${n('replace') ? `, ${n('replace')} to replace (data loss)` : ''}${n('retire-duplicate') ? `, ${n('retire-duplicate')} duplicate VM(s) to destroy` : ''}${n('refused') ? `, ${n('refused')} refused` : ''}.`,
   );
   return lines;
 }

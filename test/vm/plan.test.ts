@@ -5,10 +5,13 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { keyOf } from '../../src/engine/resource.ts';
-import type { Simulator } from '../../src/sim/index.ts';
-import { planResources } from '../../src/vm/plan.ts';
-import { count, Engine, mutations, SITE1, startSim, vm } from './harness.ts';
+import type { SimCluster, Simulator } from '../../src/sim/index.ts';
+import { describePlans, planResources } from '../../src/vm/plan.ts';
+import { ownershipMarker } from '../../src/vm/spec.ts';
+import { raw, waitTask } from '../helpers/sim.ts';
+import { count, Engine, foreignVm, mutations, NODE1, SITE1, startSim, vm } from './harness.ts';
 
 describe('plan: what a reconcile would do, from the live VMs', () => {
   let sim: Simulator;
@@ -120,5 +123,79 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     } finally {
       await applying.stop();
     }
+  });
+
+  /**
+   * A second VM of `r`'s identity on cluster `c` at `vmid`, as a create whose state was lost leaves
+   * it (this installation's marker for a uid no resource holds, our tag, the resource's name).
+   */
+  async function twin(r: ProxmoxVM, c: SimCluster, node: string, vmid: number): Promise<void> {
+    const installation = /installation=(\S+)/.exec(
+      sim.cluster(SITE1).state.vms.get(r.status!.atProvider!.vmId!)!.config.description ?? '',
+    )![1]!;
+    const lost = { ...r, metadata: { ...r.metadata, uid: '0b5e6a0e-5f1c-4c3e-9d0e-0000000a11e5' } };
+    await foreignVm(
+      c,
+      vmid,
+      { name: r.metadata.name, tags: 'provider-proxmox', description: ownershipMarker(lost, { installation, vmid }) },
+      node,
+    );
+  }
+
+  async function destroy(c: SimCluster, node: string, vmid: number): Promise<void> {
+    const res = await raw(c.url, 'DELETE', `/nodes/${node}/qemu/${vmid}`, {});
+    assert.equal(res.status, 200);
+    assert.equal((await waitTask(c.url, node, (res.json as { data: string }).data)).exitstatus, 'OK');
+  }
+
+  /** The stored resource planned as `plan` (the CLI) plans it: a process of its own, nothing cached. */
+  async function planFresh(r: ProxmoxVM) {
+    const alone = new Engine(sim);
+    const clusters = sim.clusters.map((c) => JSON.stringify(mutations(c)));
+    try {
+      const [p] = await planResources([r], (x) => alone.connector.connect(x), keyOf);
+      assert.deepEqual(
+        sim.clusters.map((c) => JSON.stringify(mutations(c))),
+        clusters,
+        'planning changes nothing on any site',
+      );
+      return p!;
+    } finally {
+      await alone.stop();
+    }
+  }
+
+  it('a twin of the same identity, on the same site or another, is shown as the duplicate the apply destroys', async () => {
+    const r = await eng.waitReady(eng.apply(vm('plan-twin')));
+    const vmid = r.status!.atProvider!.vmId!;
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster('site-2');
+    // On its own site, at a higher VMID: the twin goes (duplicates.ts keeps the lowest).
+    await twin(r, c1, NODE1, 870);
+    const same = await planFresh(r);
+    assert.equal(same.action, 'retire-duplicate');
+    assert.equal(same.vmid, vmid);
+    assert.deepEqual(
+      same.changes.map((f) => [f.key, f.from, f.to]),
+      [['duplicate', `VM 870 on node ${NODE1}`, '(destroyed)']],
+    );
+    assert.match(same.changes[0]!.detail ?? '', new RegExp(`VM ${vmid} is kept, VM 870 is destroyed`));
+    const text = describePlans([same]).join('\n');
+    assert.match(text, /- retire-duplicate +default\/plan-twin/);
+    assert.match(text, /1 duplicate VM\(s\) to destroy/);
+    await destroy(c1, NODE1, 870);
+
+    // On another site, never started while the resource's VM runs: the twin there goes.
+    await twin(r, c2, 'r630-01', 871);
+    const elsewhere = await planFresh(r);
+    assert.equal(elsewhere.action, 'retire-duplicate');
+    assert.deepEqual(
+      elsewhere.changes.map((f) => [f.key, f.from, f.to]),
+      [['duplicate', 'VM 871 on site site-2, node r630-01', '(destroyed)']],
+    );
+    assert.match(elsewhere.changes[0]!.detail ?? '', /does not run where the other does: destroyed/);
+    assert.ok(c2.state.vms.has(871), 'the plan destroyed nothing');
+    await destroy(c2, 'r630-01', 871);
+    assert.equal((await planFresh(r)).action, 'no-op');
   });
 });
