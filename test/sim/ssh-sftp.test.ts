@@ -9,6 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -260,6 +261,25 @@ describe('SSH/SFTP on simulated nodes', () => {
     lab.removeFault(id);
     await lab.sshReady();
     await open('pve1');
+  });
+
+  it("a simulator closed while a node refuses SSH closes that node's port too (its close clears the fault, which reopens it)", async () => {
+    const own = await startTestSim({ topology: parseTopology(TOPOLOGY, 'lab.yaml'), profile: '8.4' });
+    const c = own.cluster('lab');
+    const port = c.sshNode('pve1').port;
+    c.addFault({ kind: 'ssh-refused', node: 'pve1' });
+    await c.sshReady();
+    await own.close();
+    // Past the reopening's lookup: nothing listens there any more.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const refused = await new Promise<string>((resolve) => {
+      const s = createConnection({ host: '127.0.0.1', port }, () => {
+        s.destroy();
+        resolve('connected');
+      });
+      s.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+    });
+    assert.equal(refused, 'ECONNREFUSED');
   });
 
   it('fault ssh-auth: every login fails, the right key included', async () => {

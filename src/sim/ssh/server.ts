@@ -122,6 +122,11 @@ export class NodeSshServer {
   async close(): Promise<void> {
     this.closed = true;
     for (const s of this.sockets) s.destroy();
+    // A reopening under way (sync(), as the simulator's close clears an ssh-refused fault) is bound
+    // only after its address's lookup, a tick later, and `listening` is false until then: closed
+    // before it, the port it opens outlived the simulator and kept its process alive (a fault
+    // search soak's process never exited).
+    await this.ready;
     if (this.tcp.listening) await new Promise<void>((resolve) => this.tcp.close(() => resolve()));
   }
 
