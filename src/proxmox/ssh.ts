@@ -258,14 +258,18 @@ function nodeFiles(sftp: SFTPWrapper, where: string): NodeFiles {
       }
     },
     async mkdirs(dir) {
-      const parts = dir.split('/').filter(Boolean);
-      for (let i = 1; i <= parts.length; i++) {
-        const p = `/${parts.slice(0, i).join('/')}`;
-        const exists = await call<unknown>(`checking ${p}`, (cb) => sftp.stat(p, cb)).then(
+      const exists = (p: string) =>
+        call<unknown>(`checking ${p}`, (cb) => sftp.stat(p, cb)).then(
           () => true,
           () => false,
         );
-        if (!exists) await call<void>(`creating ${p}`, (cb) => sftp.mkdir(p, cb));
+      // The directory itself first: it is there at every write but a node's first, and each stat is
+      // an SFTP round trip (three fewer per snippet than walking down from /).
+      if (await exists(dir)) return;
+      const parts = dir.split('/').filter(Boolean);
+      for (let i = 1; i <= parts.length; i++) {
+        const p = `/${parts.slice(0, i).join('/')}`;
+        if (!(await exists(p))) await call<void>(`creating ${p}`, (cb) => sftp.mkdir(p, cb));
       }
     },
   };

@@ -58,6 +58,39 @@ describe('SshSessions', () => {
     }
   });
 
+  it("a connection's first write into a directory that is there checks it with one stat; a missing one is made", async () => {
+    const requests = () => Object.fromEntries(site.sshServers.get(NODE)!.sftpRequests);
+    const first = new SshSessions();
+    try {
+      await first.use(target, (files) => files.mkdirs(DIR));
+    } finally {
+      first.close();
+    }
+    // A new connection (mkdirs is remembered per connection): the directory is there.
+    const sessions = new SshSessions();
+    try {
+      const before = requests();
+      await sessions.use(target, async (files) => {
+        await files.mkdirs(DIR);
+        await files.write(`${DIR}/one-stat.yaml`, '#cloud-config\n');
+      });
+      const after = requests();
+      const delta = (op: string) => (after[op] ?? 0) - (before[op] ?? 0);
+      assert.equal(delta('STAT') + delta('LSTAT'), 1, JSON.stringify({ before, after }));
+      assert.equal(delta('MKDIR'), 0);
+      // Nested and new: each missing level is made, from the top.
+      const deep = `${DIR}/new-a/new-b`;
+      await sessions.use(target, async (files) => {
+        await files.mkdirs(deep);
+        await files.write(`${deep}/x.yaml`, '#cloud-config\n');
+      });
+      assert.equal((requests().MKDIR ?? 0) - (after.MKDIR ?? 0), 2);
+      assert.deepEqual(await sessions.use(target, (files) => files.list(deep)), ['x.yaml']);
+    } finally {
+      sessions.close();
+    }
+  });
+
   it('a connection cut under it is replaced: the next use connects anew', async () => {
     const sessions = new SshSessions();
     try {

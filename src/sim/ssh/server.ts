@@ -53,6 +53,8 @@ export class NodeSshServer {
   private readonly sockets = new Set<Socket>();
   /** TCP connections accepted since the start (what a client's connection reuse is seen by). */
   accepted = 0;
+  /** SFTP requests answered since the start, by type (`STAT`, `OPEN`...): a client's round trips. */
+  readonly sftpRequests = new Map<string, number>();
   host = '127.0.0.1';
   port = 0;
   private closed = false;
@@ -164,7 +166,11 @@ export class NodeSshServer {
     client.on('ready', () => {
       client.on('session', (acceptSession) => {
         const session = acceptSession();
-        session.on('sftp', (acceptSftp) => serveSftp(this.c, acceptSftp(), new NodeFs(this.c, this.node)));
+        session.on('sftp', (acceptSftp) =>
+          serveSftp(this.c, acceptSftp(), new NodeFs(this.c, this.node), (op) =>
+            this.sftpRequests.set(op, (this.sftpRequests.get(op) ?? 0) + 1),
+          ),
+        );
         session.on('exec', (_accept, reject) => reject());
         session.on('shell', (_accept, reject) => reject());
         session.on('pty', (accept) => accept?.());

@@ -105,8 +105,23 @@ function twoStrings(data: Buffer | undefined): [string, string] | undefined {
   return [a, data.subarray(8 + l1, 8 + l1 + l2).toString('utf8')];
 }
 
-export function serveSftp(c: ClusterState, sftp: SFTPWrapper, fs: NodeFs): void {
+/**
+ * Answer one SFTP session. `count` is told each request's type (`STAT`, `OPEN`...): a client's
+ * round trips per operation are what a remote site's latency multiplies.
+ */
+export function serveSftp(
+  c: ClusterState,
+  sftp: SFTPWrapper,
+  fs: NodeFs,
+  count: (key: string) => void = () => {},
+): void {
   advertise(sftp);
+  const emit = sftp.emit.bind(sftp);
+  sftp.emit = ((event: string | symbol, ...args: unknown[]) => {
+    // Requests are the protocol's names in capitals (OPEN, STAT...); the rest are stream events.
+    if (typeof event === 'string' && /^[A-Z_]+$/.test(event)) count(event);
+    return emit(event, ...args);
+  }) as typeof sftp.emit;
   const handles = new Map<number, Handle>();
   let seq = 0;
   const status = (id: number, code: number) => sftp.status(id, code, FX_MESSAGE[code] ?? 'Unknown error');
