@@ -1,6 +1,6 @@
 /**
  * A replacement, the one way a VM changes site with data loss: only when a remote migration is
- * impossible (site-move.ts remoteMigrationBlocker: the source's version, the target's credentials)
+ * impossible (site-move-request.ts remoteMigrationBlocker: the source's version, the target's credentials)
  * and spec.forProvider.replacePolicy is CreateThenDelete. Create, then delete, in named steps:
  *
  * 1. `ReservingReplacement`: the old VM (site, node, VMID) is recorded in

@@ -11,6 +11,9 @@
  * 3. Arrival: the VM is found at the recorded VMID on the target, marked as ours and unlocked;
  *    the resource's external name, site and node follow it.
  *
+ * This file observes the move (which step it is at, its arrival, a source lost on the way); what
+ * steps 1 and 2 check, choose and send is in site-move-request.ts.
+ *
  * Proxmox's facts (qemu-server src/PVE/API2/Qemu.pm:5668-5867 at e6352be): VM.Migrate on the
  * VM is the source's only check; the target endpoint is `apitoken=PVEAPIToken=…,host=…,
  * fingerprint=…` and the VM lands on the endpoint's own node (the `local` entry of the target's
@@ -24,16 +27,14 @@
  * bridges, and Sys.Audit on / for /cluster/status (the mtunnel endpoint's checks).
  */
 import { ANNOTATION_SITE, type ProxmoxVM, type SiteMove } from '../api/proxmoxvm.ts';
-import { ANNOTATION_EXTERNAL_NAME, rfc3339, setAnnotation } from '../engine/resource.ts';
+import { ANNOTATION_EXTERNAL_NAME, setAnnotation } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
-import { type StepContext, stepContext } from './context.ts';
+import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
-import { listIndex } from './list-index.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
-import { estimate, vmDisks, wantedStorage } from './migrate.ts';
 import {
   clearPlaceholder,
   cloneSource,
@@ -43,21 +44,16 @@ import {
   placeholderFate,
   smbiosUuid,
 } from './ownership.ts';
-import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { replacementChange } from './replace.ts';
-import { checkSnippetPossible, desiredSnippet, needsSnippet, removeSnippetsLeftOn, uploadSnippet } from './snippets.ts';
+import { planSiteMove, remoteMigrationBlocker, targetContext } from './site-move-request.ts';
+import { removeSnippetsLeftOn } from './snippets.ts';
 import { leftBehind, noteSourceLeft } from './source-left.ts';
-import { desiredNets, markerNames, memoryBytes, parseMarker, parseNetValue } from './spec.ts';
-import { freeVmids, giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
+import { markerNames, parseMarker } from './spec.ts';
+import { giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
 
 export interface SiteMoveObservation {
   obs: ExternalObservation;
   change?: Change;
-}
-
-/** The context of the target site, for the same resource and reconcile. */
-function targetContext(ctx: StepContext, r: ProxmoxVM): StepContext {
-  return stepContext(ctx.target!, r, ctx.options, ctx.signal);
 }
 
 function waiting(r: ProxmoxVM, message: string, ctx: StepContext): SiteMoveObservation {
@@ -344,168 +340,4 @@ function arrived(
   if (left) noteSourceLeft(r, move);
   ready(r, 'False', 'Creating', `VM ${move.vmid} arrived on ${there.node} of site ${move.to}`);
   return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
-}
-
-/** The storage each disk goes to on the target: its own spec storage, else spec.forProvider.storage, else the same id. */
-function storageMap(r: ProxmoxVM, cfg: Record<string, string>): Map<string, string> {
-  const fp = r.spec.forProvider;
-  const out = new Map<string, string>();
-  for (const d of vmDisks(cfg)) out.set(d.storage, wantedStorage(r, d.key) ?? d.storage);
-  // The cloud-init drive is copied too (PVE maps every volume).
-  for (const [k, v] of Object.entries(cfg))
-    if (/^(ide|sata|scsi)\d+$/.test(k) && /cloudinit/.test(v)) {
-      const sid = v.split(':')[0]!;
-      if (!out.has(sid)) out.set(sid, fp.storage ?? sid);
-    }
-  return out;
-}
-
-/** The bridge each NIC goes to on the target: the spec's bridge of that NIC, else the same one. */
-function bridgeMap(r: ProxmoxVM, cfg: Record<string, string>): Map<string, string> {
-  const nets = desiredNets(r.spec.forProvider);
-  const out = new Map<string, string>();
-  for (const [k, v] of Object.entries(cfg)) {
-    const m = /^net(\d+)$/.exec(k);
-    if (!m) continue;
-    const bridge = parseNetValue(v).opts.bridge;
-    if (bridge) out.set(bridge, nets[Number(m[1])]?.bridge ?? bridge);
-  }
-  return out;
-}
-
-function idMap(m: Map<string, string>): string {
-  return [...m].map(([from, to]) => `${from}:${to}`).join(',');
-}
-
-/** The target endpoint's own node: where PVE puts the VM (the `local` entry of its /cluster/status). */
-async function endpointNode(tctx: StepContext): Promise<string> {
-  const status = await tctx.client.clusterStatus();
-  const local = status.find((e) => e.type === 'node' && (e.local === 1 || e.local === true));
-  const name = typeof local?.name === 'string' ? local.name : undefined;
-  if (!name)
-    throw reason(
-      'MigrationRefused',
-      `site ${tctx.site.name}: /cluster/status names no local node for endpoint ${tctx.site.access?.endpoint}`,
-    );
-  return name;
-}
-
-/** The VMID on the target: its own when free there (the marker and VMID stay), else the first free one. */
-async function targetVmid(tctx: StepContext, r: ProxmoxVM, vmid: number): Promise<number> {
-  if ((await freeVmids(tctx, r))(vmid)) return vmid;
-  // A VM keeps its VMID: a marker names it, and every runtime of the installation must recognise
-  // the moved VM by it at once (a VM moved to another VMID carried a marker naming the old one, and
-  // another state file took it for a copy: fault-search F26).
-  throw reason(
-    'MigrationRefused',
-    `VMID ${vmid} is in use on site ${tctx.site.name} (by another VM, or held by another resource); a VM keeps its VMID when it moves, so nothing was moved. Fix: free VMID ${vmid} there, or give each site its own spec.sites[].vmidRange so that VMIDs stay unique across them`,
-    true,
-  );
-}
-
-/**
- * What makes a remote migration impossible here (then PlacementChangeRefused, nothing moves): the
- * source's version, the target's credentials. The message names the fix.
- */
-export async function remoteMigrationBlocker(ctx: StepContext, tctx: StepContext): Promise<string | undefined> {
-  const caps = await ctx.client.capabilities();
-  const v = caps.version;
-  if (v.major < 7 || (v.major === 7 && v.minor < 3))
-    return `site ${ctx.site.name} runs Proxmox VE ${v.text}; remote migration (remote_migrate) needs 7.3 or later`;
-  const access = tctx.site.access;
-  if (!access || access.credentials.kind !== 'token')
-    return `site ${tctx.site.name} has user and password credentials; a remote migration authenticates to the target with an API token (target-endpoint apitoken=). Fix: give site ${tctx.site.name} a Secret with tokenid and token`;
-  return undefined;
-}
-
-/** The checks and choices of a move, before it is recorded: target node, VMID, maps, room. */
-async function planSiteMove(
-  ctx: StepContext,
-  tctx: StepContext,
-  r: ProxmoxVM,
-  here: ObservedVm,
-  cfg: Record<string, string>,
-): Promise<{ move: SiteMove; how: string; from: string; fromNode: string; to: string; node: string; vmid: number }> {
-  const blocker = await remoteMigrationBlocker(ctx, tctx);
-  if (blocker)
-    throw reason(
-      'PlacementChangeRefused',
-      `spec.forProvider.site changed from '${ctx.site.name}' to '${tctx.site.name}', but VM ${here.vmid} cannot be migrated there: ${blocker}; nothing was moved or created. Or revert spec.forProvider.site`,
-    );
-  const node = await endpointNode(tctx);
-  const nodeEntry = listIndex(await tctx.site.clusterResources(false, tctx.signal, tctx.memory)).nodes.find(
-    (e) => e.node === node,
-  );
-  if (nodeEntry?.status !== 'online')
-    throw reason(
-      'MigrationRefused',
-      `node ${node} of site ${tctx.site.name} is ${nodeEntry?.status ?? 'unknown'}; VM ${here.vmid} stays on site ${ctx.site.name} until it is back`,
-      true,
-    );
-  await checkCapacity(tctx, r, node);
-  await checkBridges(tctx, r, node);
-  const storages = await tctx.client.nodeStorages(node);
-  const disks = vmDisks(cfg);
-  const map = storageMap(r, cfg);
-  for (const [from, to] of map) {
-    const bytes = disks.filter((d) => d.storage === from).reduce((s, d) => s + d.bytes, 0);
-    checkStorage(storages, to, bytes, `the target of storage ${from} (spec.forProvider.storage)`);
-  }
-  if (needsSnippet(r)) {
-    checkSnippetPossible(tctx, r);
-    await desiredSnippet(tctx, r, node);
-  }
-  const vmid = await targetVmid(tctx, r, here.vmid);
-  // Held until it is visible there (observe on the target unreserves it), as a create's VMID is.
-  if (!ctx.readOnly) tctx.site.reserved.set(vmid, r.metadata.uid);
-  const bytes = disks.reduce((s, d) => s + d.bytes, 0);
-  const online = here.entry.status === 'running';
-  const how = `${online ? 'online' : 'offline'}, storage ${idMap(map)}, ${estimate(bytes, memoryBytes(r.spec.forProvider) ?? 0, online)}`;
-  const move: SiteMove = {
-    from: ctx.site.name,
-    fromNode: here.node,
-    fromVmid: here.vmid,
-    to: tctx.site.name,
-    vmid,
-    node,
-    at: rfc3339(Date.now()),
-  };
-  return { move, how, from: move.from, fromNode: move.fromNode, to: move.to, node, vmid };
-}
-
-/** `target-endpoint`: the target's API token and pinned fingerprint (a secret: only in the request body). */
-function targetEndpoint(tctx: StepContext): string {
-  const access = tctx.site.access!;
-  if (access.credentials.kind !== 'token') throw reason('PlacementChangeRefused', 'the target needs an API token');
-  const url = new URL(access.endpoint);
-  const parts = [
-    `apitoken=PVEAPIToken=${access.credentials.tokenId}=${access.credentials.secret.reveal()}`,
-    `host=${url.hostname.replace(/^\[|\]$/g, '')}`,
-    ...(url.port ? [`port=${url.port}`] : []),
-    // One pinned certificate is the endpoint's; with several, or none (a CA), PVE checks it itself.
-    ...(access.fingerprints.length === 1 ? [`fingerprint=${access.fingerprints[0]}`] : []),
-  ];
-  return parts.join(',');
-}
-
-/**
- * Send the recorded move: the snippet to the target node first (the VM's config names it, and a
- * VM started there reads it), then `remote_migrate` with `delete=1`. Returns the UPID.
- */
-export async function sendSiteMove(ctx: StepContext, r: ProxmoxVM, change: Change): Promise<string> {
-  const move = change.move!;
-  const tctx = targetContext(ctx, r);
-  const cfg = (await ctx.client.vmConfig(move.fromNode, move.fromVmid)).values;
-  if (needsSnippet(r)) {
-    await desiredSnippet(tctx, r, move.node);
-    await uploadSnippet(tctx);
-  }
-  return ctx.client.remoteMigrateVm(move.fromNode, move.fromVmid, {
-    targetEndpoint: targetEndpoint(tctx),
-    targetStorage: idMap(storageMap(r, cfg)),
-    targetBridge: idMap(bridgeMap(r, cfg)) || '1',
-    targetVmid: move.vmid,
-    ...(change.running ? { online: true } : {}),
-    delete: true,
-  });
 }

@@ -10,7 +10,7 @@ import { followTask, hook, type StepContext, slotWait, slotWake } from './contex
 import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
-import { sendSiteMove } from './site-move.ts';
+import { sendSiteMove } from './site-move-request.ts';
 import { removeSnippets, uploadSnippet } from './snippets.ts';
 
 /** The changes that send nothing to the VM's own node (the move's and replacement's nodes are in the change). */
