@@ -20,7 +20,7 @@ import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { SNIPPET_PREFIX, snippetOwnerOf } from '../vm/snippets.ts';
+import { cicustomVolids, SNIPPET_PREFIX, snippetOwnerOf } from '../vm/snippets.ts';
 import { type KnownResources, perSite } from './gc.ts';
 
 /** How old a snippet must be to be listed: younger ones may be about to be used. */
@@ -46,15 +46,6 @@ export interface SnippetFinding {
 
 /** `provider-proxmox-<name>-<8 hex identity>-<12 hex content>.yaml`. */
 const FILE_RE = new RegExp(`^${SNIPPET_PREFIX}(.+)-([0-9a-f]{8})-[0-9a-f]{12}\\.yaml$`);
-
-/** Every snippet volid a `cicustom` value names (`user=local:snippets/a.yaml,meta=...`). */
-export function cicustomVolids(value: unknown): string[] {
-  if (typeof value !== 'string') return [];
-  return value
-    .split(',')
-    .map((part) => /^(?:user|network|meta|vendor)=(.+)$/.exec(part.trim())?.[1])
-    .filter((v): v is string => v !== undefined);
-}
 
 /**
  * The snippet volids some VM of a site refers to: its config (current and pending) and its

@@ -20,14 +20,16 @@ import { parse as parseYaml, stringify } from 'yaml';
 import type { SiteSsh } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { abortable } from '../proxmox/deadline.ts';
+import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 // ssh2 is loaded only when a snippet is really written (validate and plan never need it).
 import type { NodeFiles, SshTarget } from '../proxmox/ssh.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
+import { listIndex } from './list-index.ts';
 import { sshKeys } from './secrets.ts';
 import type { SnippetStore } from './site-cache.ts';
-import { needsSnippet, parseUserData, userDataDocument, vmName } from './spec.ts';
+import { needsSnippet, parseMarker, parseUserData, userDataDocument, vmName } from './spec.ts';
 
 export const SNIPPET_PREFIX = 'provider-proxmox-';
 
@@ -394,9 +396,48 @@ export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node:
   return removeSnippets(ctx, r, node);
 }
 
+/** Every snippet volid a `cicustom` value names (`user=local:snippets/a.yaml,meta=...`). */
+export function cicustomVolids(value: unknown): string[] {
+  if (typeof value !== 'string') return [];
+  return value
+    .split(',')
+    .map((part) => /^(?:user|network|meta|vendor)=(.+)$/.exec(part.trim())?.[1])
+    .filter((v): v is string => v !== undefined);
+}
+
+/**
+ * The snippet files on `node` that another resource's VM of this one's identity names there, in
+ * its config or its pending change: a twin of another state file of the installation, whose
+ * files have the same names (the identity and the content make the name). Undefined when one of
+ * them could not be read: then nothing is removed. Costs a fresh bulk list, and a read per VM of
+ * the resource's name on the node (its own VM, at a config change; none at a delete or a move).
+ */
+async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promise<Set<string> | undefined> {
+  const listed = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).byName.get(vmName(r)) ?? [];
+  const out = new Set<string>();
+  for (const e of listed) {
+    if (e.node !== node || e.type !== 'qemu' || e.template === 1) continue;
+    let pending: Awaited<ReturnType<PveClient['vmPending']>>;
+    try {
+      pending = await ctx.client.vmPending(node, Number(e.vmid));
+    } catch (err) {
+      if (err instanceof NotFoundError) continue;
+      return undefined;
+    }
+    const description = pending.find((p) => p.key === 'description');
+    if (parseMarker(String(description?.value ?? ''))?.uid === r.metadata.uid) continue;
+    for (const p of pending)
+      if (p.key === 'cicustom')
+        for (const v of [...cicustomVolids(p.value), ...cicustomVolids(p.pending)]) out.add(v.replace(/^.*\//, ''));
+  }
+  return out;
+}
+
 /**
  * Remove this resource's snippet files on `node` but `keep` (best effort: what is left stays, named
- * for the resource). Only its own files are touched: their names carry its identity.
+ * for the resource). Only its own files are touched: their names carry its identity. A file that
+ * another resource's VM names there (a twin of another state file, with files of the same names)
+ * stays: removed under it, that VM named a file its node no longer had (fault search F56).
  */
 export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: string, keep?: string): Promise<number> {
   if (!ctx.site.ssh) return 0;
@@ -407,7 +448,11 @@ export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: strin
   try {
     return await withNodeFiles(ctx, t, async (files) => {
       const owner = snippetOwner(r, ctx.site.installation);
-      const old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
+      let old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
+      if (!old.length) return 0;
+      const named = await namedByTwins(ctx, r, node);
+      if (!named) return 0;
+      old = old.filter((n) => !named.has(n));
       for (const n of old) {
         writesOf(ctx).written.delete(writtenKey(node, store.dir, n));
         const mine = ctx.memory.snippet;

@@ -11,8 +11,9 @@ import { parseAllDocuments, stringify } from 'yaml';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { defaultTopology } from '../../src/sim/topology.ts';
-import { raw } from '../helpers/sim.ts';
-import { cond, Engine, NODE1, SITE1, startSim, vm } from './harness.ts';
+import { ownershipMarker } from '../../src/vm/spec.ts';
+import { raw, waitTask } from '../helpers/sim.ts';
+import { cond, Engine, foreignVm, NODE1, SITE1, startSim, vm } from './harness.ts';
 
 /** The default world with stock images: no guest has qemu-guest-agent until cloud-init installs it. */
 function stockTopology() {
@@ -122,6 +123,33 @@ describe('userData as a snippet over SSH', () => {
     eng.delete('default/bad-ud');
     await eng.waitGone('default/bad-ud');
     assert.ok(!(await snippets(sim)).some((n) => n.includes('provider-proxmox-bad-ud-')));
+  });
+
+  it("deleting the resource leaves a file that another state file's VM of the same name names (fault search F56)", async () => {
+    const c = sim.cluster(SITE1);
+    const r = await eng.waitReady(eng.apply(vm('twin-ud', { userData: USER_DATA })));
+    const file = r.status!.atProvider!.userDataSnippet!;
+    const own = c.state.vms.get(r.status!.atProvider!.vmId!)!;
+    const installation = /installation=(\S+)/.exec(own.config.description ?? '')![1]!;
+    // The other state file's resource of the same name: its own uid, the same file (same identity
+    // and content), its VM on the same node.
+    const other = { ...r, metadata: { ...r.metadata, uid: '0b5e6a0e-5f1c-4c3e-9d0e-0000000ff056' } };
+    await foreignVm(
+      c,
+      871,
+      {
+        name: 'twin-ud',
+        tags: 'provider-proxmox',
+        description: ownershipMarker(other, { installation, vmid: 871 }),
+        cicustom: `user=${file}`,
+      },
+      NODE1,
+    );
+    eng.delete('default/twin-ud');
+    await eng.waitGone('default/twin-ud');
+    assert.ok((await snippets(sim)).includes(file), 'the file VM 871 names is still there');
+    const res = await raw(c.url, 'DELETE', `/nodes/${NODE1}/qemu/871`, {});
+    assert.equal((await waitTask(c.url, NODE1, (res.json as { data: string }).data)).exitstatus, 'OK');
   });
 
   it('sshd refusing connections: retried, nothing created meanwhile; Ready once it is back', async () => {
