@@ -20,7 +20,7 @@ import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { cicustomVolids, SNIPPET_PREFIX, snippetOwnerOf } from '../vm/snippets.ts';
+import { cicustomVolids, pendingCicustomVolids, SNIPPET_PREFIX, snippetOwnerOf } from '../vm/snippets.ts';
 import { type KnownResources, perSite } from './gc.ts';
 
 /** How old a snippet must be to be listed: younger ones may be about to be used. */
@@ -67,8 +67,7 @@ export async function referencedSnippets(client: PveClient): Promise<Set<string>
       if (isGone(err)) continue;
       throw err;
     }
-    for (const p of pending)
-      if (p.key === 'cicustom') for (const v of [...cicustomVolids(p.value), ...cicustomVolids(p.pending)]) out.add(v);
+    for (const v of pendingCicustomVolids(pending)) out.add(v);
     for (const s of snapshots) {
       if (s.name === 'current') continue;
       const cfg = await client.snapshotConfig(node, vmid, s.name).catch((err): Record<string, unknown> => {

@@ -24,6 +24,7 @@ import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 // ssh2 is loaded only when a snippet is really written (validate and plan never need it).
 import type { NodeFiles, SshTarget } from '../proxmox/ssh.ts';
+import type { PendingEntry } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
@@ -405,6 +406,13 @@ export function cicustomVolids(value: unknown): string[] {
     .filter((v): v is string => v !== undefined);
 }
 
+/** The snippet volids a VM's `cicustom` names in its pending list: the current value and the pending one. */
+export function pendingCicustomVolids(pending: PendingEntry[]): string[] {
+  return pending
+    .filter((p) => p.key === 'cicustom')
+    .flatMap((p) => [...cicustomVolids(p.value), ...cicustomVolids(p.pending)]);
+}
+
 /**
  * The snippet files on `node` that another resource's VM of this one's identity names there, in
  * its config or its pending change: a twin of another state file of the installation, whose
@@ -417,7 +425,7 @@ async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promi
   const out = new Set<string>();
   for (const e of listed) {
     if (e.node !== node || e.type !== 'qemu' || e.template === 1) continue;
-    let pending: Awaited<ReturnType<PveClient['vmPending']>>;
+    let pending: PendingEntry[];
     try {
       pending = await ctx.client.vmPending(node, Number(e.vmid));
     } catch (err) {
@@ -426,9 +434,7 @@ async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promi
     }
     const description = pending.find((p) => p.key === 'description');
     if (parseMarker(String(description?.value ?? ''))?.uid === r.metadata.uid) continue;
-    for (const p of pending)
-      if (p.key === 'cicustom')
-        for (const v of [...cicustomVolids(p.value), ...cicustomVolids(p.pending)]) out.add(v.replace(/^.*\//, ''));
+    for (const v of pendingCicustomVolids(pending)) out.add(v.replace(/^.*\//, ''));
   }
   return out;
 }
