@@ -83,6 +83,12 @@ export type FaultSpec =
   | { kind: 'latency'; ms: number; method?: string; path?: string; count?: number }
   | { kind: 'lock'; vmid: number; lock?: string; flock?: boolean }
   | { kind: 'node-offline'; node: string }
+  /**
+   * pvestatd on the node hangs (a storage it stats does not answer, a dead NFS mount): its VMs'
+   * statistics in /cluster/resources (name, status, metrics) stay as of its last tick, and a VM
+   * made since has none (`status: unknown`, no name); `lock` and `tags` still follow the config.
+   */
+  | { kind: 'stats-stalled'; node: string }
   | { kind: 'storage-full'; node: string; storage: string }
   /** The whole API (not `/_sim/`) resets connections or answers 503 for `ms` simulated ms, or until removed. */
   | { kind: 'unavailable'; ms: number; mode?: 'reset' | '503' }
@@ -186,6 +192,9 @@ export class Faults {
       case 'node-offline':
         this.c.nodes.get(spec.node)!.online = false;
         break;
+      case 'stats-stalled':
+        this.c.nodes.get(spec.node)!.statsStalled = true;
+        break;
       case 'storage-full':
         this.c.storage(spec.node, spec.storage)!.forcedFull = true;
         break;
@@ -245,7 +254,8 @@ export class Faults {
         if (!this.c.vms.has(spec.vmid)) bad(`lock fault: VM ${spec.vmid} does not exist`);
         break;
       case 'node-offline':
-        if (!this.c.nodes.has(spec.node)) bad(`node-offline fault: no node '${spec.node}'`);
+      case 'stats-stalled':
+        if (!this.c.nodes.has(spec.node)) bad(`${spec.kind} fault: no node '${spec.node}'`);
         break;
       case 'storage-full':
         if (!this.c.storage(spec.node, spec.storage))
@@ -278,6 +288,11 @@ export class Faults {
       case 'node-offline':
         if (![...this.active.values()].some((o) => o.spec.kind === 'node-offline' && o.spec.node === spec.node)) {
           this.c.nodes.get(spec.node)!.online = true;
+        }
+        break;
+      case 'stats-stalled':
+        if (![...this.active.values()].some((o) => o.spec.kind === 'stats-stalled' && o.spec.node === spec.node)) {
+          this.c.nodes.get(spec.node)!.statsStalled = false;
         }
         break;
       case 'storage-full': {

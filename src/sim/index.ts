@@ -229,6 +229,7 @@ export class SimCluster {
   startStatTicker(): void {
     const tick = () => {
       for (const vm of this.state.vms.values()) {
+        if (this.state.nodes.get(vm.node)?.statsStalled) continue;
         const mem = configMemoryMiB(vm.config) * MiB;
         const maxdisk = vmMaxDisk(this.state, vm);
         const running = vm.status === 'running';

@@ -112,6 +112,8 @@ export interface NodeState {
   memory: number;
   memoryUsed: number;
   online: boolean;
+  /** pvestatd hung (the `stats-stalled` fault): the node's VMs keep the statistics of its last tick. */
+  statsStalled?: boolean;
   bootTime: number;
   storages: Map<string, StorageState>;
   bridges: Map<string, BridgeState>;

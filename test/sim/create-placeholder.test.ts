@@ -97,6 +97,31 @@ describe('create: the lock-create placeholder', () => {
     await until('the next tick', async () => (await resource(url, 400))?.name === 'web-1');
   });
 
+  it('pvestatd hung on the node (stats-stalled): a create that ended is still listed as `VM <vmid>`; the lock follows the config', async () => {
+    const stall = c.addFault({ kind: 'task', type: 'qmcreate', id: '403', action: 'stall' });
+    const upid = await createVm(url, { vmid: '403', name: 'web-3', scsi0: 'local-lvm:1' });
+    await until('a pvestatd tick', async () => (await resource(url, 403))?.status !== 'unknown');
+    const hung = c.addFault({ kind: 'stats-stalled', node: NODE });
+    c.removeFault(stall);
+    assert.equal(await finish(url, upid), 'OK');
+    assert.equal((await vmConfig(url, 403)).name, 'web-3');
+    const listed = (await resource(url, 403))!;
+    assert.equal(listed.name, 'VM 403', 'the name of the last tick, before the config was written');
+    assert.equal(listed.lock, undefined, 'the lock from the live config: gone with the final write');
+    // A VM made while pvestatd hangs has no statistics at all.
+    assert.equal(await finish(url, await createVm(url, { vmid: '404', name: 'web-4' })), 'OK');
+    assert.equal((await resource(url, 404))?.status, 'unknown');
+    assert.equal((await resource(url, 404))?.name, undefined);
+    assert.throws(() => c.addFault({ kind: 'stats-stalled', node: 'nope' }), /no node 'nope'/);
+    c.removeFault(hung);
+    await until('the next tick', async () => (await resource(url, 403))?.name === 'web-3');
+    await until('the next tick', async () => (await resource(url, 404))?.name === 'web-4');
+    for (const vmid of [403, 404]) {
+      const res = await raw(url, 'DELETE', `/nodes/${NODE}/qemu/${vmid}`);
+      assert.equal(await finish(url, data<string>(res)), 'OK');
+    }
+  });
+
   it('a create error after the first disk frees every new volume and removes the config', async () => {
     // scsi0 is allocated, then scsi1 (far beyond the thin pool) fails.
     const upid = await createVm(url, { vmid: '401', scsi0: 'local-lvm:1', scsi1: 'local-lvm:100000' });
