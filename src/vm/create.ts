@@ -16,7 +16,7 @@ import { locate } from './lookup.ts';
 import { ownershipOf } from './ownership.ts';
 import type { CreatePlan } from './preflight.ts';
 import { sshKeys } from './secrets.ts';
-import { needsSnippet } from './snippets.ts';
+import { needsSnippet, recheckSnippet } from './snippets.ts';
 import {
   desiredDescription,
   desiredIpConfigs,
@@ -43,6 +43,7 @@ export async function issueCreate(
   const { node, storage, ciStorage, source } = plan;
   try {
     let upid: string;
+    let namesSnippet = false;
     if (source.kind === 'template') {
       setStep(r, 'Cloning');
       const full = source.full ?? fp.template?.full ?? true;
@@ -59,11 +60,13 @@ export async function issueCreate(
       setStep(r, source.kind === 'import' ? 'Importing' : 'Creating');
       const config = createConfig(ctx, r, vmid, storage, ciStorage, source);
       upid = await ctx.client.createVm(node, vmid, config, { ...(fp.pool ? { pool: fp.pool } : {}) });
-      if (typeof config.cicustom === 'string' && ctx.memory.snippet) a.userDataSnippet = ctx.memory.snippet.volid;
+      namesSnippet = typeof config.cicustom === 'string' && ctx.memory.snippet !== undefined;
+      if (namesSnippet) a.userDataSnippet = ctx.memory.snippet!.volid;
     }
     a.task = upid;
     delete a.createOutcome;
     ctx.site.invalidate(ctx.memory);
+    if (namesSnippet) await recheckSnippet(ctx);
     return { requeueAfterMs: followTask(ctx, r, upid) };
   } catch (e) {
     ctx.site.invalidate(ctx.memory);

@@ -24,13 +24,13 @@ import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 // ssh2 is loaded only when a snippet is really written (validate and plan never need it).
 import type { NodeFiles, SshTarget } from '../proxmox/ssh.ts';
-import type { PendingEntry } from '../proxmox/types.ts';
+import type { ClusterResource, PendingEntry } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
 import { sshKeys } from './secrets.ts';
 import type { SnippetStore } from './site-cache.ts';
-import { needsSnippet, parseMarker, parseUserData, userDataDocument, vmName } from './spec.ts';
+import { isPlaceholderLock, needsSnippet, parseMarker, parseUserData, userDataDocument, vmName } from './spec.ts';
 
 export const SNIPPET_PREFIX = 'provider-proxmox-';
 
@@ -343,6 +343,20 @@ async function writeSnippet(ctx: StepContext, node: string, dir: string, file: s
 }
 
 /**
+ * Once a create naming the snippet is sent: look again that its file is on the node, and write it
+ * again if not. Written before the create, it may have gone since to a removal by a twin (another
+ * state file's resource of this name, whose files have the same names) that listed the node before
+ * this create's placeholder was there (namedByTwins keeps them from then on). The create's task
+ * runs meanwhile, so this costs its path nothing. Best effort: a failure leaves the start to meet it.
+ */
+export async function recheckSnippet(ctx: StepContext): Promise<void> {
+  const s = ctx.memory.snippet;
+  if (!s) return;
+  s.checkedIn = undefined;
+  await uploadSnippet(ctx).catch(() => {});
+}
+
+/**
  * Upload, ahead of its create, the snippet a resource that is not in the store yet will need on
  * its pinned `node`: a rollout's next phase, while the phase before it boots (src/local/apply.ts).
  * Its SFTP round trips (a second at speed 100) were on the path from one phase's last Ready to
@@ -417,14 +431,27 @@ export function pendingCicustomVolids(pending: PendingEntry[]): string[] {
  * The snippet files on `node` that another resource's VM of this one's identity names there, in
  * its config or its pending change: a twin of another state file of the installation, whose
  * files have the same names (the identity and the content make the name). Undefined when one of
- * them could not be read: then nothing is removed. Costs a fresh bulk list, and a read per VM of
- * the resource's name on the node (its own VM, at a config change; none at a delete or a move).
+ * them could not be read, or when a create or clone is in flight on the node: then nothing is
+ * removed. Such a VM is a placeholder (`lock: create` or `clone`, from the live config) whose name
+ * is not written yet (qemu-server `src/PVE/API2/Qemu.pm` create_vm writes the placeholder with
+ * `create_and_lock_config` before it forks the worker, the config at the worker's end), and it may
+ * be the twin's, naming these very files once written (fault search F56). A VM listed as `VM <vmid>`
+ * or with no name is read too: the list's name is pvestatd's (its last tick), so a create that
+ * has just ended shows so for up to ten seconds, config and all written.
+ * Costs a fresh bulk list, and a read per VM of the resource's name (or of no name yet) on the
+ * node (its own VM, at a config change; none at a delete or a move).
  */
 async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promise<Set<string> | undefined> {
-  const listed = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).byName.get(vmName(r)) ?? [];
+  const index = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory));
+  const name = vmName(r);
+  const onNode = (e: ClusterResource) => e.node === node && e.type === 'qemu' && e.template !== 1;
+  // Ours (our tag, or a placeholder's lock) are what a twin's VM can be, whatever its listed name.
+  const ours = index.tagged.filter(onNode);
+  if (ours.some((e) => isPlaceholderLock(e.lock))) return undefined;
+  const unnamed = ours.filter((e) => e.name === undefined || e.name === `VM ${e.vmid}`);
+  const candidates = new Set([...(index.byName.get(name) ?? []).filter(onNode), ...unnamed]);
   const out = new Set<string>();
-  for (const e of listed) {
-    if (e.node !== node || e.type !== 'qemu' || e.template === 1) continue;
+  for (const e of candidates) {
     let pending: PendingEntry[];
     try {
       pending = await ctx.client.vmPending(node, Number(e.vmid));
@@ -432,8 +459,8 @@ async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promi
       if (err instanceof NotFoundError) continue;
       return undefined;
     }
-    const description = pending.find((p) => p.key === 'description');
-    if (parseMarker(String(description?.value ?? ''))?.uid === r.metadata.uid) continue;
+    const value = (key: string) => String(pending.find((p) => p.key === key)?.value ?? '');
+    if (value('name') !== name || parseMarker(value('description'))?.uid === r.metadata.uid) continue;
     for (const v of pendingCicustomVolids(pending)) out.add(v.replace(/^.*\//, ''));
   }
   return out;
@@ -441,9 +468,10 @@ async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promi
 
 /**
  * Remove this resource's snippet files on `node` but `keep` (best effort: what is left stays, named
- * for the resource). Only its own files are touched: their names carry its identity. A file that
- * another resource's VM names there (a twin of another state file, with files of the same names)
- * stays: removed under it, that VM named a file its node no longer had (fault search F56).
+ * for the resource, until `gc --snippets`). Only its own files are touched: their names carry its
+ * identity. A file that another resource's VM names there (a twin of another state file, with
+ * files of the same names) stays, and all of them while a create is in flight on the node (see
+ * namedByTwins): removed under it, that VM named a file its node no longer had (fault search F56).
  */
 export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: string, keep?: string): Promise<number> {
   if (!ctx.site.ssh) return 0;

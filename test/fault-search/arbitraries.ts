@@ -212,6 +212,18 @@ const sshDown: fc.Arbitrary<DrawnFault> = fc
     site: s,
   }));
 
+/**
+ * The node's pvestatd hangs for a few commands: /cluster/resources keeps its VMs' names and states
+ * as of its last tick (a create that ended meanwhile still `VM <vmid>`, a VM made meanwhile with
+ * no name and `status: unknown`), while their locks and tags follow the config (fault search F56).
+ */
+const statsStalled: fc.Arbitrary<DrawnFault> = fc.tuple(site, fc.integer({ min: 1, max: 3 })).map(([s, lastsFor]) => ({
+  label: `pvestatd on ${NODE_OF[s]} hangs (its VMs' statistics stale) for the next ${lastsFor} command(s)`,
+  spec: { kind: 'stats-stalled', node: NODE_OF[s] } as FaultSpec,
+  lastsFor,
+  site: s,
+}));
+
 const taskStall: fc.Arbitrary<DrawnFault> = fc.constantFrom(...TASKS).map((type) => ({
   label: `task ${type} hangs until healed`,
   spec: { kind: 'task', type, action: 'stall' },
@@ -312,6 +324,7 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
     { weight: 3, arbitrary: onEither(taskFail) },
     { weight: 2, arbitrary: onEither(taskStall) },
     { weight: 1, arbitrary: sshDown },
+    { weight: 1, arbitrary: statsStalled },
     ...extra.map((arbitrary) => ({ weight: 3, arbitrary: arbitrary === extras.die ? arbitrary : onEither(arbitrary) })),
   );
 }

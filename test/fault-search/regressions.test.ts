@@ -822,6 +822,20 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F56: another state file's vm-c (site-2/100) is deleted while this one's makes its VM at site-2/100 again -> the twin's removal of the identity's snippet files keeps the file the new VM names: its create, just ended, is listed as `VM 100` until pvestatd's next tick, and a create in flight has no name at all", async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi' }), new Apply('vm-a', { cpu: 1, memory: '1Gi' })],
+      [
+        new Move('vm-c'),
+        new OtherState('vm-c'),
+        new Delete('vm-c'),
+        new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F55: moved to site-2 (the process crashed at reserving the target, its next reconcile sent the move while another process looked), then back to site-1 -> the move back writes the snippet on site-1 again, which the arrival on site-2 removed: the process's memory of its create there no longer stands for the file", async () => {
     await runSchedule(
       'token',

@@ -152,6 +152,67 @@ describe('userData as a snippet over SSH', () => {
     assert.equal((await waitTask(c.url, NODE1, (res.json as { data: string }).data)).exitstatus, 'OK');
   });
 
+  /**
+   * A resource with a snippet, Ready; then its twin's create (the other state file's resource of
+   * the same name: its own uid, the same file), sent and held in its worker by a stall fault.
+   */
+  async function twinCreating(name: string, vmid: number) {
+    const c = sim.cluster(SITE1);
+    const r = await eng.waitReady(eng.apply(vm(name, { userData: USER_DATA })));
+    const file = r.status!.atProvider!.userDataSnippet!;
+    const own = c.state.vms.get(r.status!.atProvider!.vmId!)!;
+    const installation = /installation=(\S+)/.exec(own.config.description ?? '')![1]!;
+    const other = { ...r, metadata: { ...r.metadata, uid: `0b5e6a0e-5f1c-4c3e-9d0e-000000${vmid}f56` } };
+    const stall = c.addFault({ kind: 'task', type: 'qmcreate', id: String(vmid), action: 'stall' });
+    const res = await raw(c.url, 'POST', `/nodes/${NODE1}/qemu`, {
+      form: {
+        vmid: String(vmid),
+        name,
+        tags: 'provider-proxmox',
+        description: ownershipMarker(other, { installation, vmid }),
+        cicustom: `user=${file}`,
+        scsi0: 'local-lvm:1',
+      },
+    });
+    assert.equal(res.status, 200, res.text);
+    return { c, file, stall, res };
+  }
+
+  it("deleting the resource leaves its files while a create is in flight on its node: it may be the other state file's twin's (fault search F56)", async () => {
+    // The twin's create, sent and held in its worker: a `lock: create` placeholder with no name.
+    const { c, file, stall, res } = await twinCreating('twin-flight', 872);
+    assert.equal(c.state.vms.get(872)?.config.lock, 'create');
+    eng.delete('default/twin-flight');
+    await eng.waitGone('default/twin-flight');
+    assert.ok((await snippets(sim)).includes(file), 'the file the create in flight will name is still there');
+    c.removeFault(stall);
+    assert.equal((await waitTask(c.url, NODE1, (res.json as { data: string }).data)).exitstatus, 'OK');
+    assert.equal(c.state.vms.get(872)?.config.cicustom, `user=${file}`);
+    const gone = await raw(c.url, 'DELETE', `/nodes/${NODE1}/qemu/872`, {});
+    assert.equal((await waitTask(c.url, NODE1, (gone.json as { data: string }).data)).exitstatus, 'OK');
+  });
+
+  it("deleting the resource leaves a file a twin's create that just ended names, listed as `VM <vmid>` until pvestatd's next tick (fault search F56)", async () => {
+    const { c, file, stall, res } = await twinCreating('twin-ended', 873);
+    const listed = async () =>
+      (
+        (await raw(c.url, 'GET', '/cluster/resources?type=vm')).json as { data: Array<Record<string, unknown>> }
+      ).data.find((e) => e.vmid === 873);
+    for (let i = 0; i < 2000 && (await listed())?.name !== 'VM 873'; i++) await new Promise((ok) => setTimeout(ok, 1));
+    // pvestatd hangs; the create ends: config written, the list's name still the placeholder's.
+    const hung = c.addFault({ kind: 'stats-stalled', node: NODE1 });
+    c.removeFault(stall);
+    assert.equal((await waitTask(c.url, NODE1, (res.json as { data: string }).data)).exitstatus, 'OK');
+    assert.equal((await listed())?.name, 'VM 873');
+    assert.equal((await listed())?.lock, undefined);
+    eng.delete('default/twin-ended');
+    await eng.waitGone('default/twin-ended');
+    assert.ok((await snippets(sim)).includes(file), 'the file VM 873 names is still there');
+    c.removeFault(hung);
+    const gone = await raw(c.url, 'DELETE', `/nodes/${NODE1}/qemu/873`, {});
+    assert.equal((await waitTask(c.url, NODE1, (gone.json as { data: string }).data)).exitstatus, 'OK');
+  });
+
   it('sshd refusing connections: retried, nothing created meanwhile; Ready once it is back', async () => {
     const c = sim.cluster(SITE1);
     const vms = c.state.vms.size;
