@@ -419,8 +419,9 @@ export function commandsArb(extras: Extras, auth: 'password' | 'token', maxComma
  * (`replacePolicy: CreateThenDelete`; with `password` a move to site-1 cannot be a remote migration,
  * so the VM is made anew there and the old one destroyed once the new one is Ready), with their
  * steps interrupted, among applies (which may take the policy away again), plain moves,
- * reconciles, crashes, deletions, two writers, restarts and faults. Without the second state file
- * and other users, whose open families (FINDINGS.md) are the first search's to meet.
+ * reconciles, crashes, deletions, two writers, restarts, faults and a second state file's apply
+ * of the resource (since the fourteenth session: a replacement with two state files had never been
+ * drawn). Without other users, whose open families (FINDINGS.md) are the first search's to meet.
  */
 export function replaceCommandsArb(
   extras: Extras,
@@ -441,6 +442,7 @@ export function replaceCommandsArb(
     'restart',
     'fault',
     'heal',
+    'otherState',
   ] as const;
   return scheduleOf(extras, auth, kinds, maxCommands, replayPath);
 }
