@@ -64,6 +64,7 @@ export async function issueCreate(
       if (namesSnippet) a.userDataSnippet = ctx.memory.snippet!.volid;
     }
     a.task = upid;
+    ctx.site.ownCreates.set(vmid, { upid, uid: r.metadata.uid });
     delete a.createOutcome;
     ctx.site.invalidate(ctx.memory);
     if (namesSnippet) await recheckSnippet(ctx);

@@ -205,6 +205,9 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   // spec.forProvider.site names another site: the VM moves there (a remote migration, site-move.ts).
   if (ctx.target && !observeOnly && (a.siteMove || !r.metadata.deletionTimestamp)) return observeSiteMove(ctx, r, vmid);
 
+  // No task recorded: no create of ours in flight either (another writer of this state may have
+  // seen its end), so its placeholder is not known to be ours any more (snippets.ts namedByTwins).
+  if (!a.task) ctx.site.ownCreateEnded(r.metadata.uid);
   // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
   let found = adopted ?? (vmGone ? undefined : await locate(ctx, vmid, false));
   // (Once our VM was confirmed at this VMID, the create's outcome is known: it was made.)

@@ -260,6 +260,13 @@ export class SiteContext {
   private marked = new Map<number, { at: number; data: Promise<MarkedVm | undefined> }>();
   /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
   readonly reserved = new Map<number, string>();
+  /**
+   * VMIDs whose create or clone this process sent and saw answered with a task, until that task's
+   * end is seen (-> the task and the resource's uid): the `lock: create`/`clone` placeholder at
+   * such a VMID is this process's, since PVE refuses a second create at a VMID while a placeholder
+   * holds it, so it is never another state file's twin (snippets.ts namedByTwins).
+   */
+  readonly ownCreates = new Map<number, { upid: string; uid: string }>();
   /** Memory, CPU and disk bytes (per storage) promised to creates in flight, per node. */
   readonly inflight = new Map<
     string,
@@ -740,10 +747,21 @@ export class SiteContext {
       if (holder === uid && (vmid === undefined || id === vmid)) this.reserved.delete(id);
   }
 
+  /**
+   * The resource's create or clone is no longer in flight (its task's end seen, by this process or
+   * by another writer of its state that cleared the task): its VMID's placeholder, if any is left,
+   * is no longer known to be this process's (see ownCreates).
+   */
+  ownCreateEnded(uid: string, upid?: string): void {
+    for (const [vmid, c] of this.ownCreates)
+      if (c.uid === uid && (upid === undefined || c.upid === upid)) this.ownCreates.delete(vmid);
+  }
+
   /** The resource left the engine (deleted, orphaned, renamed): release everything it held here. */
   forget(uid: string): void {
     this.releaseCreate(uid);
     this.unreserve(uid);
+    this.ownCreateEnded(uid);
     const m = this.memory.get(uid);
     if (m) m.view = undefined;
     this.memory.delete(uid);

@@ -431,8 +431,8 @@ export function pendingCicustomVolids(pending: PendingEntry[]): string[] {
  * The snippet files on `node` that another resource's VM of this one's identity names there, in
  * its config or its pending change: a twin of another state file of the installation, whose
  * files have the same names (the identity and the content make the name). Undefined when one of
- * them could not be read, or when a create or clone is in flight on the node: then nothing is
- * removed. Such a VM is a placeholder (`lock: create` or `clone`, from the live config) whose name
+ * them could not be read, or when a create or clone is in flight on the node that this process
+ * did not send: then nothing is removed. Such a VM is a placeholder (`lock: create` or `clone`, from the live config) whose name
  * is not written yet (qemu-server `src/PVE/API2/Qemu.pm` create_vm writes the placeholder with
  * `create_and_lock_config` before it forks the worker, the config at the worker's end), and it may
  * be the twin's, naming these very files once written (fault search F56). A VM listed as `VM <vmid>`
@@ -446,8 +446,9 @@ async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promi
   const name = vmName(r);
   const onNode = (e: ClusterResource) => e.node === node && e.type === 'qemu' && e.template !== 1;
   // Ours (our tag, or a placeholder's lock) are what a twin's VM can be, whatever its listed name.
+  // A placeholder of a create this process sent is not another state file's.
   const ours = index.tagged.filter(onNode);
-  if (ours.some((e) => isPlaceholderLock(e.lock))) return undefined;
+  if (ours.some((e) => isPlaceholderLock(e.lock) && !ctx.site.ownCreates.has(Number(e.vmid)))) return undefined;
   const unnamed = ours.filter((e) => e.name === undefined || e.name === `VM ${e.vmid}`);
   const candidates = new Set([...(index.byName.get(name) ?? []).filter(onNode), ...unnamed]);
   const out = new Set<string>();

@@ -39,6 +39,7 @@ export async function observeTaskEnd(
   if (!done.finished)
     return { observed: { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } } };
   delete a.task;
+  ctx.site.ownCreateEnded(r.metadata.uid, task);
   const endedOk = !done.error ? task : undefined;
   ctx.site.releaseCreate(
     r.metadata.uid,

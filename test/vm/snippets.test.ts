@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments, stringify } from 'yaml';
+import { externalName } from '../../src/engine/resource.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { defaultTopology } from '../../src/sim/topology.ts';
@@ -211,6 +212,23 @@ describe('userData as a snippet over SSH', () => {
     c.removeFault(hung);
     const gone = await raw(c.url, 'DELETE', `/nodes/${NODE1}/qemu/873`, {});
     assert.equal((await waitTask(c.url, NODE1, (gone.json as { data: string }).data)).exitstatus, 'OK');
+  });
+
+  it("deleting the resource removes its files while a create this process sent is in flight on the node: that placeholder is no twin's", async () => {
+    const c = sim.cluster(SITE1);
+    const r = await eng.waitReady(eng.apply(vm('own-flight-a', { userData: USER_DATA })));
+    const file = r.status!.atProvider!.userDataSnippet!;
+    const stall = c.addFault({ kind: 'task', type: 'qmcreate', action: 'stall' });
+    const b = eng.apply(vm('own-flight-b', { userData: `${USER_DATA}  - echo b\n` }));
+    const creating = await eng.waitFor(b, (x) => Boolean(x.status?.atProvider?.task), 'its create sent');
+    assert.equal(c.state.vms.get(Number(externalName(creating)))?.config.lock, 'create');
+    eng.delete('default/own-flight-a');
+    await eng.waitGone('default/own-flight-a');
+    assert.ok(!(await snippets(sim)).includes(file), 'the deleted resource left no file behind');
+    c.removeFault(stall);
+    await eng.waitReady(b);
+    eng.delete('default/own-flight-b');
+    await eng.waitGone('default/own-flight-b');
   });
 
   it('sshd refusing connections: retried, nothing created meanwhile; Ready once it is back', async () => {
