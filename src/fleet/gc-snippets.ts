@@ -20,7 +20,8 @@ import type { LoadedProviderConfig } from '../api/provider-config.ts';
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import { clientForSite } from '../proxmox/site.ts';
-import { cicustomVolids, pendingCicustomVolids, SNIPPET_PREFIX, snippetOwnerOf } from '../vm/snippets.ts';
+import { cicustomVolids, pendingCicustomVolids } from '../vm/snippet-removal.ts';
+import { SNIPPET_PREFIX, snippetOwnerOf } from '../vm/snippets.ts';
 import { type KnownResources, perSite } from './gc.ts';
 
 /** How old a snippet must be to be listed: younger ones may be about to be used. */

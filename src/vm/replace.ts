@@ -5,7 +5,8 @@
  *
  * 1. `ReservingReplacement`: the old VM (site, node, VMID) is recorded in
  *    status.atProvider.replacing, and the resource moves to the new site in the same status write
- *    (its site; the VMID stays the external name, so the new VM gets it where it is free there).
+ *    (its site; the VMID stays the external name, so the new VM gets it where it is free there;
+ *    where another VM holds it, another is chosen: ownership.ts ourVmNotAt, fault search F57).
  * 2. The usual create protocol makes the new VM on the new site (it finds no VM of ours there).
  * 3. `RetiringReplaced`: once the new VM is Ready, the old one is stopped and destroyed with its
  *    disks, after its marker was read again (a VMID reused by somebody else is never touched).
@@ -28,7 +29,7 @@ import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { locate, type ObservedVm } from './lookup.ts';
-import { removeSnippetsLeftOn } from './snippets.ts';
+import { removeSnippetsLeftOn } from './snippet-removal.ts';
 import { markerNames, parseMarker } from './spec.ts';
 import { taskDone } from './tasks.ts';
 

@@ -46,7 +46,7 @@ import {
 } from './ownership.ts';
 import { replacementChange } from './replace.ts';
 import { planSiteMove, remoteMigrationBlocker, targetContext } from './site-move-request.ts';
-import { removeSnippetsLeftOn } from './snippets.ts';
+import { removeSnippetsLeftOn } from './snippet-removal.ts';
 import { leftBehind, noteSourceLeft } from './source-left.ts';
 import { markerNames, parseMarker } from './spec.ts';
 import { giveUpVmid, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';

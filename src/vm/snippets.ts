@@ -12,25 +12,23 @@
  * reboots, and PVE sees a `cicustom` change). Named for the resource's identity, not its uid: two
  * runtimes of one installation managing the same VM (two state files, a lost one) render the same
  * file, instead of taking turns at `cicustom` (found by the fault search). And owned by that
- * identity: its old files are removed once its VM refers to the new one, all when it is deleted. Without SSH
- * such a VM is refused before anything is created; nothing of the userData is ever dropped silently.
+ * identity: its old files are removed once its VM refers to the new one, all when it is deleted
+ * (snippet-removal.ts). Without SSH such a VM is refused before anything is created; nothing of the
+ * userData is ever dropped silently.
  */
 import { createHash } from 'node:crypto';
 import { parse as parseYaml, stringify } from 'yaml';
 import type { SiteSsh } from '../api/provider-config.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { abortable } from '../proxmox/deadline.ts';
-import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 // ssh2 is loaded only when a snippet is really written (validate and plan never need it).
 import type { NodeFiles, SshTarget } from '../proxmox/ssh.ts';
-import type { ClusterResource, PendingEntry } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
-import { listIndex } from './list-index.ts';
 import { sshKeys } from './secrets.ts';
 import type { SnippetStore } from './site-cache.ts';
-import { isPlaceholderLock, needsSnippet, parseMarker, parseUserData, userDataDocument, vmName } from './spec.ts';
+import { needsSnippet, parseUserData, userDataDocument, vmName } from './spec.ts';
 
 export const SNIPPET_PREFIX = 'provider-proxmox-';
 
@@ -346,7 +344,7 @@ async function writeSnippet(ctx: StepContext, node: string, dir: string, file: s
  * Once a create naming the snippet is sent: look again that its file is on the node, and write it
  * again if not. Written before the create, it may have gone since to a removal by a twin (another
  * state file's resource of this name, whose files have the same names) that listed the node before
- * this create's placeholder was there (namedByTwins keeps them from then on). The create's task
+ * this create's placeholder was there (snippet-removal.ts namedByTwins keeps them from then on). The create's task
  * runs meanwhile, so this costs its path nothing. Best effort: a failure leaves the start to meet it.
  */
 export async function recheckSnippet(ctx: StepContext): Promise<void> {
@@ -379,7 +377,7 @@ export async function prepareSnippet(ctx: StepContext, r: ProxmoxVM, node: strin
 /**
  * Per site (node, directory and name of each file): the snippet files this process wrote, which a
  * create checks are still there instead of writing them again (a file this process removes is
- * forgotten, removeSnippets), and the writes under way, which a second write of the same file
+ * forgotten, forgetSnippetFile), and the writes under way, which a second write of the same file
  * waits for (writeSnippet).
  */
 const siteWrites = new WeakMap<object, { written: Set<string>; inFlight: Map<string, Promise<void>> }>();
@@ -398,105 +396,23 @@ function writtenKey(node: string, dir: string, file: string): string {
 }
 
 /**
- * After this resource's VM left `node` for another site (its source destroyed by the migration, or
- * removed by the operator once left behind): its snippet files there are read by nothing. Removed
- * only from a storage that is not shared: a shared one (NFS, CephFS) may be the very export the
- * target site mounts too, where the file of the same name (its content's hash) serves the moved VM.
- * Best effort, once: what a failure leaves is named for the resource.
+ * Run `use` with `node`'s files over the site's shared SSH connection (snippet-removal.ts); throws
+ * when the node has no address to connect to.
  */
-export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node: string): Promise<number> {
-  if (!ctx.site.ssh || (!needsSnippet(r) && !r.status?.atProvider?.userDataSnippet)) return 0;
-  const store = await snippetStore(ctx, node).catch(() => undefined);
-  if (!store || store.shared) return 0;
-  return removeSnippets(ctx, r, node);
-}
-
-/** Every snippet volid a `cicustom` value names (`user=local:snippets/a.yaml,meta=...`). */
-export function cicustomVolids(value: unknown): string[] {
-  if (typeof value !== 'string') return [];
-  return value
-    .split(',')
-    .map((part) => /^(?:user|network|meta|vendor)=(.+)$/.exec(part.trim())?.[1])
-    .filter((v): v is string => v !== undefined);
-}
-
-/** The snippet volids a VM's `cicustom` names in its pending list: the current value and the pending one. */
-export function pendingCicustomVolids(pending: PendingEntry[]): string[] {
-  return pending
-    .filter((p) => p.key === 'cicustom')
-    .flatMap((p) => [...cicustomVolids(p.value), ...cicustomVolids(p.pending)]);
+export async function withSnippetFiles<T>(
+  ctx: StepContext,
+  node: string,
+  use: (files: NodeFiles) => Promise<T>,
+): Promise<T> {
+  return withNodeFiles(ctx, await target(ctx, node), use);
 }
 
 /**
- * The snippet files on `node` that another resource's VM of this one's identity names there, in
- * its config or its pending change: a twin of another state file of the installation, whose
- * files have the same names (the identity and the content make the name). Undefined when one of
- * them could not be read, or when a create or clone is in flight on the node that this process
- * did not send: then nothing is removed. Such a VM is a placeholder (`lock: create` or `clone`, from the live config) whose name
- * is not written yet (qemu-server `src/PVE/API2/Qemu.pm` create_vm writes the placeholder with
- * `create_and_lock_config` before it forks the worker, the config at the worker's end), and it may
- * be the twin's, naming these very files once written (fault search F56). A VM listed as `VM <vmid>`
- * or with no name is read too: the list's name is pvestatd's (its last tick), so a create that
- * has just ended shows so for up to ten seconds, config and all written.
- * Costs a fresh bulk list, and a read per VM of the resource's name (or of no name yet) on the
- * node (its own VM, at a config change; none at a delete or a move).
+ * A snippet file this process removes from `node`: no longer taken as written (writeSnippet), nor
+ * as checked by the reconcile that found it (snippetChecked).
  */
-async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promise<Set<string> | undefined> {
-  const index = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory));
-  const name = vmName(r);
-  const onNode = (e: ClusterResource) => e.node === node && e.type === 'qemu' && e.template !== 1;
-  // Ours (our tag, or a placeholder's lock) are what a twin's VM can be, whatever its listed name.
-  // A placeholder of a create this process sent is not another state file's.
-  const ours = index.tagged.filter(onNode);
-  if (ours.some((e) => isPlaceholderLock(e.lock) && !ctx.site.ownCreates.has(Number(e.vmid)))) return undefined;
-  const unnamed = ours.filter((e) => e.name === undefined || e.name === `VM ${e.vmid}`);
-  const candidates = new Set([...(index.byName.get(name) ?? []).filter(onNode), ...unnamed]);
-  const out = new Set<string>();
-  for (const e of candidates) {
-    let pending: PendingEntry[];
-    try {
-      pending = await ctx.client.vmPending(node, Number(e.vmid));
-    } catch (err) {
-      if (err instanceof NotFoundError) continue;
-      return undefined;
-    }
-    const value = (key: string) => String(pending.find((p) => p.key === key)?.value ?? '');
-    if (value('name') !== name || parseMarker(value('description'))?.uid === r.metadata.uid) continue;
-    for (const v of pendingCicustomVolids(pending)) out.add(v.replace(/^.*\//, ''));
-  }
-  return out;
-}
-
-/**
- * Remove this resource's snippet files on `node` but `keep` (best effort: what is left stays, named
- * for the resource, until `gc --snippets`). Only its own files are touched: their names carry its
- * identity. A file that another resource's VM names there (a twin of another state file, with
- * files of the same names) stays, and all of them while a create is in flight on the node (see
- * namedByTwins): removed under it, that VM named a file its node no longer had (fault search F56).
- */
-export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: string, keep?: string): Promise<number> {
-  if (!ctx.site.ssh) return 0;
-  const store = await snippetStore(ctx, node).catch(() => undefined);
-  if (!store) return 0;
-  const t = await target(ctx, node).catch(() => undefined);
-  if (!t) return 0;
-  try {
-    return await withNodeFiles(ctx, t, async (files) => {
-      const owner = snippetOwner(r, ctx.site.installation);
-      let old = snippetsOf(owner, await files.list(store.dir)).filter((n) => n !== keep);
-      if (!old.length) return 0;
-      const named = await namedByTwins(ctx, r, node);
-      if (!named) return 0;
-      old = old.filter((n) => !named.has(n));
-      for (const n of old) {
-        writesOf(ctx).written.delete(writtenKey(node, store.dir, n));
-        const mine = ctx.memory.snippet;
-        if (mine?.node === node && mine.file === n) mine.checkedIn = undefined;
-        await files.remove(`${store.dir}/${n}`);
-      }
-      return old.length;
-    });
-  } catch {
-    return 0;
-  }
+export function forgetSnippetFile(ctx: StepContext, node: string, dir: string, file: string): void {
+  writesOf(ctx).written.delete(writtenKey(node, dir, file));
+  const mine = ctx.memory.snippet;
+  if (mine?.node === node && mine.file === file) mine.checkedIn = undefined;
 }

@@ -14,7 +14,7 @@ import { NotFoundError } from '../proxmox/errors.ts';
 import { atProvider } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import { ownershipOf } from './ownership.ts';
-import { removeSnippetsLeftOn } from './snippets.ts';
+import { removeSnippetsLeftOn } from './snippet-removal.ts';
 
 /**
  * Our source as it is now, read once no `qmigrate` runs: left behind only if it is still there,

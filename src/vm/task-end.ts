@@ -15,7 +15,7 @@ import type { Observed } from './observe.ts';
 import { backToReplaced, reverted } from './replace.ts';
 import { withoutSecrets } from './secrets.ts';
 import { lostOnSource } from './site-move.ts';
-import { removeSnippets } from './snippets.ts';
+import { removeSnippets } from './snippet-removal.ts';
 import { taskDone } from './tasks.ts';
 import { giveUpVmid } from './vmid.ts';
 

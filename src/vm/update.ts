@@ -11,7 +11,8 @@ import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
 import { sendSiteMove } from './site-move-request.ts';
-import { removeSnippets, uploadSnippet } from './snippets.ts';
+import { removeSnippets } from './snippet-removal.ts';
+import { uploadSnippet } from './snippets.ts';
 
 /** The changes that send nothing to the VM's own node (the move's and replacement's nodes are in the change). */
 const NO_NODE_NEEDED: ReadonlySet<Change['kind']> = new Set([
