@@ -822,6 +822,15 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it('F57: vm-c adopts the VM another state file made for it on site-2 (100), then moves to site-1 by a replacement while vm-a takes site-1/100 -> the replacement gives the VMID up there and makes its VM at another: a VMID carried to the new site is never a VMIDConflict', async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi' }), new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' })],
+      [new OtherState('vm-c'), new Replace('vm-c'), new Reconcile('vm-a')],
+      { strict: true },
+    );
+  });
+
   it("F56: another state file's vm-c (site-2/100) is deleted while this one's makes its VM at site-2/100 again -> the twin's removal of the identity's snippet files keeps the file the new VM names: its create, just ended, is listed as `VM 100` until pvestatd's next tick, and a create in flight has no name at all", async () => {
     await runSchedule(
       'token',
