@@ -206,7 +206,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   if (ctx.target && !observeOnly && (a.siteMove || !r.metadata.deletionTimestamp)) return observeSiteMove(ctx, r, vmid);
 
   // No task recorded: no create of ours in flight either (another writer of this state may have
-  // seen its end), so its placeholder is not known to be ours any more (snippets.ts namedByTwins).
+  // seen its end), so its placeholder is not known to be ours any more (snippet-removal.ts namedByTwins).
   if (!a.task) ctx.site.ownCreateEnded(r.metadata.uid);
   // The bulk list (cached per site; our own mutations invalidate it) serves steady-state polls.
   let found = adopted ?? (vmGone ? undefined : await locate(ctx, vmid, false));

@@ -106,17 +106,17 @@ function anotherVm(r: ProxmoxVM, cfg: VmConfig['values']): boolean {
  * Whether the VM at `vmid`, which is not ours (`own`), proves our VM is not there: a VMID we chose
  * (vmidChosenByUs) or a replacement carried to its new site, where we never confirmed ours, or one
  * where ours was confirmed and another VM holds it now (ours destroyed, by another state file's
- * delete or a person, and the VMID reused): another resource's marker, or no marker and an SMBIOS UUID other than the one recorded when ours
- * was confirmed (PVE makes one per create and per clone). Ours with its description edited keeps
+ * delete or a person, and the VMID reused): another resource's marker, or no marker and an SMBIOS
+ * UUID other than the one recorded when ours was confirmed (PVE makes one per create and per clone). Ours with its description edited keeps
  * its UUID: not this. A VMID the spec pins is the resource's identity: never. Observe then gives
  * the VMID up (notOurs), and a move finds our VM gone from its source (site-move.ts).
  */
 export function ourVmNotAt(r: ProxmoxVM, vmid: number, own: Ownership, smbios1: string | undefined): boolean {
-  if (vmidChosenByUs(r) && !confirmedAt(r, vmid)) return true;
   // A replacement's VMID on its new site is the old VM's, carried over for the new one where it is
-  // free (replace.ts): until the new VM is confirmed, a VM there is not ours. The old VM may have
-  // been adopted (made by another state file of the installation), with no create of ours marked.
-  if (r.spec.forProvider.vmid === undefined && r.status?.atProvider?.replacing && !confirmedAt(r, vmid)) return true;
+  // free (replace.ts), and the old VM may have been adopted (made by another state file of the
+  // installation) with no create of ours marked: like a VMID we chose, until ours is confirmed.
+  const carried = r.spec.forProvider.vmid === undefined && r.status?.atProvider?.replacing !== undefined;
+  if ((vmidChosenByUs(r) || carried) && !confirmedAt(r, vmid)) return true;
   if (r.spec.forProvider.vmid !== undefined || !confirmedAt(r, vmid)) return false;
   if (own.kind === 'other') return true;
   const uuid = smbiosUuid(smbios1);

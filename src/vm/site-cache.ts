@@ -264,7 +264,7 @@ export class SiteContext {
    * VMIDs whose create or clone this process sent and saw answered with a task, until that task's
    * end is seen (-> the task and the resource's uid): the `lock: create`/`clone` placeholder at
    * such a VMID is this process's, since PVE refuses a second create at a VMID while a placeholder
-   * holds it, so it is never another state file's twin (snippets.ts namedByTwins).
+   * holds it, so it is never another state file's twin (snippet-removal.ts namedByTwins).
    */
   readonly ownCreates = new Map<number, { upid: string; uid: string }>();
   /** Memory, CPU and disk bytes (per storage) promised to creates in flight, per node. */

@@ -66,7 +66,8 @@ async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promi
   // A placeholder of a create this process sent is not another state file's.
   const ours = index.tagged.filter(onNode);
   if (ours.some((e) => isPlaceholderLock(e.lock) && !ctx.site.ownCreates.has(Number(e.vmid)))) return undefined;
-  const unnamed = ours.filter((e) => e.name === undefined || e.name === `VM ${e.vmid}`);
+  // (A placeholder left here is one of this process's creates: it names nothing yet, and is not read.)
+  const unnamed = ours.filter((e) => !isPlaceholderLock(e.lock) && (e.name === undefined || e.name === `VM ${e.vmid}`));
   const candidates = new Set([...(index.byName.get(name) ?? []).filter(onNode), ...unnamed]);
   const out = new Set<string>();
   for (const e of candidates) {
@@ -88,8 +89,8 @@ async function namedByTwins(ctx: StepContext, r: ProxmoxVM, node: string): Promi
  * Remove this resource's snippet files on `node` but `keep` (best effort: what is left stays, named
  * for the resource, until `gc --snippets`). Only its own files are touched: their names carry its
  * identity. A file that another resource's VM names there (a twin of another state file, with
- * files of the same names) stays, and all of them while a create is in flight on the node (see
- * namedByTwins): removed under it, that VM named a file its node no longer had (fault search F56).
+ * files of the same names) stays, and all of them while a create this process did not send is in
+ * flight on the node (see namedByTwins): removed under it, that VM named a file its node no longer had (fault search F56).
  */
 export async function removeSnippets(ctx: StepContext, r: ProxmoxVM, node: string, keep?: string): Promise<number> {
   if (!ctx.site.ssh) return 0;

@@ -344,8 +344,9 @@ async function writeSnippet(ctx: StepContext, node: string, dir: string, file: s
  * Once a create naming the snippet is sent: look again that its file is on the node, and write it
  * again if not. Written before the create, it may have gone since to a removal by a twin (another
  * state file's resource of this name, whose files have the same names) that listed the node before
- * this create's placeholder was there (snippet-removal.ts namedByTwins keeps them from then on). The create's task
- * runs meanwhile, so this costs its path nothing. Best effort: a failure leaves the start to meet it.
+ * this create's placeholder was there (snippet-removal.ts namedByTwins keeps them from then on).
+ * The create's task runs meanwhile, so this costs its path nothing. Best effort: a failure leaves
+ * the start to meet it.
  */
 export async function recheckSnippet(ctx: StepContext): Promise<void> {
   const s = ctx.memory.snippet;
