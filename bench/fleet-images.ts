@@ -14,7 +14,7 @@ import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { parseProviderConfig } from '../src/api/provider-config.ts';
+import { parseProviderConfig } from '../src/api/provider-config-load.ts';
 import { applyCommand } from '../src/local/apply.ts';
 import { startSimulator } from '../src/sim/index.ts';
 import { providerConfigYaml } from '../src/sim/provider-config.ts';

@@ -142,7 +142,7 @@ function sourcesApply(dir: string, budgetMs: number, taskPollMs: number | undefi
       },
     }) as unknown as NodeJS.WriteStream;
     // Loaded here, not at the top: a child that runs the bundle loads none of the sources.
-    const { parseProviderConfig } = await import('../src/api/provider-config.ts');
+    const { parseProviderConfig } = await import('../src/api/provider-config-load.ts');
     const { applyCommand } = await import('../src/local/apply.ts');
     const config = parseProviderConfig(readFileSync(join(dir, 'providerconfig.yaml'), 'utf8'), 'providerconfig.yaml');
     return applyCommand({

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { parseProviderConfig } from '../src/api/provider-config.ts';
+import { parseProviderConfig } from '../src/api/provider-config-load.ts';
 import { applyCommand } from '../src/local/apply.ts';
 import { type IdealVm, idealVmOf } from '../src/sim/ideal.ts';
 import { startSimulator } from '../src/sim/index.ts';

@@ -43,7 +43,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { parseProviderConfig } from '../src/api/provider-config.ts';
+import { parseProviderConfig } from '../src/api/provider-config-load.ts';
 import { keyOf } from '../src/engine/resource.ts';
 import { LocalRuntime } from '../src/local/runtime.ts';
 import type { startSimulator } from '../src/sim/index.ts';

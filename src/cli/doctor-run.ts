@@ -5,8 +5,9 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { ConfigError, loadProviderConfig } from '../api/provider-config.ts';
-import { type DoctorReport, type DoctorSite, doctorSitesFromConfig, renderText, runDoctor } from '../doctor/doctor.ts';
+import { ConfigError, loadProviderConfig } from '../api/provider-config-load.ts';
+import type { DoctorSite } from '../doctor/connection.ts';
+import { type DoctorReport, doctorSitesFromConfig, renderText, runDoctor } from '../doctor/doctor.ts';
 import { needsFromPath, type VmNeeds } from '../doctor/manifests.ts';
 import { type Credentials, parseTokenString, passwordCredentials } from '../proxmox/auth.ts';
 import { normalizeFingerprint } from '../proxmox/tls.ts';

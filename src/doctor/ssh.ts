@@ -4,7 +4,7 @@
  * provider would write to, proven by writing and removing a probe file there. Nothing else is
  * touched on the node.
  */
-import type { SiteSsh } from '../api/provider-config.ts';
+import type { SiteSsh } from '../api/provider-config-site.ts';
 import type { PveClient } from '../proxmox/client.ts';
 import { findSnippetStore, sshTarget } from '../vm/snippets.ts';
 

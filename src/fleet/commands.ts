@@ -11,7 +11,8 @@
  * when they run, so that `validate` starts without them.
  */
 import { stringify } from 'yaml';
-import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
+import { cliInstallation, installationOf } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
 import { chooseState, configAmong, loadConfigArg, UsageError } from '../workspace/arguments.ts';

@@ -16,7 +16,7 @@
  * file and every reference again right before it removes anything
  * (`DELETE /nodes/{node}/storage/{storage}/content/{volume}`, which needs Datastore.Allocate).
  */
-import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import { clientForSite } from '../proxmox/site.ts';

@@ -12,7 +12,7 @@
  * another runtime's, so "unknown" alone never means "orphan": only a uid this store once held (or
  * a store that is the installation's only one, the controller's cluster) does.
  */
-import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { PveClient } from '../proxmox/index.ts';

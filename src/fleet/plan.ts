@@ -4,7 +4,7 @@
  * VMs and the phase order. Nothing is changed.
  */
 
-import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, parseQuantity } from '../api/quantity.ts';
 import { formatImagePlans, type ImagePlan } from '../image/plan.ts';

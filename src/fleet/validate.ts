@@ -7,7 +7,7 @@
  * ProviderConfig, duplicate names, phases and dependencies), so that one run lists all of it.
  */
 import { readFileSync } from 'node:fs';
-import { ConfigError, type LoadedProviderConfig, parseProviderConfig } from '../api/provider-config.ts';
+import { ConfigError, type LoadedProviderConfig, parseProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { needsSnippet, parseUserData, validateSpec } from '../vm/spec.ts';
 import {

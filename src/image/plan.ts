@@ -4,7 +4,7 @@
  * type, a version without `import`); per template, the nodes it would be built on. `plan` shows it
  * before the VMs (src/fleet/plan.ts), as apply runs them first.
  */
-import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import { imageContent, imageFileName, type ProxmoxImage } from '../api/proxmoximage.ts';
 import type { ProxmoxTemplate } from '../api/proxmoxtemplate.ts';
 import { clientForSite } from '../proxmox/site.ts';

@@ -5,13 +5,9 @@
  * kinds is small: the VMIDs handed to template builds in flight (so two builds of one process
  * never pick the same one).
  */
-import {
-  cliInstallation,
-  findSite,
-  installationOf,
-  type LoadedProviderConfig,
-  type ProviderConfig,
-} from '../api/provider-config.ts';
+import { cliInstallation, installationOf, type ProviderConfig } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
+import { findSite } from '../api/provider-config-site.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { Managed } from '../engine/resource.ts';
 import { ReasonedError } from '../engine/types.ts';

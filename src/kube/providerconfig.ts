@@ -5,12 +5,8 @@
  * connection Secrets.
  */
 import { Value } from 'typebox/value';
-import {
-  type LoadedProviderConfig,
-  type ProviderConfig,
-  ProviderConfigSchema,
-  type SecretData,
-} from '../api/provider-config.ts';
+import { type ProviderConfig, ProviderConfigSchema } from '../api/provider-config.ts';
+import type { LoadedProviderConfig, SecretData } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GROUP, VERSION } from '../api/proxmoxvm.ts';
 import { FINALIZER_IN_USE, LABEL_PROVIDER_CONFIG } from '../api/usage.ts';

@@ -5,7 +5,7 @@
  * (demo.ts) is loaded on its own: it starts the simulator, which the others must not load (ssh2
  * alone, with its WebAssembly, costs an apply about 16 MB of memory).
  */
-import { ConfigError } from '../api/provider-config.ts';
+import { ConfigError } from '../api/provider-config-load.ts';
 import { formatProblem, ManifestError } from '../workspace/manifests.ts';
 import { StateFileError } from '../workspace/state-file.ts';
 

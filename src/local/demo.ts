@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseProviderConfig } from '../api/provider-config.ts';
+import { parseProviderConfig } from '../api/provider-config-load.ts';
 import { startSimulator } from '../sim/index.ts';
 import { providerConfigYaml } from '../sim/provider-config.ts';
 import { applyCommand } from './apply.ts';

@@ -5,7 +5,8 @@
  * the state file only remembers what Proxmox held when it was written.
  */
 
-import { cliInstallation, installationOf, type LoadedProviderConfig } from '../api/provider-config.ts';
+import { cliInstallation, installationOf } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxImage } from '../api/proxmoximage.ts';
 import type { ProxmoxTemplate } from '../api/proxmoxtemplate.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';

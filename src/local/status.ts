@@ -3,7 +3,7 @@
  * --kubeconfig, as a cluster's controller has them), once or redrawn with --watch, as a table or
  * a StatusList document.
  */
-import type { LoadedProviderConfig } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName, keyOf } from '../engine/resource.ts';
 import { clientForSite } from '../proxmox/site.ts';

@@ -2,7 +2,7 @@
  * The client's error taxonomy. Every failure of a Proxmox VE call is one of these classes, each with
  * a `kind`, a `retryable` flag and a message a human can act on. Messages never contain a credential:
  * they are built from PVE's answer (status line, `message`, `errors`) and scrubbed of every secret
- * the client knows (see client.ts), and raw library errors are never attached.
+ * the client knows (see client-core.ts), and raw library errors are never attached.
  *
  * Mapping (see docs/client.md and ../shared/research/pve-api-fidelity.md):
  *   401                                   authentication

@@ -2,6 +2,7 @@
 export * from './auth.ts';
 export * from './capabilities.ts';
 export * from './client.ts';
+export * from './client-core.ts';
 export * from './errors.ts';
 export * from './metrics.ts';
 export type {

@@ -1,14 +1,10 @@
 /** A PveClient for one site of a ProviderConfig: endpoints, TLS, and the credentials from its Secret. */
-import {
-  findSite,
-  type LoadedProviderConfig,
-  type Site,
-  siteConcurrency,
-  siteFingerprints,
-  siteSecret,
-} from '../api/provider-config.ts';
+import type { Site } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
+import { findSite, siteConcurrency, siteFingerprints, siteSecret } from '../api/provider-config-site.ts';
 import { type Credentials, credentialsFromSecretData } from './auth.ts';
-import { PveClient, type PveClientOptions } from './client.ts';
+import { PveClient } from './client.ts';
+import type { PveClientOptions } from './client-core.ts';
 import type { TlsSettings } from './tls.ts';
 
 export function siteTls(site: Site): TlsSettings {

@@ -3,20 +3,18 @@
  * a ProviderConfigSource), the site, its credentials, and keeps one client + caches per site and
  * one VmExternal per resource (so drift bookkeeping survives between reconciles).
  */
+import { cliInstallation, installationOf, type ProviderConfig } from '../api/provider-config.ts';
+import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import {
   ADAPTIVE_SLOTS_MAX,
   adaptiveConcurrency,
-  cliInstallation,
   findSite,
-  installationOf,
-  type LoadedProviderConfig,
-  type ProviderConfig,
   type SiteSsh,
   siteConcurrency,
   siteFingerprints,
   siteSsh,
   siteVmidRange,
-} from '../api/provider-config.ts';
+} from '../api/provider-config-site.ts';
 import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
 import { annotation, externalName } from '../engine/resource.ts';
 import { type Connector, ReasonedError } from '../engine/types.ts';

@@ -6,7 +6,7 @@
  * Secret bookkeeping. `forget(uid)` releases all of it for a resource that left the engine, so a
  * deleted, orphaned or renamed resource never keeps a slot or a VMID.
  */
-import type { SiteSsh } from '../api/provider-config.ts';
+import type { SiteSsh } from '../api/provider-config-site.ts';
 import type { Credentials } from '../proxmox/auth.ts';
 import { abortable } from '../proxmox/deadline.ts';
 import type { PveClient } from '../proxmox/index.ts';

@@ -18,7 +18,7 @@
  */
 import { createHash } from 'node:crypto';
 import { parse as parseYaml, stringify } from 'yaml';
-import type { SiteSsh } from '../api/provider-config.ts';
+import type { SiteSsh } from '../api/provider-config-site.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { abortable } from '../proxmox/deadline.ts';
 import type { PveClient } from '../proxmox/index.ts';

@@ -7,14 +7,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { cliInstallation, installationOf } from '../api/provider-config.ts';
 import {
   ConfigError,
-  cliInstallation,
-  installationOf,
   type LoadedProviderConfig,
   loadProviderConfig,
   parseProviderConfig,
-} from '../api/provider-config.ts';
+} from '../api/provider-config-load.ts';
 import { write } from './lines.ts';
 import type { ManifestDoc } from './manifests.ts';
 import {

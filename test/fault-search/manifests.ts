@@ -5,8 +5,8 @@
  * processes read (token credentials for both sites, or root@pam's password on site-1).
  */
 import { parseAllDocuments, stringify } from 'yaml';
-import type { LoadedProviderConfig } from '../../src/api/provider-config.ts';
-import { parseProviderConfig } from '../../src/api/provider-config.ts';
+import type { LoadedProviderConfig } from '../../src/api/provider-config-load.ts';
+import { parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ForProvider, ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';

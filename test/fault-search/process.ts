@@ -4,7 +4,7 @@
  * dead, with EngineHooks through which a crash (or another actor) strikes at a named step. And
  * the run's clock, which every process, the store and the simulator share.
  */
-import type { LoadedProviderConfig } from '../../src/api/provider-config.ts';
+import type { LoadedProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { ManagedReconciler, type ReconcileResult } from '../../src/engine/reconciler.ts';
 import { type ResourceStore, SimulatedCrash, type WatchEvent } from '../../src/engine/types.ts';

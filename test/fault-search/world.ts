@@ -10,8 +10,8 @@
  * resource's data) and keeps a journal. What users apply, and the ProviderConfig, are in manifests.ts.
  */
 
-import type { LoadedProviderConfig } from '../../src/api/provider-config.ts';
 import { cliInstallation } from '../../src/api/provider-config.ts';
+import type { LoadedProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { ReconcileResult } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';

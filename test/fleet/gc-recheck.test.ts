@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
+import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { collect, type GcFinding, type GcPolicy, knownResources, scanSite } from '../../src/fleet/gc.ts';
 import { clientForSite } from '../../src/proxmox/site.ts';

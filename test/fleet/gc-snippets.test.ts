@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { parseProviderConfig } from '../../src/api/provider-config.ts';
+import { parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import { gcCommand } from '../../src/fleet/commands.ts';
 import type { SnippetFinding } from '../../src/fleet/gc-snippets.ts';
 import { applyCommand } from '../../src/local/commands.ts';

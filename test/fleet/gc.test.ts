@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parse, stringify } from 'yaml';
-import { parseProviderConfig } from '../../src/api/provider-config.ts';
+import { parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { gcCommand } from '../../src/fleet/commands.ts';
 import type { GcFinding } from '../../src/fleet/gc.ts';

@@ -11,7 +11,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
+import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { GiB } from '../../src/api/quantity.ts';
 import { planCommand } from '../../src/fleet/commands.ts';

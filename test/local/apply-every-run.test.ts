@@ -11,7 +11,7 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
+import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { applyCommand } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';

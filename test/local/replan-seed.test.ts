@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseAllDocuments, stringify } from 'yaml';
-import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
+import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import { applyCommand } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';

@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { parseProviderConfig } from '../../src/api/provider-config.ts';
+import { parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { keyOf } from '../../src/engine/resource.ts';
 import { LocalRuntime, rowOf, sortRows } from '../../src/local/runtime.ts';

@@ -13,7 +13,7 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { parseProviderConfig } from '../../src/api/provider-config.ts';
+import { parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import { applyCommand } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';

@@ -3,7 +3,8 @@ import { createServer } from 'node:net';
 import { connect } from 'node:tls';
 import { inspect } from 'node:util';
 import { parseTokenString, passwordCredentials } from '../../src/proxmox/auth.ts';
-import { PveClient, type PveClientOptions } from '../../src/proxmox/client.ts';
+import { PveClient } from '../../src/proxmox/client.ts';
+import type { PveClientOptions } from '../../src/proxmox/client-core.ts';
 import type { RequestEvent } from '../../src/proxmox/metrics.ts';
 import { type Profile, type Simulator, startSimulator } from '../../src/sim/index.ts';
 

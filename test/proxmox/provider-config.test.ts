@@ -4,15 +4,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import {
-  ConfigError,
-  loadProviderConfig,
-  ProviderConfigSchema,
-  parseProviderConfig,
-  siteConcurrency,
-  siteSecret,
-  siteVmidRange,
-} from '../../src/api/provider-config.ts';
+import { ProviderConfigSchema } from '../../src/api/provider-config.ts';
+import { ConfigError, loadProviderConfig, parseProviderConfig } from '../../src/api/provider-config-load.ts';
+import { siteConcurrency, siteSecret, siteVmidRange } from '../../src/api/provider-config-site.ts';
 import { clientForSite, siteCredentials, siteTls } from '../../src/proxmox/site.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';

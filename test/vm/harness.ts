@@ -4,7 +4,7 @@
  * conditions by polling the store; they never assert wall-clock durations.
  */
 import { parseAllDocuments, parse as parseYaml, stringify } from 'yaml';
-import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config.ts';
+import { type LoadedProviderConfig, parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ForProvider, ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { Controller } from '../../src/engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../../src/engine/reconciler.ts';
