@@ -9,7 +9,8 @@ import { keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { VmConfig } from '../proxmox/types.ts';
-import type { ResourceMemory, SiteContext } from './site-cache.ts';
+import type { ResourceMemory } from './resource-memory.ts';
+import type { SiteContext } from './site-cache.ts';
 
 /**
  * The shortest wait between two reads of a node's active tasks by its watcher (task-watch.ts):
@@ -112,7 +113,7 @@ export function followTask(ctx: StepContext, r: ProxmoxVM, upid: string, expecte
   const wake = ctx.options.wake;
   if (!wake) return ctx.taskPollMs;
   const key = keyOf(r);
-  ctx.site.watchTask(upid, () => wake(key), expectedMs, Math.min(ctx.taskPollMs, TASK_WATCH_FLOOR_MS));
+  ctx.site.tasks.watchTask(upid, () => wake(key), expectedMs, Math.min(ctx.taskPollMs, TASK_WATCH_FLOOR_MS));
   return Math.max(ctx.taskPollMs * 10, expectedMs + ctx.taskPollMs * 5);
 }
 

@@ -30,7 +30,8 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { keyOf } from '../engine/resource.ts';
 import type { StepContext } from './context.ts';
-import type { ResourceMemory, SiteContext } from './site-cache.ts';
+import type { ResourceMemory } from './resource-memory.ts';
+import type { SiteContext } from './site-cache.ts';
 import { pastExpected, pollDelay } from './task-watch.ts';
 
 export type GuestMilestone = 'agent' | 'cloudInit';

@@ -17,7 +17,7 @@ import { parseUpid } from '../proxmox/upid.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import type { ObservedVm } from './lookup.ts';
-import type { PlannedChanges } from './site-cache.ts';
+import type { PlannedChanges } from './resource-memory.ts';
 
 /** Changes whose task's success says all there is to know, and the UPID type of that task. */
 const TASK_OF: Partial<Record<Change['kind'], string>> = { resize: 'resize', start: 'qmstart' };

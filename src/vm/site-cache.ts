@@ -1,10 +1,11 @@
 /**
  * What one site (one Proxmox VE cluster) shares between every ProxmoxVM on it, and the only place
- * where per-resource state survives from one reconcile to the next: the bulk observation caches
- * (`/cluster/resources`, active tasks), the VMIDs handed out but not yet created (the nextid race),
- * memory and CPU promised to creates in flight, the concurrency slots, and per-resource drift and
- * Secret bookkeeping. `forget(uid)` releases all of it for a resource that left the engine, so a
- * deleted, orphaned or renamed resource never keeps a slot or a VMID.
+ * where per-resource state survives from one reconcile to the next: the bulk list
+ * (`/cluster/resources`) and each resource's own view of it, the node task reads (node-tasks.ts),
+ * the VMIDs handed out but not yet created (the nextid race), memory and CPU promised to creates
+ * in flight, the concurrency slots, and each resource's memory (resource-memory.ts).
+ * `forget(uid)` releases all of it for a resource that left the engine, so a deleted, orphaned or
+ * renamed resource never keeps a slot or a VMID.
  */
 import type { SiteSsh } from '../api/provider-config-site.ts';
 import type { Credentials } from '../proxmox/auth.ts';
@@ -12,12 +13,11 @@ import { abortable } from '../proxmox/deadline.ts';
 import type { PveClient } from '../proxmox/index.ts';
 import type { SshSessions } from '../proxmox/ssh-sessions.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
-import { parseUpid } from '../proxmox/upid.ts';
-import type { Change } from './drift.ts';
 import { type MarkedVm, readMarkedVm } from './inventory.ts';
 import type { SlotLimiter, SlotOutcome } from './limits.ts';
 import { isVmEntry, type ListIndex, listIndex, patchedIndex, patchedList } from './list-index.ts';
-import { TaskWatcher } from './task-watch.ts';
+import { NodeTaskReads } from './node-tasks.ts';
+import { newResourceMemory, type OwnView, type ResourceMemory } from './resource-memory.ts';
 
 /**
  * The fewest entries (VMs, nodes, storages) of a site's bulk list for which a resource reads its own
@@ -62,135 +62,10 @@ const READ_AHEAD = 0.75;
 /** How long a VM's marker, once read, serves adoption and duplicate checks. */
 const MARKER_TTL_MS = 30_000;
 
-/** What a resource remembers between reconciles (one entry per resource uid). */
-export interface ResourceMemory {
-  /**
-   * The last full observation (config read): when, for which generation, the config digest, and
-   * the name and tags the bulk list showed (a change there means a changed or another VM).
-   */
-  lastFull?: {
-    at: number;
-    generation: number;
-    digest: string;
-    node: string;
-    name?: string;
-    tags?: string;
-    /** Whether its config has the agent on. */
-    agent?: boolean;
-  };
-  /** Cloud-init values from Secret references, and when and for which references they were read. */
-  secrets: { password?: string; sshKeys: string[] };
-  secretsLoaded?: { at: number; refs: string };
-  /**
-   * The snippet this resource's userData renders to (see snippets.ts), computed by observe before
-   * drift compares `cicustom`, and uploaded before a config change, create or move refers to it.
-   * `checkedIn` is the reconcile (its signal) that wrote the file or found it on the node: only
-   * that reconcile takes it as there. Any later one looks again, since the file may have gone
-   * meanwhile: removed when the VM left the node (by this process or another one, F55), or by
-   * `gc --snippets`.
-   */
-  snippet?: { volid: string; file: string; dir: string; node: string; content: string; checkedIn?: AbortSignal };
-  /**
-   * The running VM's uptime as last read (ms; PVE's, so in the cluster's own time), which the
-   * agent wait counts, and the boot it belongs to: a smaller uptime is a new boot.
-   */
-  uptimeMs?: number;
-  boot?: number;
-  /** The boot whose cloud-init result status.atProvider.cloudInit holds. */
-  cloudInitBoot?: number;
-  /**
-   * The site's epoch of this resource's last mutation (invalidate): every list it reads from then
-   * on was begun after it (see clusterResources).
-   */
-  mutatedEpoch?: number;
-  /** The guest agent answered during this boot. */
-  agentAnswered?: boolean;
-  /** A `cloud-init status` started in the guest whose result is still to be read. */
-  cloudInitExec?: { pid: number; json: boolean; at: number };
-  /** When uptimeMs was read or known (this process's clock): a guest poll counts on from it. */
-  uptimeAt?: number;
-  /** When this process sent the VM's start (its clock): the boot's first ask waits as long (guest-timing.ts). */
-  startSentAt?: number;
-  /** The changes a full observe planned after the one being made (see known-outcome.ts). */
-  planned?: PlannedChanges;
-  /** The bulk list as this resource sees it after its last mutation (see SiteContext.ownView). */
-  view?: OwnView;
-}
-
-/**
- * A resource's empty memory, with every field present from the start: V8 then keeps one compact
- * shape for all of them. A field added later, or deleted, turns an object into a dictionary of
- * about 450 bytes more (10,000 resources: 4.5 MB), so a field is cleared by setting it undefined.
- */
-export function newResourceMemory(): ResourceMemory {
-  return {
-    lastFull: undefined,
-    secrets: { sshKeys: [] },
-    secretsLoaded: undefined,
-    snippet: undefined,
-    uptimeMs: undefined,
-    boot: undefined,
-    cloudInitBoot: undefined,
-    mutatedEpoch: undefined,
-    agentAnswered: undefined,
-    cloudInitExec: undefined,
-    uptimeAt: undefined,
-    startSentAt: undefined,
-    planned: undefined,
-    view: undefined,
-  };
-}
-
-/**
- * A site's bulk list with this resource's own VM as a read of that VM begun after the resource's
- * last mutation showed it (see SiteContext.ownView): `epoch`, the site's epoch when that read
- * began; `at`, when the list under it was begun.
- */
-export interface OwnView {
-  epoch: number;
-  at: number;
-  /** The list under the view, and the resource's own VM as read. */
-  base: ClusterResource[];
-  entry: ClusterResource;
-  /** What the list with `entry` put in would index (patchedIndex): what the view is looked up by. */
-  index: ListIndex;
-  /** That list, made the first time a read asks for the list itself (see viewList). */
-  list: ClusterResource[] | undefined;
-}
-
 /** A view's list, made once (patchedList): most views are only looked up by their index. */
 function viewList(v: OwnView): ClusterResource[] {
   v.list ??= patchedList(v.base, v.entry, v.index);
   return v.list;
-}
-
-/** A node's tasks as one read shows them (SiteContext.nodeTasks). */
-export interface NodeTasks {
-  running: Set<string>;
-  /** UPID -> exit status (`OK`, `WARNINGS: 2`, an error) of a followed task that ended. */
-  ended: Map<string, string>;
-}
-
-/** Tasks one node-task read lists at most (newest first; a followed task beyond is read on its own). */
-const TASK_LIST_LIMIT = 500;
-
-/** How long a followed task seen ended stays followed when nobody asks about it. */
-const FOLLOW_ENDED_MS = 10 * 60_000;
-
-/**
- * What the last full observe found still to do after the change it sent: that change (`head`),
- * the ones after it in their order, for which generation, VM and node, and the VM's power state
- * before `head`, with the full observation the plan came from (applyChange drops it: restored when
- * the plan holds). known-outcome.ts derives the rest (head's task type, the state after it).
- */
-export interface PlannedChanges {
-  generation: number;
-  vmid: number;
-  node: string;
-  head: Change;
-  before: string;
-  rest: Change[];
-  lastFull: NonNullable<ResourceMemory['lastFull']>;
 }
 
 /**
@@ -242,20 +117,11 @@ export class SiteContext {
   epoch = 0;
   /** The epoch of the last mutation made for no one resource: every list read is newer (epochNeeded). */
   private floor = 0;
-  /** Per node, its last task read: when, in which epoch it was begun (see nodeTasks), and its answer. */
-  private active = new Map<string, { at: number; epoch: number; data: Promise<NodeTasks> }>();
-  /**
-   * Per node: the tasks followed there (UPID -> its start, PVE's UNIX time, and when this process
-   * first saw it ended), which the node's task read covers.
-   */
-  private followed = new Map<string, Map<string, { start: number; endedSeen?: number }>>();
   /**
    * The own views made (see ownView), oldest first: each is dropped once a list begun after it
    * arrived, or its list is older than the TTL (it serves no read then, and holds a copy of a list).
    */
   private views: Array<{ memory: ResourceMemory; view: OwnView }> = [];
-  /** Per VMID, the node of the last task followed for it (where ownView reads the VM). */
-  private taskNodes = new Map<number, string>();
   /** Marked VMs by VMID (their config read), shared by adoption and duplicate checks; see markedVms. */
   private marked = new Map<number, { at: number; data: Promise<MarkedVm | undefined> }>();
   /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
@@ -277,7 +143,8 @@ export class SiteContext {
     }
   >();
   private readonly memory = new Map<string, ResourceMemory>();
-  private watcher: TaskWatcher | undefined;
+  /** The nodes' task reads, and the tasks followed on them. */
+  readonly tasks: NodeTaskReads;
   readonly ttlMs: number;
   private readonly ownViewFrom: number;
   readonly now: () => number;
@@ -309,6 +176,12 @@ export class SiteContext {
     this.now = opts.now ?? Date.now;
     this.paceClock = opts.paceClock ?? (() => performance.now());
     this.ownViewFrom = opts.ownViewFrom ?? OWN_VIEW_FROM;
+    this.tasks = new NodeTaskReads({
+      client: this.client,
+      now: this.now,
+      ttlMs: this.ttlMs,
+      epochs: { current: () => this.epoch, needed: (of) => this.epochNeeded(false, of) },
+    });
   }
 
   /**
@@ -513,7 +386,7 @@ export class SiteContext {
     if (base.length < this.ownViewFrom) return undefined;
     const index = listIndex(base);
     const listed = index.byVmid.get(vmid);
-    const where = listed && isVmEntry(listed) ? listed.node : (this.taskNodes.get(vmid) ?? node);
+    const where = listed && isVmEntry(listed) ? listed.node : (this.tasks.nodeOf(vmid) ?? node);
     if (!where) return undefined;
     const entry = await read(where);
     if (!entry || Number(entry.vmid) !== vmid) return undefined;
@@ -572,102 +445,9 @@ export class SiteContext {
     this.marked.delete(vmid);
   }
 
-  /** Active task UPIDs on a node, shared by every VM polling a task there (`of`: as nodeTasks). */
-  async activeTasks(node: string, signal?: AbortSignal, fresh = false, of?: ResourceMemory): Promise<Set<string>> {
-    return (await this.nodeTasks(node, signal, fresh, of)).running;
-  }
-
-  /**
-   * A node's tasks, shared by every VM polling a task there: the running ones and, of the tasks
-   * followed (followTask), the exit status of those that ended. One read: on PVE >= 7 the node's
-   * task list since the oldest task followed there (`source=all`, `since`: pve-manager
-   * `PVE/API2/Tasks.pm` node_tasks lists the active file, then the archive index, each entry with
-   * its status), else its active tasks only (PVE 6 has no `since`).
-   *
-   * A read serves for a second, and, as the bulk list (epochNeeded), only a read begun after the
-   * last mutation of the resource whose memory is `of`: a task it started since is in it, either
-   * running or ended. Other resources' tasks begun since are not, and their pollers read again.
-   * (Every mutation of the process dropped the node's read: at 10,000 creates, 2.5 task reads a
-   * create.) A task a read does not show is read on its own (tasks.ts taskDone), so a read older
-   * than a task is never taken for its end.
-   */
-  nodeTasks(node: string, signal?: AbortSignal, fresh = false, of?: ResourceMemory): Promise<NodeTasks> {
-    const t = this.now();
-    const c = this.active.get(node);
-    if (!fresh && c && t - c.at < Math.min(this.ttlMs, 1000) && c.epoch >= this.epochNeeded(false, of))
-      return abortable(c.data, signal);
-    const data = this.readNodeTasks(node);
-    this.active.set(node, { at: t, epoch: this.epoch, data });
-    // A failed read is dropped, not a newer one begun meanwhile (a fresh read, or a later epoch's).
-    data.catch(() => {
-      if (this.active.get(node)?.data === data) this.active.delete(node);
-    });
-    return abortable(data, signal);
-  }
-
-  private async readNodeTasks(node: string): Promise<NodeTasks> {
-    const followed = this.followed.get(node);
-    const starts = [...(followed?.values() ?? [])].map((f) => f.start);
-    const since = starts.length ? Math.min(...starts) : undefined;
-    const all = since !== undefined && (await this.client.capabilities()).version.major >= 7;
-    const list = all
-      ? await this.client.listTasks(node, { source: 'all', since, limit: TASK_LIST_LIMIT })
-      : await this.client.activeTasks(node);
-    const out: NodeTasks = { running: new Set(), ended: new Map() };
-    for (const e of list) {
-      // (The active file lists a task that ended until it is archived, with its status.)
-      if (e.status === undefined || e.status === 'RUNNING') out.running.add(e.upid);
-      else out.ended.set(e.upid, e.status);
-    }
-    // A task seen ended that nobody asked about for a while (its resource went): no longer followed.
-    const now = this.now();
-    for (const [upid, f] of followed ?? []) {
-      if (!out.ended.has(upid)) continue;
-      f.endedSeen ??= now;
-      if (now - f.endedSeen > FOLLOW_ENDED_MS) this.forgetTask(upid);
-    }
-    return out;
-  }
-
-  /** Follow task `upid` (its node's task read lists its end) until forgetTask. */
-  followTask(upid: string): void {
-    const u = parseUpid(upid);
-    if (!u) return;
-    let m = this.followed.get(u.node);
-    if (!m) {
-      m = new Map();
-      this.followed.set(u.node, m);
-    }
-    if (!m.has(upid)) m.set(upid, { start: u.starttime });
-    // (A VM's task runs on its node; a clone's names its source, harmless: ownView reads, finds or not.)
-    if (/^\d+$/.test(u.id)) this.taskNodes.set(Number(u.id), u.node);
-  }
-
-  forgetTask(upid: string): void {
-    const node = parseUpid(upid)?.node;
-    const m = node === undefined ? undefined : this.followed.get(node);
-    m?.delete(upid);
-    if (m?.size === 0) this.followed.delete(node!);
-  }
-
-  /**
-   * Call `wake` once task `upid` ended: one watcher per node reads the node's active tasks for
-   * every task watched there (task-watch.ts), and its reads serve activeTasks() too.
-   */
-  watchTask(upid: string, wake: () => void, expectedMs: number, minMs: number): void {
-    this.followTask(upid);
-    this.watcher ??= new TaskWatcher({
-      minMs,
-      now: this.now,
-      activeTasks: (node) => this.activeTasks(node, undefined, true),
-    });
-    this.watcher.watch(upid, wake, expectedMs);
-  }
-
   /** Stop watching tasks (the connector closes). */
   stop(): void {
-    this.watcher?.stop();
-    this.watcher = undefined;
+    this.tasks.stop();
     this.sshSessions?.close();
     this.sshSessions = undefined;
   }

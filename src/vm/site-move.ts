@@ -74,7 +74,7 @@ function movedHere(r: ProxmoxVM, description: string | undefined, installation: 
  * process sent the migration does not show it).
  */
 async function migrationRunning(ctx: StepContext, move: SiteMove, fresh = false): Promise<boolean> {
-  const active = await ctx.site.activeTasks(move.fromNode, ctx.signal, fresh, ctx.memory);
+  const active = await ctx.site.tasks.activeTasks(move.fromNode, ctx.signal, fresh, ctx.memory);
   return [...active].some((u) => {
     const t = parseUpid(u);
     return t?.type === 'qmigrate' && t.id === String(move.fromVmid);

@@ -11,20 +11,20 @@ import { exitOutcome, parseUpid } from '../proxmox/upid.ts';
 import type { StepContext } from './context.ts';
 
 /**
- * Whether our task `upid` ended, and how. The node's shared task read (SiteContext.nodeTasks)
+ * Whether our task `upid` ended, and how. The node's shared task read (NodeTaskReads.nodeTasks, node-tasks.ts)
  * answers for every task followed there: running, or ended OK. A failure is read from the task
  * itself (its exit status and the tail of its log make the error), as is a task the shared read
  * does not show (older than the read covers, or a read that failed).
  */
 export async function taskDone(ctx: StepContext, upid: string): Promise<{ finished: boolean; error?: Error }> {
   const node = upid.split(':')[1] ?? '';
-  ctx.site.followTask(upid);
+  ctx.site.tasks.followTask(upid);
   try {
-    const tasks = await ctx.site.nodeTasks(node, ctx.signal, false, ctx.memory);
+    const tasks = await ctx.site.tasks.nodeTasks(node, ctx.signal, false, ctx.memory);
     if (tasks.running.has(upid)) return { finished: false };
     const status = tasks.ended.get(upid);
     if (status !== undefined && exitOutcome(status).ok) {
-      ctx.site.forgetTask(upid);
+      ctx.site.tasks.forgetTask(upid);
       return { finished: true };
     }
   } catch {
@@ -32,7 +32,7 @@ export async function taskDone(ctx: StepContext, upid: string): Promise<{ finish
   }
   const check = await ctx.client.checkTask(upid);
   if (check.state === 'running') return { finished: false };
-  ctx.site.forgetTask(upid);
+  ctx.site.tasks.forgetTask(upid);
   if (check.state === 'failed') return { finished: true, error: check.error };
   return { finished: true };
 }

@@ -335,21 +335,21 @@ describe('SiteContext node task reads: each resource sees its own tasks', () => 
     const s = tasksSite();
     const a = s.ctx.remember('a');
     const b = s.ctx.remember('b');
-    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    await s.ctx.tasks.nodeTasks('pve1', undefined, false, a);
     assert.equal(s.reads(), 1);
     s.ctx.invalidate(b); // b started a task
     s.at(100);
-    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    await s.ctx.tasks.nodeTasks('pve1', undefined, false, a);
     assert.equal(s.reads(), 1, "b's task is b's: a's poll is served the read it had");
-    await s.ctx.nodeTasks('pve1', undefined, false, b);
+    await s.ctx.tasks.nodeTasks('pve1', undefined, false, b);
     assert.equal(s.reads(), 2, 'b reads again: a read begun before its task cannot show it');
-    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    await s.ctx.tasks.nodeTasks('pve1', undefined, false, a);
     assert.equal(s.reads(), 2, "b's read, begun after every mutation so far, serves a too");
     s.ctx.invalidate(); // a mutation for no resource: every read is too old
-    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    await s.ctx.tasks.nodeTasks('pve1', undefined, false, a);
     assert.equal(s.reads(), 3);
     s.at(1200);
-    await s.ctx.nodeTasks('pve1', undefined, false, a);
+    await s.ctx.tasks.nodeTasks('pve1', undefined, false, a);
     assert.equal(s.reads(), 4, 'a read serves for a second at most');
   });
   it("a node's task read that fails after a newer one began leaves the newer one to serve", async () => {
@@ -360,9 +360,9 @@ describe('SiteContext node task reads: each resource sees its own tasks', () => 
       activeTasks: () => new Promise((resolve, reject) => pending.push({ resolve, reject })),
     } as unknown as PveClient;
     const ctx = testSite(client, 10_000, () => now);
-    const first = ctx.nodeTasks('pve1');
+    const first = ctx.tasks.nodeTasks('pve1');
     await flush();
-    const second = ctx.nodeTasks('pve1', undefined, true);
+    const second = ctx.tasks.nodeTasks('pve1', undefined, true);
     await flush();
     assert.equal(pending.length, 2);
     pending[0]!.reject(new Error('connection reset'));
@@ -370,7 +370,7 @@ describe('SiteContext node task reads: each resource sees its own tasks', () => 
     pending[1]!.resolve([]);
     await second;
     now = 100;
-    const third = ctx.nodeTasks('pve1');
+    const third = ctx.tasks.nodeTasks('pve1');
     await flush();
     assert.equal(pending.length, 2, 'the newer read serves; the failure of the older one did not drop it');
     await third;

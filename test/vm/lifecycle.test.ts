@@ -12,7 +12,8 @@ import { setFlagsFromString } from 'node:v8';
 import { GiB } from '../../src/api/quantity.ts';
 import { FINALIZER } from '../../src/engine/resource.ts';
 import type { Simulator } from '../../src/sim/index.ts';
-import { newResourceMemory, type SiteContext } from '../../src/vm/site-cache.ts';
+import { newResourceMemory } from '../../src/vm/resource-memory.ts';
+import type { SiteContext } from '../../src/vm/site-cache.ts';
 import { MARKER_PREFIX, OWNER_TAG } from '../../src/vm/spec.ts';
 import {
   assertBackoffGrows,

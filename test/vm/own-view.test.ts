@@ -88,7 +88,7 @@ function world(opts: { ttlMs?: number; ownViewFrom?: number } = {}) {
 
 /** A create of VM `vmid` on `node` by the resource of `ctx`: its task followed, the site told. */
 function created(w: ReturnType<typeof world>, ctx: StepContext, vmid: number, node: string): void {
-  w.site.followTask(`UPID:${node}:00001234:00000000:00000000:qmcreate:${vmid}:root@pam:`);
+  w.site.tasks.followTask(`UPID:${node}:00001234:00000000:00000000:qmcreate:${vmid}:root@pam:`);
   w.site.invalidate(ctx.memory);
 }
 
@@ -155,7 +155,7 @@ describe('own view: after its mutation a resource reads its VM, not the whole si
     const w = world();
     await w.firstList([vmEntry(101, 'pve1', 'vm-a')]);
     const a = w.ctx('uid-a');
-    w.site.followTask('UPID:pve1:00001234:00000000:00000000:qmigrate:101:root@pam:');
+    w.site.tasks.followTask('UPID:pve1:00001234:00000000:00000000:qmigrate:101:root@pam:');
     w.site.invalidate(a.memory);
     // Not on pve1 any more: the read finds nothing there, so the list decides.
     const p = locate(a, 101, false);
@@ -171,7 +171,7 @@ describe('own view: after its mutation a resource reads its VM, not the whole si
     const w = world();
     await w.firstList([vmEntry(101, 'pve1', 'vm-a')]);
     const a = w.ctx('uid-a');
-    w.site.followTask('UPID:pve1:00001234:00000000:00000000:qmdestroy:101:root@pam:');
+    w.site.tasks.followTask('UPID:pve1:00001234:00000000:00000000:qmdestroy:101:root@pam:');
     w.site.invalidate(a.memory);
     const p = locate(a, 101, false);
     await flush();

@@ -22,7 +22,8 @@ import {
   guestStopped,
   waitsForScout,
 } from '../../src/vm/guest-timing.ts';
-import type { ResourceMemory, SiteContext } from '../../src/vm/site-cache.ts';
+import type { ResourceMemory } from '../../src/vm/resource-memory.ts';
+import type { SiteContext } from '../../src/vm/site-cache.ts';
 import { pollDelay } from '../../src/vm/task-watch.ts';
 import { watcherOnClock } from './watcher-clock.ts';
 

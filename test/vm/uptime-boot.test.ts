@@ -12,7 +12,7 @@ import type { VmStatus } from '../../src/proxmox/types.ts';
 import type { StepContext } from '../../src/vm/context.ts';
 import { observeGuest } from '../../src/vm/guest.ts';
 import type { ObservedVm } from '../../src/vm/lookup.ts';
-import type { ResourceMemory } from '../../src/vm/site-cache.ts';
+import type { ResourceMemory } from '../../src/vm/resource-memory.ts';
 
 describe('boots counted from the uptime', () => {
   it('a whole-second uptime behind the count is the same boot; a step back of a second is a new one', async () => {
