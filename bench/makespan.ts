@@ -40,6 +40,7 @@
  *
  * Usage: node bench/makespan.ts [--speeds 20,100] [--task-poll-ms N] [--simulator worker,thread]
  *   [--client warm,cold] [--runs 1]
+ *   [--node-flags "--max-semi-space-size=8 ..."] (Node options of each cold run's process)
  */
 import { execFileSync } from 'node:child_process';
 import { cpus } from 'node:os';
@@ -59,6 +60,8 @@ const { values } = parseArgs({
     client: { type: 'string', default: 'warm,cold' },
     /** Each case this many times: the median run is reported, with every run's ratio. */
     runs: { type: 'string', default: '1' },
+    /** Node options a cold run's process starts with (space-separated), e.g. V8's tiering flags. */
+    'node-flags': { type: 'string', default: '' },
     /** Internal: this process is one cold run (where,speed,phased); it prints its result's JSON. */
     'cold-run': { type: 'string' },
   },
@@ -188,7 +191,8 @@ function coldRun(
 ): ReturnType<typeof measured> {
   const args = [fileURLToPath(import.meta.url), '--cold-run', `${where},${speed},${phased},${withIdeals}`];
   if (taskPollMs) args.push('--task-poll-ms', String(taskPollMs));
-  const out = execFileSync(process.execPath, args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
+  const flags = String(values['node-flags']).split(/\s+/).filter(Boolean);
+  const out = execFileSync(process.execPath, [...flags, ...args], { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024 });
   return Promise.resolve(JSON.parse(out));
 }
 
@@ -233,6 +237,7 @@ console.log(
       vms: rollout.phases.reduce((n, p) => n + p.members.length, 0),
       phases: rollout.phases.map((p) => p.name),
       taskPollMs: taskPollMs ?? 'default',
+      ...(values['node-flags'] ? { coldNodeFlags: values['node-flags'] } : {}),
       runsPerCase,
       runs,
       ...ideals,
