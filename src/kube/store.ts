@@ -6,7 +6,7 @@
  * deletion changed; status-only writes do not wake the reconciler. The informer's resync (one
  * round an hour, from its cache) passes the filter: it bounds how long a resource can go without a
  * reconcile should a requeue ever be lost. (ProxmoxVMs' informer has none: the controller queues
- * their resync itself, behind any change; src/kube/controller.ts.)
+ * their resync itself, behind any change; src/kube/runnables.ts.)
  *
  * A status write that would change nothing is not sent: when the status to write is deep-equal
  * (conditions with their lastTransitionTime, atProvider, observedGeneration: the whole status) to

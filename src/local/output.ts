@@ -6,7 +6,7 @@
  * docs/output.md describes the documents and this split.
  */
 import { formatRows, Progress, writeTable } from './render.ts';
-import type { Row } from './runtime.ts';
+import type { Row } from './resource-view.ts';
 import type { OutStream } from './terminal.ts';
 
 export type OutputFormat = 'table' | 'json' | 'yaml';

@@ -5,7 +5,7 @@
  * "… N more" line, never wrapped), and `status --live`.
  */
 import { stringify } from 'yaml';
-import type { Row } from './runtime.ts';
+import type { Row } from './resource-view.ts';
 import { liveStatus, statusList } from './status-list.ts';
 import {
   colorsEnabled,

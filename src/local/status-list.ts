@@ -8,7 +8,7 @@
 import Type, { type Static } from 'typebox';
 import Value from 'typebox/value';
 import type { LiveRow, LiveView } from './render.ts';
-import type { Row } from './runtime.ts';
+import type { Row } from './resource-view.ts';
 
 /** The version of these documents: a field removed, renamed or retyped makes it v2. */
 export const OUTPUT_API_VERSION = 'provider-proxmox/v1';

@@ -13,7 +13,7 @@ import { write } from '../workspace/lines.ts';
 import { readStateFile, stateRoot } from '../workspace/state-file.ts';
 import { outputFor } from './output.ts';
 import { formatLive, formatRows, formatRowsLine, isLiveTerminal, type LiveView, StatusScreen } from './render.ts';
-import { type Row, rowOf, sortRows } from './runtime.ts';
+import { type Row, rowOf, sortRows } from './resource-view.ts';
 
 export interface StatusArgs {
   /** The state file; default: as apply finds it (see stateFileFor). */

@@ -2,9 +2,10 @@
  * How a Proxmox VE client for one site (one cluster, one or more endpoint URLs) sends a request
  * and gets an answer; `PveClient` (client.ts) builds its typed API methods on top of this class.
  *
- * - `call(request)` runs a builder from requests.ts: auth headers, form/query encoding, failover
- *   (transport.ts), the error taxonomy (errors.ts), retries of idempotent reads on transient errors
- *   with jittered backoff, one re-login + resend after a 401 with ticket auth, metrics hooks.
+ * - `call(request)` runs a `PveRequest` (requests.ts) made by a builder of requests-cluster.ts or
+ *   requests-qemu.ts: auth headers, form/query encoding, failover (transport.ts), the error
+ *   taxonomy (errors.ts), retries of idempotent reads on transient errors with jittered backoff,
+ *   one re-login + resend after a 401 with ticket auth, metrics hooks.
  * - Mutations are never retried: the caller checks state and decides.
  * - Secrets sent are scrubbed from every error; the site's capabilities are discovered once and cached.
  */
@@ -20,6 +21,7 @@ import { type Capabilities, capabilitiesFrom } from './capabilities.ts';
 import { classifyResponse, type ErrorContext, isRetryable, ProtocolError, PveError } from './errors.ts';
 import type { ClientHooks } from './metrics.ts';
 import * as R from './requests.ts';
+import * as Cluster from './requests-cluster.ts';
 import { backoffDelay, sleep as realSleep } from './retry.ts';
 import { scrub } from './secret.ts';
 import { type TlsSettings, tlsMode } from './tls.ts';
@@ -167,7 +169,7 @@ export class PveClientCore {
   private async login(username: string, password: string): Promise<LoginResult> {
     const renewal = password.startsWith('PVE:');
     try {
-      const a = await this.exchange(R.login(username, password), { authenticated: false }, 1);
+      const a = await this.exchange(Cluster.login(username, password), { authenticated: false }, 1);
       this.opts.hooks?.onLogin?.({ site: this.site, renewal, ok: true });
       return { username: a.username, ticket: a.ticket, csrf: a.CSRFPreventionToken };
     } catch (e) {
@@ -341,7 +343,7 @@ export class PveClientCore {
     if (!opts.refresh && shared.caps && this.now() - shared.caps.discoveredAt < ttl) return shared.caps;
     shared.capsInflight ??= (async () => {
       try {
-        const info = await this.call(R.version());
+        const info = await this.call(Cluster.version());
         shared.caps = capabilitiesFrom(
           info,
           { authId: this.auth.authId, kind: this.auth.kind, isRootTicket: this.auth.isRootTicket },

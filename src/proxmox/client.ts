@@ -3,8 +3,9 @@
  * class. It adds the typed API methods (access, cluster, nodes, storage, qemu, tasks) to the
  * request execution of client-core.ts.
  *
- * - Typed methods wrap the builders of requests.ts; capability guards refuse calls the site or the
- *   credentials cannot do (import-from on PVE < 7.2, skiplock with a token...) before anything is sent.
+ * - Typed methods wrap the builders of requests-cluster.ts and requests-qemu.ts; capability guards
+ *   refuse calls the site or the credentials cannot do (import-from on PVE < 7.2, skiplock with a
+ *   token...) before anything is sent.
  * - Tasks: `checkTask` takes one non-blocking look (the controller), `waitTask` polls (the CLI).
  */
 import type { Capabilities } from './capabilities.ts';
@@ -17,7 +18,9 @@ import {
   TimeoutError,
   UnsupportedError,
 } from './errors.ts';
-import * as R from './requests.ts';
+import type { Upid } from './requests.ts';
+import * as Cluster from './requests-cluster.ts';
+import * as Qemu from './requests-qemu.ts';
 import { scrub } from './secret.ts';
 import type { HttpMethod } from './transport.ts';
 import type {
@@ -65,7 +68,7 @@ export class PveClient extends PveClientCore {
   }
 
   /** Refuse `import-from` values the site or the credentials cannot use (see DESIGN "Corrections"). */
-  private async checkImports(config: R.QemuConfigInput, ctx: ErrorContext): Promise<void> {
+  private async checkImports(config: Qemu.QemuConfigInput, ctx: ErrorContext): Promise<void> {
     const sources: Array<{ key: string; src: string }> = [];
     for (const [key, v] of Object.entries(config)) {
       if (typeof v !== 'string') continue;
@@ -114,22 +117,22 @@ export class PveClient extends PveClientCore {
   // --- access / cluster --------------------------------------------------------------------------
 
   version(o?: CallOptions): Promise<VersionInfo> {
-    return this.call(R.version(), o);
+    return this.call(Cluster.version(), o);
   }
 
   /** Effective privileges of the client's identity (or `userid`) per ACL path. */
   permissions(opts: { path?: string; userid?: string } = {}): Promise<Permissions> {
-    return this.call(R.permissions(opts));
+    return this.call(Cluster.permissions(opts));
   }
 
   nextId(): Promise<number> {
-    return this.call(R.nextId());
+    return this.call(Cluster.nextId());
   }
 
   /** Whether a VMID is free now (advisory: a concurrent create may still take it). */
   async isVmidFree(vmid: number): Promise<boolean> {
     try {
-      await this.call(R.nextId(vmid));
+      await this.call(Cluster.nextId(vmid));
       return true;
     } catch (e) {
       if (e instanceof PveError && e.kind === 'already-exists') return false;
@@ -138,115 +141,120 @@ export class PveClient extends PveClientCore {
   }
 
   clusterResources(type?: ClusterResourceType): Promise<ClusterResource[]> {
-    return this.call(R.clusterResources(type));
+    return this.call(Cluster.clusterResources(type));
   }
 
   clusterStatus(): Promise<Array<Record<string, unknown>>> {
-    return this.call(R.clusterStatus());
+    return this.call(Cluster.clusterStatus());
   }
 
   listPools(): Promise<PoolListEntry[]> {
-    return this.call(R.listPools());
+    return this.call(Cluster.listPools());
   }
 
   getPool(poolid: string): Promise<PoolInfo> {
-    return this.call(R.getPool(poolid));
+    return this.call(Cluster.getPool(poolid));
   }
 
   createPool(poolid: string, comment?: string): Promise<null> {
-    return this.call(R.createPool(poolid, comment));
+    return this.call(Cluster.createPool(poolid, comment));
   }
 
   // --- nodes -------------------------------------------------------------------------------------
 
   listNodes(): Promise<NodeListEntry[]> {
-    return this.call(R.listNodes());
+    return this.call(Cluster.listNodes());
   }
 
   nodeStatus(node: string): Promise<NodeStatus> {
-    return this.call(R.nodeStatus(node));
+    return this.call(Cluster.nodeStatus(node));
   }
 
-  nodeNetwork(node: string, type?: R.NetworkTypeFilter): Promise<NetworkInterface[]> {
-    return this.call(R.nodeNetwork(node, type));
+  nodeNetwork(node: string, type?: Cluster.NetworkTypeFilter): Promise<NetworkInterface[]> {
+    return this.call(Cluster.nodeNetwork(node, type));
   }
 
   /** Bridges of a node (`type=any_bridge`: Linux and OVS bridges). */
   bridges(node: string): Promise<NetworkInterface[]> {
-    return this.call(R.nodeNetwork(node, 'any_bridge'));
+    return this.call(Cluster.nodeNetwork(node, 'any_bridge'));
   }
 
   nodeStorages(
     node: string,
     opts?: { content?: string; enabled?: boolean; storage?: string },
   ): Promise<StorageEntry[]> {
-    return this.call(R.nodeStorages(node, opts));
+    return this.call(Cluster.nodeStorages(node, opts));
   }
 
   storageConfig(storage: string): Promise<StorageConfig> {
-    return this.call(R.storageConfig(storage));
+    return this.call(Cluster.storageConfig(storage));
   }
 
   cloudInitPending(node: string, vmid: number): Promise<CloudInitPendingEntry[]> {
-    return this.call(R.cloudInitPending(node, vmid));
+    return this.call(Qemu.cloudInitPending(node, vmid));
   }
 
   /** Start a program in the guest; its PID for agentExecStatus. */
   async agentExec(node: string, vmid: number, command: string[]): Promise<{ pid: number }> {
     const caps = await this.capabilities();
-    return this.call(R.agentExec(node, vmid, command, caps.version.major >= 8));
+    return this.call(Qemu.agentExec(node, vmid, command, caps.version.major >= 8));
   }
 
   agentExecStatus(node: string, vmid: number, pid: number): Promise<AgentExecStatus> {
-    return this.call(R.agentExecStatus(node, vmid, pid));
+    return this.call(Qemu.agentExecStatus(node, vmid, pid));
   }
 
   storageStatus(node: string, storage: string): Promise<StorageStatus> {
-    return this.call(R.storageStatus(node, storage));
+    return this.call(Cluster.storageStatus(node, storage));
   }
 
   storageContent(node: string, storage: string, opts?: { content?: string; vmid?: number }): Promise<StorageVolume[]> {
-    return this.call(R.storageContent(node, storage, opts));
+    return this.call(Cluster.storageContent(node, storage, opts));
   }
 
   /** Start a download of `url` onto a storage of `node` (a `download` task). */
-  downloadUrl(node: string, storage: string, opts: R.DownloadUrlOptions): Promise<R.Upid> {
-    return this.call(R.downloadUrl(node, storage, opts));
+  downloadUrl(node: string, storage: string, opts: Cluster.DownloadUrlOptions): Promise<Upid> {
+    return this.call(Cluster.downloadUrl(node, storage, opts));
   }
 
   /** Remove a volume (an `imgdel` task). */
-  deleteVolume(node: string, storage: string, volume: string): Promise<R.Upid | null> {
-    return this.call(R.deleteVolume(node, storage, volume));
+  deleteVolume(node: string, storage: string, volume: string): Promise<Upid | null> {
+    return this.call(Cluster.deleteVolume(node, storage, volume));
   }
 
   // --- qemu --------------------------------------------------------------------------------------
 
   listVms(node: string): Promise<VmListEntry[]> {
-    return this.call(R.listVms(node));
+    return this.call(Qemu.listVms(node));
   }
 
-  async createVm(node: string, vmid: number, config: R.QemuConfigInput, opts: R.CreateOptions = {}): Promise<R.Upid> {
-    const r = R.createVm(node, vmid, config, opts);
+  async createVm(
+    node: string,
+    vmid: number,
+    config: Qemu.QemuConfigInput,
+    opts: Qemu.CreateOptions = {},
+  ): Promise<Upid> {
+    const r = Qemu.createVm(node, vmid, config, opts);
     await this.checkImports(config, { site: this.site, method: r.method, path: r.path });
     return this.call(r);
   }
 
-  cloneVm(node: string, vmid: number, newid: number, opts?: R.CloneOptions): Promise<R.Upid> {
-    return this.call(R.cloneVm(node, vmid, newid, opts));
+  cloneVm(node: string, vmid: number, newid: number, opts?: Qemu.CloneOptions): Promise<Upid> {
+    return this.call(Qemu.cloneVm(node, vmid, newid, opts));
   }
 
   vmConfig(node: string, vmid: number, opts?: { current?: boolean }): Promise<VmConfig> {
-    return this.call(R.vmConfig(node, vmid, opts));
+    return this.call(Qemu.vmConfig(node, vmid, opts));
   }
 
   /** `POST .../config` (a `qmconfig` task, or null) or with `sync` `PUT .../config` (null). */
   async updateVmConfig(
     node: string,
     vmid: number,
-    change: R.ConfigChange,
+    change: Qemu.ConfigChange,
     opts: { sync?: boolean } = {},
-  ): Promise<R.Upid | null> {
-    const r = opts.sync ? R.updateVmConfigSync(node, vmid, change) : R.updateVmConfigAsync(node, vmid, change);
+  ): Promise<Upid | null> {
+    const r = opts.sync ? Qemu.updateVmConfigSync(node, vmid, change) : Qemu.updateVmConfigAsync(node, vmid, change);
     const ctx = { site: this.site, method: r.method, path: r.path };
     if (change.skiplock) this.requireRootTicket('skiplock', ctx);
     if (change.set) await this.checkImports(change.set, ctx);
@@ -255,21 +263,21 @@ export class PveClient extends PveClientCore {
 
   /** Clear a stale lock (`qm unlock` over the API): root@pam with a ticket only. */
   async unlockVm(node: string, vmid: number): Promise<void> {
-    const r = R.unlockVm(node, vmid);
+    const r = Qemu.unlockVm(node, vmid);
     this.requireRootTicket('unlocking a VM', { site: this.site, method: r.method, path: r.path });
     await this.call(r);
   }
 
   vmPending(node: string, vmid: number): Promise<PendingEntry[]> {
-    return this.call(R.vmPending(node, vmid));
+    return this.call(Qemu.vmPending(node, vmid));
   }
 
   vmSnapshots(node: string, vmid: number): Promise<Array<{ name: string; parent?: string }>> {
-    return this.call(R.vmSnapshots(node, vmid));
+    return this.call(Qemu.vmSnapshots(node, vmid));
   }
 
   snapshotConfig(node: string, vmid: number, snapname: string): Promise<Record<string, unknown>> {
-    return this.call(R.snapshotConfig(node, vmid, snapname));
+    return this.call(Qemu.snapshotConfig(node, vmid, snapname));
   }
 
   /** Grow a disk; a UPID on PVE >= 8.0, null (done) before. */
@@ -280,29 +288,29 @@ export class PveClient extends PveClientCore {
     size: string,
     opts: { digest?: string; skiplock?: boolean } = {},
   ) {
-    const r = R.resizeDisk(node, vmid, disk, size, opts);
+    const r = Qemu.resizeDisk(node, vmid, disk, size, opts);
     if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
     return this.call(r);
   }
 
   migratePrecondition(node: string, vmid: number, target?: string): Promise<MigratePrecondition> {
-    return this.call(R.migratePrecondition(node, vmid, target));
+    return this.call(Qemu.migratePrecondition(node, vmid, target));
   }
 
-  migrateVm(node: string, vmid: number, opts: Parameters<typeof R.migrateVm>[2]): Promise<R.Upid> {
-    return this.call(R.migrateVm(node, vmid, opts));
+  migrateVm(node: string, vmid: number, opts: Parameters<typeof Qemu.migrateVm>[2]): Promise<Upid> {
+    return this.call(Qemu.migrateVm(node, vmid, opts));
   }
 
-  remoteMigrateVm(node: string, vmid: number, opts: Parameters<typeof R.remoteMigrateVm>[2]): Promise<R.Upid> {
-    return this.call(R.remoteMigrateVm(node, vmid, opts));
+  remoteMigrateVm(node: string, vmid: number, opts: Parameters<typeof Qemu.remoteMigrateVm>[2]): Promise<Upid> {
+    return this.call(Qemu.remoteMigrateVm(node, vmid, opts));
   }
 
-  moveDisk(node: string, vmid: number, opts: Parameters<typeof R.moveDisk>[2]): Promise<R.Upid> {
-    return this.call(R.moveDisk(node, vmid, opts));
+  moveDisk(node: string, vmid: number, opts: Parameters<typeof Qemu.moveDisk>[2]): Promise<Upid> {
+    return this.call(Qemu.moveDisk(node, vmid, opts));
   }
 
   vmStatus(node: string, vmid: number): Promise<VmStatus> {
-    return this.call(R.vmStatus(node, vmid));
+    return this.call(Qemu.vmStatus(node, vmid));
   }
 
   /** The VM's status, or undefined when its config does not exist on that node. */
@@ -315,67 +323,69 @@ export class PveClient extends PveClientCore {
     }
   }
 
-  async powerVm(node: string, vmid: number, action: R.PowerAction, opts: R.PowerOptions = {}): Promise<R.Upid> {
-    const r = R.vmPower(node, vmid, action, opts);
+  async powerVm(node: string, vmid: number, action: Qemu.PowerAction, opts: Qemu.PowerOptions = {}): Promise<Upid> {
+    const r = Qemu.vmPower(node, vmid, action, opts);
     if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
     return this.call(r);
   }
 
-  startVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+  startVm(node: string, vmid: number, opts?: Qemu.PowerOptions): Promise<Upid> {
     return this.powerVm(node, vmid, 'start', opts);
   }
 
-  stopVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+  stopVm(node: string, vmid: number, opts?: Qemu.PowerOptions): Promise<Upid> {
     return this.powerVm(node, vmid, 'stop', opts);
   }
 
-  shutdownVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+  shutdownVm(node: string, vmid: number, opts?: Qemu.PowerOptions): Promise<Upid> {
     return this.powerVm(node, vmid, 'shutdown', opts);
   }
 
-  rebootVm(node: string, vmid: number, opts?: R.PowerOptions): Promise<R.Upid> {
+  rebootVm(node: string, vmid: number, opts?: Qemu.PowerOptions): Promise<Upid> {
     return this.powerVm(node, vmid, 'reboot', opts);
   }
 
-  async deleteVm(node: string, vmid: number, opts: R.DeleteOptions = {}): Promise<R.Upid> {
-    const r = R.deleteVm(node, vmid, opts);
+  async deleteVm(node: string, vmid: number, opts: Qemu.DeleteOptions = {}): Promise<Upid> {
+    const r = Qemu.deleteVm(node, vmid, opts);
     if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
     return this.call(r);
   }
 
-  templateVm(node: string, vmid: number, opts?: { disk?: string }): Promise<R.Upid> {
-    return this.call(R.templateVm(node, vmid, opts));
+  templateVm(node: string, vmid: number, opts?: { disk?: string }): Promise<Upid> {
+    return this.call(Qemu.templateVm(node, vmid, opts));
   }
 
   agentNetworkInterfaces(node: string, vmid: number): Promise<AgentInterface[]> {
-    return this.call(R.agentNetworkInterfaces(node, vmid));
+    return this.call(Qemu.agentNetworkInterfaces(node, vmid));
   }
 
   agentPing(node: string, vmid: number): Promise<null> {
-    return this.call(R.agentPing(node, vmid));
+    return this.call(Qemu.agentPing(node, vmid));
   }
 
   // --- tasks -------------------------------------------------------------------------------------
 
   async taskStatus(upid: string, o?: CallOptions): Promise<TaskStatus> {
-    return this.call(R.taskStatus(mustParseUpid(upid).node, upid), o);
+    return this.call(Cluster.taskStatus(mustParseUpid(upid).node, upid), o);
   }
 
   async taskLog(upid: string, opts?: { start?: number; limit?: number }): Promise<TaskLogLine[]> {
-    return this.call(R.taskLog(mustParseUpid(upid).node, upid, opts));
+    return this.call(Cluster.taskLog(mustParseUpid(upid).node, upid, opts));
   }
 
   async stopTask(upid: string): Promise<null> {
-    return this.call(R.stopTask(mustParseUpid(upid).node, upid));
+    return this.call(Cluster.stopTask(mustParseUpid(upid).node, upid));
   }
 
-  listTasks(node: string, opts?: R.TaskListOptions): Promise<TaskListEntry[]> {
-    return this.call(R.listTasks(node, opts));
+  listTasks(node: string, opts?: Cluster.TaskListOptions): Promise<TaskListEntry[]> {
+    return this.call(Cluster.listTasks(node, opts));
   }
 
   /** Running tasks of a node (one request), optionally for one VM. */
   activeTasks(node: string, opts: { vmid?: number } = {}): Promise<TaskListEntry[]> {
-    return this.call(R.listTasks(node, { source: 'active', ...(opts.vmid !== undefined ? { vmid: opts.vmid } : {}) }));
+    return this.call(
+      Cluster.listTasks(node, { source: 'active', ...(opts.vmid !== undefined ? { vmid: opts.vmid } : {}) }),
+    );
   }
 
   private async lastLogLines(upid: string, n = 10): Promise<string[]> {

@@ -5,6 +5,9 @@ export * from './client.ts';
 export * from './client-core.ts';
 export * from './errors.ts';
 export * from './metrics.ts';
+export type { PveRequest, Upid as UpidString } from './requests.ts';
+export * as requests from './requests.ts';
+export * as clusterRequests from './requests-cluster.ts';
 export type {
   CloneOptions,
   ConfigChange,
@@ -12,11 +15,9 @@ export type {
   DeleteOptions,
   PowerAction,
   PowerOptions,
-  PveRequest,
   QemuConfigInput,
-  Upid as UpidString,
-} from './requests.ts';
-export * as requests from './requests.ts';
+} from './requests-qemu.ts';
+export * as qemuRequests from './requests-qemu.ts';
 export { backoffDelay } from './retry.ts';
 export { Secret, scrub } from './secret.ts';
 export * from './site.ts';

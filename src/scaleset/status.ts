@@ -2,7 +2,7 @@
  * A ProxmoxVMScaleSet's conditions, in Crossplane's shape (Ready and Synced, with
  * crossplane-runtime's reasons), so that `kubectl wait --for=condition=Ready proxmoxvmscaleset/x`
  * and the READY/SYNCED columns work as they do for a ProxmoxVM. Pure: the controller
- * (src/kube/controller.ts) writes the status and records an event per changed condition.
+ * (src/scaleset/controller.ts) writes the status and records an event per changed condition.
  *
  * - Ready is True when exactly `spec.replicas` replicas exist, all Ready and all made from the
  *   current template: a rollout or a scale down in progress is not Ready yet, so a `kubectl wait`

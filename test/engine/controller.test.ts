@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { Controller } from '../../src/engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../../src/engine/reconciler.ts';
 import { CREATE_FAILURE_SCHEDULE_MS, PRIORITY_EVENT, PRIORITY_LOW } from '../../src/engine/workqueue.ts';
-import { MemoryStore } from '../../src/local/store.ts';
+import { MemoryStore } from '../../src/local/memory-store.ts';
 import { FakeClock, flush } from '../helpers/fake-clock.ts';
 import { ExternalSystem, ScriptedConnector, type TestVM, testVM } from '../helpers/scripted-external.ts';
 

@@ -25,7 +25,7 @@ import {
   SimulatedCrash,
 } from '../../src/engine/types.ts';
 import { CREATE_FAILURE_SCHEDULE_MS } from '../../src/engine/workqueue.ts';
-import { MemoryStore } from '../../src/local/store.ts';
+import { MemoryStore } from '../../src/local/memory-store.ts';
 import { ExternalSystem, ScriptedConnector, type TestVM, testVM } from '../helpers/scripted-external.ts';
 
 const T0 = Date.parse('2025-06-01T12:00:00Z');

@@ -10,7 +10,7 @@
 import type { AsyncCommand } from 'fast-check';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
 import { SimulatedCrash } from '../../src/engine/types.ts';
-import { settled } from '../../src/local/runtime.ts';
+import { settled } from '../../src/local/resource-view.ts';
 import type { FaultSpec } from '../../src/sim/faults.ts';
 import { markerUid, OWNER_TAG } from '../../src/vm/spec.ts';
 import { checkAlways } from './invariants.ts';

@@ -10,7 +10,7 @@
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { CREATION_GRACE_MS } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
-import { settled } from '../../src/local/runtime.ts';
+import { settled } from '../../src/local/resource-view.ts';
 import type { SimCluster } from '../../src/sim/index.ts';
 import type { VmState } from '../../src/sim/state.ts';
 import { heldVmids } from '../../src/vm/connector.ts';

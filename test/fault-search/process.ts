@@ -9,8 +9,8 @@ import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { ManagedReconciler, type ReconcileResult } from '../../src/engine/reconciler.ts';
 import { type ResourceStore, SimulatedCrash, type WatchEvent } from '../../src/engine/types.ts';
 import { ItemBackoff } from '../../src/engine/workqueue.ts';
-import { FileConfigSource } from '../../src/local/runtime.ts';
-import type { MemoryStore } from '../../src/local/store.ts';
+import { FileConfigSource } from '../../src/local/config-source.ts';
+import type { MemoryStore } from '../../src/local/memory-store.ts';
 import { VmConnector, vmidHoldersOf } from '../../src/vm/connector.ts';
 
 /**

@@ -15,8 +15,8 @@ import type { LoadedProviderConfig } from '../../src/api/provider-config-load.ts
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { ReconcileResult } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';
+import { MemoryStore } from '../../src/local/memory-store.ts';
 import { planTarget } from '../../src/local/setup.ts';
-import { MemoryStore } from '../../src/local/store.ts';
 import type { FaultSpec } from '../../src/sim/faults.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
 import { heldVmids } from '../../src/vm/connector.ts';

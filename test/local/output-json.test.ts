@@ -11,7 +11,7 @@ import { parse } from 'yaml';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { outputFor } from '../../src/local/output.ts';
 import { formatLive, formatRows, formatRowsLine, type LiveView, table } from '../../src/local/render.ts';
-import { rowOf } from '../../src/local/runtime.ts';
+import { rowOf } from '../../src/local/resource-view.ts';
 import {
   LiveItemSchema,
   LiveStatusSchema,

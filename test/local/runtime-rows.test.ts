@@ -12,7 +12,8 @@ import fc from 'fast-check';
 import { parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { keyOf } from '../../src/engine/resource.ts';
-import { LocalRuntime, rowOf, sortRows } from '../../src/local/runtime.ts';
+import { rowOf, sortRows } from '../../src/local/resource-view.ts';
+import { LocalRuntime } from '../../src/local/runtime.ts';
 import { PHASE_ANNOTATION } from '../../src/workspace/phases.ts';
 
 /** A site nothing connects to: these runtimes are never run. */

@@ -11,7 +11,8 @@ import {
   FINALIZER,
 } from '../../src/engine/resource.ts';
 import { ConflictError, type WatchEvent } from '../../src/engine/types.ts';
-import { FileStore, MemoryStore, StateLockedError } from '../../src/local/store.ts';
+import { MemoryStore } from '../../src/local/memory-store.ts';
+import { FileStore, StateLockedError } from '../../src/local/store.ts';
 import { DB_STATE_VERSION } from '../../src/workspace/state-db.ts';
 import { readStateFile, StateFileError } from '../../src/workspace/state-file.ts';
 import { type TestVM, testVM } from '../helpers/scripted-external.ts';

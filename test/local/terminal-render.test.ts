@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Progress, StatusScreen } from '../../src/local/render.ts';
-import type { Row } from '../../src/local/runtime.ts';
+import type { Row } from '../../src/local/resource-view.ts';
 import { colorsEnabled } from '../../src/local/terminal.ts';
 import { testTerminal, writtenLines } from '../helpers/terminal.ts';
 

@@ -12,7 +12,8 @@ import { after, describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { ANNOTATION_EXTERNAL_NAME, FINALIZER } from '../../src/engine/resource.ts';
-import { FileStore, MemoryStore } from '../../src/local/store.ts';
+import { MemoryStore } from '../../src/local/memory-store.ts';
+import { FileStore } from '../../src/local/store.ts';
 import { vmidHoldersOf } from '../../src/vm/connector.ts';
 import { VmidHolderIndex } from '../../src/vm/vmid-holders.ts';
 

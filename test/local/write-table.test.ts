@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CommandOutput } from '../../src/local/output.ts';
 import { table, writeTable } from '../../src/local/render.ts';
-import type { Row } from '../../src/local/runtime.ts';
+import type { Row } from '../../src/local/resource-view.ts';
 
 /** Row `i`: names and messages of varying length, so that late rows widen the columns. */
 function row(i: number): Row {

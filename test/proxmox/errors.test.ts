@@ -19,7 +19,7 @@ import {
   TaskFailedError,
   UnavailableError,
 } from '../../src/proxmox/errors.ts';
-import * as R from '../../src/proxmox/requests.ts';
+import * as Cluster from '../../src/proxmox/requests-cluster.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { client, NODE, rejection, sim } from './helpers.ts';
 
@@ -153,7 +153,7 @@ describe('error taxonomy against the simulator', () => {
     assert.ok(e instanceof AlreadyExistsError, String(e));
     assert.equal(e.vmid, 304);
     assert.equal(e.node, NODE);
-    const n = await rejection(c.call(R.nextId(304)));
+    const n = await rejection(c.call(Cluster.nextId(304)));
     assert.ok(n instanceof AlreadyExistsError);
     assert.equal(n.vmid, 304);
     assert.equal(await c.isVmidFree(304), false);

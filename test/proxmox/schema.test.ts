@@ -5,15 +5,20 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import * as R from '../../src/proxmox/requests.ts';
+import { buildPath, type PveRequest, wireParams } from '../../src/proxmox/requests.ts';
+import * as ClusterRequests from '../../src/proxmox/requests-cluster.ts';
+import * as QemuRequests from '../../src/proxmox/requests-qemu.ts';
 import { matchMethod, type Profile, SCHEMA_PROFILES, validateParams } from '../../src/sim/schema/index.ts';
+
+/** Every request builder, by name: the requests outside a VM and a VM's own. */
+const R = { ...ClusterRequests, ...QemuRequests };
 
 const UPID = 'UPID:pve:0000A1B2:0012C3D4:6650F00D:qmcreate:100:root@pam!provider:';
 const N = 'pve';
 
 interface Sample {
   name: string;
-  req: R.PveRequest<unknown>;
+  req: PveRequest<unknown>;
   /** First profile that has this call (default: all). */
   since?: Profile;
 }
@@ -22,12 +27,12 @@ const ORDER: Profile[] = ['6.4', '7.4', '8.4', '9.2'];
 const atLeast = (p: Profile, since: Profile | undefined) => !since || ORDER.indexOf(p) >= ORDER.indexOf(since);
 
 const BUILDERS_COVERED = new Set<string>();
-function s(name: keyof typeof R, req: R.PveRequest<unknown>, since?: Profile, label?: string): Sample {
+function s(name: keyof typeof R, req: PveRequest<unknown>, since?: Profile, label?: string): Sample {
   BUILDERS_COVERED.add(name);
   return { name: label ?? name, req, ...(since ? { since } : {}) };
 }
 
-const fullConfig: R.QemuConfigInput = {
+const fullConfig: QemuRequests.QemuConfigInput = {
   name: 'web-01',
   description: 'managed by provider-proxmox\nuid: 1234',
   tags: 'prod;web',
@@ -198,8 +203,8 @@ const SAMPLES: Sample[] = [
   s('stopTask', R.stopTask(N, UPID)),
 ];
 
-/** Helpers exported by requests.ts that are not request builders. */
-const HELPERS = new Set(['buildPath', 'wireParams', 'decodeConfig']);
+/** Helpers exported by requests-cluster.ts and requests-qemu.ts that are not request builders. */
+const HELPERS = new Set(['decodeConfig']);
 
 describe('request builders vs. the PVE API schema', () => {
   it('every builder is exercised by a sample', () => {
@@ -216,19 +221,18 @@ describe('request builders vs. the PVE API schema', () => {
         const applicable = atLeast(profile, sample.since);
         it(`${sample.name}${applicable ? '' : ' (absent: newer call)'}`, () => {
           const { req } = sample;
-          const path = R.buildPath(req.path, req.pathParams);
+          const path = buildPath(req.path, req.pathParams);
           const m = matchMethod(profile, req.method, path);
           if (!applicable) {
             // It must really be missing there (or its parameters must fail) - else lower `since`.
             const ok =
-              m &&
-              !validateParams(m.schema, { ...Object.fromEntries(R.wireParams(req.params)), ...m.pathParams }).errors;
+              m && !validateParams(m.schema, { ...Object.fromEntries(wireParams(req.params)), ...m.pathParams }).errors;
             assert.ok(!ok, `${sample.name} is valid in ${profile}: lower its 'since'`);
             return;
           }
           assert.ok(m, `${req.method} ${path} does not exist in PVE ${profile}`);
           assert.equal(m.template, req.path, 'the client labels the request with PVE path template');
-          const raw: Record<string, unknown> = { ...Object.fromEntries(R.wireParams(req.params)), ...m.pathParams };
+          const raw: Record<string, unknown> = { ...Object.fromEntries(wireParams(req.params)), ...m.pathParams };
           const v = validateParams(m.schema, raw);
           assert.deepEqual(v.errors ?? {}, {}, `PVE ${profile} rejects ${req.method} ${req.path}`);
           if (req.method !== 'GET')
@@ -252,7 +256,7 @@ describe('request builders vs. the PVE API schema', () => {
 
 describe('wire encoding', () => {
   it('booleans are 0/1, lists are comma-joined, undefined is dropped', () => {
-    const w = R.wireParams({ a: true, b: false, c: ['x', 'y'], d: undefined, e: 3 });
+    const w = wireParams({ a: true, b: false, c: ['x', 'y'], d: undefined, e: 3 });
     assert.deepEqual(w, [
       ['a', '1'],
       ['b', '0'],
@@ -262,19 +266,19 @@ describe('wire encoding', () => {
   });
 
   it('sshkeys are percent-encoded with %20 (never +), then form-encoded again', () => {
-    const w = Object.fromEntries(R.wireParams({ sshkeys: 'ssh-ed25519 AAAA+/= me@host\nssh-rsa BBB' }));
+    const w = Object.fromEntries(wireParams({ sshkeys: 'ssh-ed25519 AAAA+/= me@host\nssh-rsa BBB' }));
     assert.equal(w.sshkeys, 'ssh-ed25519%20AAAA%2B%2F%3D%20me%40host%0Assh-rsa%20BBB');
     assert.match(w.sshkeys!, /^[-%a-zA-Z0-9_.!~*'()]*$/, "PVE's urlencoded format");
-    const form = new URLSearchParams(R.wireParams({ sshkeys: 'a b' })).toString();
+    const form = new URLSearchParams(wireParams({ sshkeys: 'a b' })).toString();
     assert.equal(form, 'sshkeys=a%2520b');
   });
 
   it('path parameters are encoded segment by segment (UPIDs contain : and !)', () => {
     assert.equal(
-      R.buildPath('/nodes/{node}/tasks/{upid}/status', { node: 'pve', upid: UPID }),
+      buildPath('/nodes/{node}/tasks/{upid}/status', { node: 'pve', upid: UPID }),
       `/nodes/pve/tasks/${encodeURIComponent(UPID)}/status`,
     );
-    assert.throws(() => R.buildPath('/nodes/{node}', {}), /path parameter 'node'/);
+    assert.throws(() => buildPath('/nodes/{node}', {}), /path parameter 'node'/);
   });
 
   it('secret parameters are marked sensitive', () => {

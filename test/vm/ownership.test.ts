@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { ConflictError, SimulatedCrash } from '../../src/engine/types.ts';
-import { MemoryStore } from '../../src/local/store.ts';
+import { MemoryStore } from '../../src/local/memory-store.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import {
   assertBackoffGrows,

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { FileConfigSource } from '../../src/local/runtime.ts';
+import { FileConfigSource } from '../../src/local/config-source.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { VmConnector, vmidHoldersOf } from '../../src/vm/connector.ts';
 import { SITE1, simConfig, startSim, vm } from './harness.ts';
