@@ -17,6 +17,7 @@ import { parseUpid } from '../proxmox/upid.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import type { ObservedVm } from './lookup.ts';
+import { listShowsSameVm } from './read-schedule.ts';
 import type { PlannedChanges } from './resource-memory.ts';
 
 /** Changes whose task's success says all there is to know, and the UPID type of that task. */
@@ -106,6 +107,17 @@ export function plannedWait(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): 
   return { state: plan.before, planned: true, next: plan.head };
 }
 
+/**
+ * The plan stands for the VM the list shows now: the same generation, VMID and node, and the list's
+ * tags and name still those of the full read the plan came from. Without the last, a VM another
+ * user made at our VMID after destroying ours (between our resize and its start) was started as
+ * the plan's next change, never read (F58).
+ */
 function holds(plan: PlannedChanges, r: ProxmoxVM, found: ObservedVm): boolean {
-  return plan.generation === r.metadata.generation && plan.vmid === found.vmid && plan.node === found.node;
+  return (
+    plan.generation === r.metadata.generation &&
+    plan.vmid === found.vmid &&
+    plan.node === found.node &&
+    listShowsSameVm(plan.lastFull, found.entry)
+  );
 }

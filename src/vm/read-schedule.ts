@@ -30,7 +30,23 @@ export function guestPoll(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): bo
   // (The VM's state as last read or known: the bulk list's lags a start by up to a status cycle of
   // PVE, pvestatd's; a stopped VM shows in the agent's answer.)
   if (found.entry.lock || r.status?.atProvider?.state !== 'running') return false;
+  // Another VM at our VMID (ours destroyed by someone else) is read in full, not asked about (F58).
+  if (!listShowsSameVm(last, found.entry)) return false;
   return ctx.site.now() - last.at < (ctx.options.driftIntervalMs ?? DRIFT_INTERVAL_MS);
+}
+
+/**
+ * Whether the bulk list's entry at our VMID still shows the VM that the full read `last` saw: the
+ * same tags (the list takes them from the live config, pve-manager `PVE/API2/Cluster.pm`; ours
+ * carry the owner tag) and the same name, unless either name is pvestatd's stand-in for a VM it
+ * has not ticked over yet (`VM <vmid>`: the name is from the RRD, `PVE/API2Tools.pm`
+ * extract_vm_stats). A VM made at our VMID since ours was destroyed by someone else shows other
+ * tags or none: what was learned of ours (a plan's next change, a guest being polled) is not its.
+ */
+export function listShowsSameVm(last: { name?: string; tags?: string }, entry: ObservedVm['entry']): boolean {
+  if ((entry.tags ?? '') !== (last.tags ?? '')) return false;
+  const standIn = (name: string | undefined) => name === undefined || /^VM \d+$/.test(name);
+  return standIn(entry.name) || standIn(last.name) || entry.name === last.name;
 }
 
 export function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): boolean {
@@ -45,8 +61,7 @@ export function needsFullObserve(ctx: StepContext, r: ProxmoxVM, found: Observed
   // Migrated by someone else (HA, a person): followed, and compared with the spec's node.
   if (found.node !== last.node) return true;
   // Renamed or re-tagged (by hand), or another VM at our VMID: the bulk list shows it at once.
-  if ((e.name ?? '') !== (last.name ?? e.name ?? '')) return true;
-  if ((e.tags ?? '') !== (last.tags ?? e.tags ?? '')) return true;
+  if (!listShowsSameVm(last, e)) return true;
   // Memory, CPUs and the boot disk changed by hand: the bulk list carries them too.
   if (bulkDrift(r, e)) return true;
   return driftDue(r.metadata.uid, last.at, ctx.site.now(), ctx.options.driftIntervalMs ?? DRIFT_INTERVAL_MS);

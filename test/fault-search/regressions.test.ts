@@ -822,6 +822,22 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F58: another state file's process carries vm-c's create (100) on to its resize; someone destroys the VM and makes another at 100 -> that process's next change (the start it planned) is not sent to the other VM: the list shows other tags there, and it reads the VM in full first", async () => {
+    await runSchedule(
+      'token',
+      [vmC],
+      [
+        new Reconcile('vm-c'),
+        new OtherState('vm-c'),
+        new Foreign('destroy', 'vm-c'),
+        new Restart(),
+        new Foreign('next-id', 'vm-c'),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', powerState: 'running' }),
+      ],
+      { strict: true },
+    );
+  });
+
   it('F57: vm-c adopts the VM another state file made for it on site-2 (100), then moves to site-1 by a replacement while vm-a takes site-1/100 -> the replacement gives the VMID up there and makes its VM at another: a VMID carried to the new site is never a VMIDConflict', async () => {
     await runSchedule(
       'password',
