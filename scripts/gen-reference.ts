@@ -11,7 +11,8 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type CustomResourceDefinition, crds, type PrinterColumn, type ValidationRule } from '../src/api/crd.ts';
+import { type CustomResourceDefinition, crds, type PrinterColumn } from '../src/api/crd.ts';
+import type { ValidationRule } from '../src/api/crd-rules.ts';
 import type { JsonSchema } from '../src/api/structural.ts';
 import {
   ANNOTATION_CREATE_FAILED,

@@ -22,7 +22,8 @@
 import Type, { type Static } from 'typebox';
 import type { Managed } from '../engine/resource.ts';
 import { builtOnce } from './built-once.ts';
-import type { CrdSpec, PrinterColumn, ValidationRule } from './crd.ts';
+import type { CrdSpec, PrinterColumn } from './crd.ts';
+import { addRule } from './crd-rules.ts';
 import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { type JsonSchema, schemaAt, toStructural } from './structural.ts';
 import { usageSchemas } from './usage.ts';
@@ -273,12 +274,6 @@ export const SYNCED_COLUMN: PrinterColumn = {
   jsonPath: ".status.conditions[?(@.type=='Synced')].status",
 };
 export const AGE_COLUMN: PrinterColumn = { name: 'AGE', type: 'date', jsonPath: '.metadata.creationTimestamp' };
-
-function addRule(node: JsonSchema, rule: ValidationRule): void {
-  const list = (node['x-kubernetes-validations'] as ValidationRule[] | undefined) ?? [];
-  list.push({ ...rule });
-  node['x-kubernetes-validations'] = list;
-}
 
 /** The CRD defaults of the managed fields (as ProxmoxVM's: ClusterProviderConfig `default`, policies `*`). */
 export function managedCrdDefaults(spec: JsonSchema): void {

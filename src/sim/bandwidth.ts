@@ -13,7 +13,8 @@
  * the moment the event was due, as a `t.sleep` step's does.
  */
 import type { Clock } from './clock.ts';
-import type { ClusterState, StorageState } from './state.ts';
+import type { ClusterState } from './state.ts';
+import type { StorageState } from './storage.ts';
 import type { TaskHandle } from './tasks.ts';
 
 /** What copies share: bytes per second, split fairly among the flows through it. */

@@ -3,7 +3,7 @@
  * files, the fsfreeze state), and the topology's containers, which are only listed.
  */
 import type { ClusterState, VmStatus } from './state.ts';
-import { formatSize } from './state.ts';
+import { formatSize } from './storage.ts';
 import type { TopologyContainer } from './topology.ts';
 
 /**

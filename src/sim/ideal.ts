@@ -18,7 +18,8 @@ import { FlowScheduler, type Link, ManualTimeline, storageLink } from './bandwid
 import { cloudInitCommand } from './guest-cloudinit.ts';
 import { parseDrive } from './qemu-config.ts';
 import { DURATIONS } from './routes/qemu-common.ts';
-import type { ClusterState, StorageState, VmState } from './state.ts';
+import type { ClusterState, VmState } from './state.ts';
+import type { StorageState } from './storage.ts';
 
 export interface IdealVm {
   key: string;

@@ -27,7 +27,8 @@ import { vzdumpRoutes } from './routes/vzdump.ts';
 import { ApiHandler, type Route } from './server.ts';
 import { generateKeyPair } from './ssh/keys.ts';
 import { NodeSshServer, type SshNodeInfo } from './ssh/server.ts';
-import { ClusterState, MiB } from './state.ts';
+import { ClusterState } from './state.ts';
+import { MiB } from './storage.ts';
 import { TaskRunner } from './tasks.ts';
 import { defaultTopology, type Topology } from './topology.ts';
 

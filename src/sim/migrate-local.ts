@@ -26,7 +26,8 @@ import { migrationLinks, sharedCopyProgress, sharedMirrorProgress, sharedRamProg
 import { configMemoryMiB, DRIVE_KEY_RE, parseDrive, UNUSED_KEY_RE } from './qemu-config.ts';
 import { checkLock, DURATIONS, loadVm } from './routes/qemu-common.ts';
 import { printDrive, renderBytes } from './routes/qemu-drives.ts';
-import { MiB, type VmState, type Volume } from './state.ts';
+import type { VmState } from './state.ts';
+import { MiB, type Volume } from './storage.ts';
 import { underStorageLock } from './storage-lock.ts';
 import { isWorkerDeath } from './tasks.ts';
 

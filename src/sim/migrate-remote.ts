@@ -43,7 +43,8 @@ import {
 import type { RemoteApi } from './remote-endpoints.ts';
 import { checkLock, DURATIONS, loadVm } from './routes/qemu-common.ts';
 import { freeVmVolumes, printDrive } from './routes/qemu-drives.ts';
-import { MiB, type VmState } from './state.ts';
+import type { VmState } from './state.ts';
+import { MiB } from './storage.ts';
 import { isWorkerDeath } from './tasks.ts';
 
 export interface RemoteMigrateOpts {

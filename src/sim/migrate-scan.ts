@@ -13,7 +13,8 @@
 import { die, PveHttpError } from './errors.ts';
 import { type IdMap, type MigrationLog, mapId, storageCheckEnabled, volumeOwner } from './migration.ts';
 import { isShared, localResources, volumeAttrs } from './routes/qemu-migrate.ts';
-import type { ClusterState, StorageState, VmState, Volume } from './state.ts';
+import type { ClusterState, VmState } from './state.ts';
+import type { StorageState, Volume } from './storage.ts';
 
 export type VolumeRef = 'attached' | 'unused' | 'snapshot' | 'pending' | 'generated' | 'config' | 'storage';
 

@@ -8,7 +8,8 @@
 import { flowsOf, type Link, nodeNetwork, storageLink } from './bandwidth.ts';
 import { MIGRATION_NETWORK_MBPS, type MigrationLog, rate, renderDuration } from './migration.ts';
 import { renderBytes } from './routes/qemu-drives.ts';
-import type { ClusterState, StorageState } from './state.ts';
+import type { ClusterState } from './state.ts';
+import type { StorageState } from './storage.ts';
 
 /**
  * The links an in-cluster migration's streams cross (bandwidth.ts): the source node's network out

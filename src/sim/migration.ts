@@ -15,7 +15,8 @@
 import type { Transfer } from './bandwidth.ts';
 import { die, paramError } from './errors.ts';
 import { storageConfig } from './routes/qemu-migrate.ts';
-import { type ClusterState, outOfSpaceMessage, type StorageState, type Volume } from './state.ts';
+import type { ClusterState } from './state.ts';
+import { outOfSpaceMessage, type StorageState, type Volume } from './storage.ts';
 import { isWorkerDeath, type TaskHandle } from './tasks.ts';
 
 /**

@@ -25,7 +25,8 @@ import type { RemoteApi, SimEndpoint } from './remote-endpoints.ts';
 import { checkBridges, checkConfigPerms } from './routes/qemu-common.ts';
 import { freeVmVolumes } from './routes/qemu-drives.ts';
 import { checkStorageAccessMigrate } from './routes/qemu-migrate-post.ts';
-import type { ClusterState, VmState, Volume } from './state.ts';
+import type { ClusterState, VmState } from './state.ts';
+import type { Volume } from './storage.ts';
 import type { TaskHandle } from './tasks.ts';
 
 /** $PVE::QemuMigrate::WS_TUNNEL_VERSION (2 in 7.4, 8.4 and 9.x). */

@@ -8,7 +8,8 @@ import type { CloudInitDrive } from './cloudinit.ts';
 import { settleGuest } from './guest-cloudinit.ts';
 import type { Simulator } from './index.ts';
 import { publicKeyOf } from './ssh/keys.ts';
-import type { AclEntry, SnapshotState, TokenState, Volume } from './state.ts';
+import type { AclEntry, SnapshotState, TokenState } from './state.ts';
+import type { Volume } from './storage.ts';
 import type { FsFile } from './storage-files.ts';
 
 /** A file's bytes as base64. */

@@ -4,7 +4,8 @@
  * PVE API cannot upload snippets), the other files and directories a root shell on the node
  * could create under the storage's path, and the names the API and the SFTP server share.
  */
-import type { ClusterState, StorageState, Volume } from './state.ts';
+import type { ClusterState } from './state.ts';
+import type { StorageState, Volume } from './storage.ts';
 
 /** A regular file: its bytes, permission bits and times (epoch seconds). */
 export interface FsFile {

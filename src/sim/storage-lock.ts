@@ -17,7 +17,7 @@
  */
 import type { Clock } from './clock.ts';
 import { Flock } from './flock.ts';
-import type { StorageState } from './state.ts';
+import type { StorageState } from './storage.ts';
 
 /** cluster_lock_storage passes no timeout: lock_file_full's and cfs_lock's default, 10 s. */
 export const STORAGE_LOCK_TIMEOUT_MS = 10_000;

@@ -9,17 +9,8 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import Type from 'typebox';
 import { parseAllDocuments } from 'yaml';
-import {
-  CRD_DIRS,
-  type CustomResourceDefinition,
-  crds,
-  generatedFiles,
-  PLACEMENT_FIELDS,
-  PLACEMENT_MESSAGE,
-  RULES,
-  renderCrd,
-  type ValidationRule,
-} from '../../src/api/crd.ts';
+import { CRD_DIRS, type CustomResourceDefinition, crds, generatedFiles, renderCrd } from '../../src/api/crd.ts';
+import { PLACEMENT_FIELDS, PLACEMENT_MESSAGE, RULES, type ValidationRule } from '../../src/api/crd-rules.ts';
 import { DNS1123_LABEL_PATTERN, DNS1123_SUBDOMAIN_PATTERN } from '../../src/api/metadata.ts';
 import { GROUP, LIMITS, MESSAGES, VERSION } from '../../src/api/proxmoxvm.ts';
 import { QUANTITY_PATTERN } from '../../src/api/quantity.ts';

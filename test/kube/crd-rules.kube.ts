@@ -9,7 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { PLACEMENT_MESSAGE } from '../../src/api/crd.ts';
+import { PLACEMENT_MESSAGE } from '../../src/api/crd-rules.ts';
 import { KubeApi, KubeError, loadKubeConfig } from '../../src/kube/api.ts';
 import { type Kube, startKube } from './harness.ts';
 import { API, applyCrds, create, kok, kreq, type Obj, vmPath } from './support.ts';

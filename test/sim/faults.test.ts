@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { FaultSpec, SimCluster, Simulator } from '../../src/sim/index.ts';
-import { outOfSpaceMessage } from '../../src/sim/state.ts';
+import { outOfSpaceMessage } from '../../src/sim/storage.ts';
 import { type RawResponse, raw, startTestSim, TOKEN, waitTask } from '../helpers/sim.ts';
 
 const NODE = 'ml110-01';

@@ -3,7 +3,8 @@ import { hasAnyPriv, hasPriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
-import { type ClusterState, MiB, type NodeState, type StorageState } from '../state.ts';
+import type { ClusterState, NodeState } from '../state.ts';
+import { MiB, type StorageState } from '../storage.ts';
 import { containerStatus } from './monitoring.ts';
 import { clusterTasks } from './tasks.ts';
 

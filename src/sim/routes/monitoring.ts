@@ -10,7 +10,8 @@
 import { hasPriv, requirePriv } from '../auth.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
-import { type ClusterState, type ContainerState, MiB } from '../state.ts';
+import type { ClusterState, ContainerState } from '../state.ts';
+import { MiB } from '../storage.ts';
 import { nodeUsage } from './cluster.ts';
 import { loadVm, vmPerm } from './qemu-common.ts';
 import { vmMaxDisk } from './qemu-power.ts';

@@ -13,7 +13,8 @@ import { die } from '../errors.ts';
 import { guestHostname, settleGuest, stopGuest } from '../guest-cloudinit.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route, RouteCtx } from '../server.ts';
-import { type ClusterState, MiB, type VmState } from '../state.ts';
+import type { ClusterState, VmState } from '../state.ts';
+import { MiB } from '../storage.ts';
 import { loadVm } from './qemu-common.ts';
 import { vmMaxDisk } from './qemu-power.ts';
 

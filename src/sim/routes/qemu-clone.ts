@@ -44,7 +44,8 @@ import {
   UNUSED_KEY_RE,
 } from '../qemu-config.ts';
 import type { Route, RouteCtx } from '../server.ts';
-import { MiB, type VmState, type Volume } from '../state.ts';
+import type { VmState } from '../state.ts';
+import { MiB, type Volume } from '../storage.ts';
 import { isWorkerDeath, type TaskHandle } from '../tasks.ts';
 import { checkLock, checkPoolExists, DURATIONS, loadVm, vmPerm } from './qemu-common.ts';
 import { allocUnderLock, copyWithProgress, printDrive, writeLinks } from './qemu-drives.ts';

@@ -18,7 +18,7 @@ import {
   UNUSED_KEY_RE,
 } from '../qemu-config.ts';
 import type { Route, RouteCtx } from '../server.ts';
-import { formatSize, GiB, MiB, type Volume } from '../state.ts';
+import { formatSize, GiB, MiB, type Volume } from '../storage.ts';
 import type { TaskHandle } from '../tasks.ts';
 import {
   checkBridges,

@@ -25,7 +25,7 @@ import { requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
 import { DRIVE_KEY_RE } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
-import type { Volume } from '../state.ts';
+import type { Volume } from '../storage.ts';
 import { isWorkerDeath } from '../tasks.ts';
 import {
   CREATE_ONLY,

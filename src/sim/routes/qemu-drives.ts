@@ -17,7 +17,8 @@ import {
   UNUSED_KEY_RE,
 } from '../qemu-config.ts';
 import type { RouteCtx } from '../server.ts';
-import { type ClusterState, formatSize, GiB, MiB, type StorageState, type VmState, type Volume } from '../state.ts';
+import type { ClusterState, VmState } from '../state.ts';
+import { formatSize, GiB, MiB, type StorageState, type Volume } from '../storage.ts';
 import { underStorageLock } from '../storage-lock.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { DURATIONS } from './qemu-common.ts';

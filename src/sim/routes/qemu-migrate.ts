@@ -21,7 +21,8 @@
 import { die } from '../errors.ts';
 import { DRIVE_KEY_RE, getOpt, isCdrom, isCloudinit, parseDrive, parseProp } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
-import type { ClusterState, StorageState, VmState } from '../state.ts';
+import type { ClusterState, VmState } from '../state.ts';
+import type { StorageState } from '../storage.ts';
 import { checkLock, loadVm, vmPerm } from './qemu-common.ts';
 
 /** PVE::Storage::Plugin @SHARED_STORAGE: network storages are shared by type. */

@@ -18,7 +18,8 @@ import {
   parseNic,
 } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
-import { type ClusterState, MiB, type VmState } from '../state.ts';
+import type { ClusterState, VmState } from '../state.ts';
+import { MiB } from '../storage.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { agentEnabled } from './qemu-agent.ts';
 import { checkLock, checkSkiplock, DURATIONS, loadVm, lockVm, vmPerm } from './qemu-common.ts';

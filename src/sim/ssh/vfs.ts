@@ -10,7 +10,8 @@
  * Operations fail with the errno Linux would give; sftp.ts maps them as OpenSSH's sftp-server does.
  */
 
-import type { ClusterState, StorageState } from '../state.ts';
+import type { ClusterState } from '../state.ts';
+import type { StorageState } from '../storage.ts';
 import { contentDirs, type FsFile, newFile, snippetVolume } from '../storage-files.ts';
 import { type Errno, SftpErrno } from './errno.ts';
 
