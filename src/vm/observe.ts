@@ -34,7 +34,7 @@ import { observeSiteMove } from './site-move.ts';
 import { desiredSnippet } from './snippets.ts';
 import { recheckSourceLeft } from './source-left.ts';
 import { agentEnabled, validateSpec } from './spec.ts';
-import { observeTaskEnd } from './task-end.ts';
+import { followRecordedTask, observeTaskEnd, recordTaskEnd } from './task-end.ts';
 import { giveUpVmid, lateCreateMayStillApply, noteUnknownCreate, vmidChosenByUs } from './vmid.ts';
 
 /** The step a resource is at while the change drift found is being made. */
@@ -155,6 +155,16 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     // new site, where it names nothing): the old VM still goes first (delete(), replace.ts). Taken
     // for a resource with nothing to delete, it was left behind on the old site.
     if (r.metadata.deletionTimestamp && a.replacing && ctx.previous) return { obs: { exists: true, upToDate: true } };
+    // A task still recorded with no VMID (the VMID given up after the task ended, and the status
+    // write that cleared the task skipped by the creation grace's wait, or lost): its end is
+    // recorded here, on the site it was sent to, before this resource's VM is looked for by its
+    // marker. Kept while the resource followed a VM of its marker to another site, it was followed
+    // there, on a cluster without its node, at every reconcile (fault search F60). (Deleting: the
+    // resource has nothing to delete, and F53's path stands.)
+    if (a.task && !observeOnly && !r.metadata.deletionTimestamp) {
+      const task = a.task;
+      if (!(await recordTaskEnd(ctx, r, task))) return followRecordedTask(ctx, r, task);
+    }
     // No VMID recorded (a new resource, or a lost or other state file): Proxmox may already hold
     // this resource's VM, made by this installation. Adopt it rather than make a second one.
     adopted = observeOnly ? undefined : await adoptOwn(ctx, r);

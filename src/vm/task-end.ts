@@ -35,17 +35,9 @@ export async function observeTaskEnd(
   observeOnly: boolean,
 ): Promise<TaskEnd> {
   const a = atProvider(r);
-  const done = await taskDone(ctx, task);
-  if (!done.finished)
-    return { observed: { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } } };
-  delete a.task;
-  ctx.site.ownCreateEnded(r.metadata.uid, task);
+  const done = await recordTaskEnd(ctx, r, task);
+  if (!done) return { observed: followRecordedTask(ctx, r, task) };
   const endedOk = !done.error ? task : undefined;
-  ctx.site.releaseCreate(
-    r.metadata.uid,
-    !done.error ? 'ok' : isLockContention(done.error.message) ? 'contention' : 'failed',
-  );
-  ctx.site.invalidate(ctx.memory);
   // Our destroy ended: our VM is gone, whatever holds its VMID from now on is not it.
   if (!done.error && parseUpid(task)?.type === 'qmdestroy' && parseUpid(task)?.id === String(vmid)) {
     delete a.vmId;
@@ -101,6 +93,33 @@ export async function observeTaskEnd(
     return { endedOk, vmGone };
   }
   return { endedOk, vmGone: false };
+}
+
+/**
+ * Whether our recorded task `task` ended; once it has, it is cleared from the status, its slot
+ * given back and the site's reads invalidated, and its error (if it failed) returned. Undefined
+ * while it runs.
+ */
+export async function recordTaskEnd(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  task: string,
+): Promise<{ error?: Error | undefined } | undefined> {
+  const done = await taskDone(ctx, task);
+  if (!done.finished) return undefined;
+  delete atProvider(r).task;
+  ctx.site.ownCreateEnded(r.metadata.uid, task);
+  ctx.site.releaseCreate(
+    r.metadata.uid,
+    !done.error ? 'ok' : isLockContention(done.error.message) ? 'contention' : 'failed',
+  );
+  ctx.site.invalidate(ctx.memory);
+  return done;
+}
+
+/** A task of ours still running: nothing else is done until it ends (its end wakes the resource). */
+export function followRecordedTask(ctx: StepContext, r: ProxmoxVM, task: string): Observed {
+  return { obs: { exists: true, upToDate: true, requeueAfterMs: followTask(ctx, r, task) } };
 }
 
 /**

@@ -822,6 +822,24 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
+    await runSchedule(
+      'password',
+      [vmC],
+      [
+        new Apply('vm-b', { cpu: 1, memory: '1Gi' }),
+        new OtherState('vm-b'),
+        new Reconcile('vm-b'),
+        new Move('vm-b'),
+        new Reconcile('vm-b'),
+        new Reconcile('vm-b', { where: { step: 'preflight-passed' }, what: { kind: 'crash' } }),
+        new Reconcile('vm-b'),
+        new Move('vm-b'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F58: another state file's process carries vm-c's create (100) on to its resize; someone destroys the VM and makes another at 100 -> that process's next change (the start it planned) is not sent to the other VM: the list shows other tags there, and it reads the VM in full first", async () => {
     await runSchedule(
       'token',
