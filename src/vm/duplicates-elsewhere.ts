@@ -41,7 +41,8 @@ interface Stray {
 }
 
 /**
- * This resource's VM `found` is Ready on its site (or being retired for a twin elsewhere): which
+ * This resource's VM `found` is Ready on its site (or being retired for a twin elsewhere, or about
+ * to move to another site: `moving`, where a twin elsewhere is settled first): which
  * of it and its strays on other sites stays (see keepsStray). A stray that goes is sent its
  * retirement and not followed (its tasks are on another site than the resource's): a stop, then
  * at a later poll the destroy, each read again from PVE first. When a stray stays, this
@@ -53,7 +54,8 @@ export async function retireStrayElsewhere(
   r: ProxmoxVM,
   found: ObservedVm,
   state: string,
-): Promise<{ obs: ExternalObservation; change: Change } | undefined> {
+  moving = false,
+): Promise<{ obs: ExternalObservation; change?: Change } | undefined> {
   const a = atProvider(r);
   if (!ctx.elsewhere || a.siteMove || a.replacing || r.metadata.deletionTimestamp) return undefined;
   const strays = await straysOf(ctx, r);
@@ -99,7 +101,12 @@ export async function retireStrayElsewhere(
   }
   for (const s of going) await retire(ctx, s);
   duplicateCondition(r, 'True', 'RetiringDuplicate', why);
-  return undefined;
+  if (!moving) return undefined;
+  // Before a move to another site, the move waits until they are gone: one at the VMID the VM
+  // carries would refuse it (fault search F59).
+  a.step = 'RetiringDuplicate';
+  ready(r, 'False', 'Unavailable', `${why}; the move to site ${ctx.target?.name ?? '?'} waits for that`);
+  return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
 }
 
 /** The condition that says a twin on another site is being retired (and, once gone, that it was). */

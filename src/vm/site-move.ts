@@ -34,6 +34,7 @@ import { atProvider, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
+import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
@@ -181,6 +182,12 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   // site's check sees any more (fault search F35). Ours retired, the twin is followed (lostOnSource).
   const twin = await retireDuplicates(ctx, r, here, here.entry.status ?? '', true);
   if (twin) return twin;
+  // And another runtime's VM for it on another site (another state file's create, made there while
+  // ours was a clone without a marker yet), by the rule both runtimes keep (duplicates-elsewhere.ts):
+  // moved onto it, the move found the VMID it carries taken by that twin and was refused for good
+  // (fault search F59). Ours retired, the twin is followed (lostOnSource); the twin retired, the move goes on.
+  const stray = await retireStrayElsewhere(ctx, r, here, here.entry.status ?? '', true);
+  if (stray) return stray;
   if (r.spec.forProvider.replacePolicy === 'CreateThenDelete') {
     const blocker = await remoteMigrationBlocker(ctx, tctx);
     if (blocker) {

@@ -822,6 +822,21 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F59: vm-b's clone on site-1 stalls (no marker yet), the manifest moves to site-2, where another state file's apply makes vm-b at 100 -> before the move, the twin on site-2 is settled by the rule both runtimes keep (here ours stays, the twin goes), then ours moves: one VM, on site-2", async () => {
+    await runSchedule(
+      'password',
+      [vmB],
+      [
+        new Fault('qmclone stalls', { kind: 'task', type: 'qmclone', action: 'stall' }),
+        new Reconcile('vm-b'),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new OtherState('vm-b'),
+        new Heal(0),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
     await runSchedule(
       'password',
