@@ -26,6 +26,7 @@ import type { PveClient } from '../proxmox/index.ts';
 import type { NodeFiles, SshTarget } from '../proxmox/ssh.ts';
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
+import { nodeFact } from './node-facts.ts';
 import { sshKeys } from './secrets.ts';
 import type { SnippetStore } from './site-cache.ts';
 import { needsSnippet, parseUserData, userDataDocument, vmName } from './spec.ts';
@@ -131,7 +132,9 @@ export function snippetsOf(owner: string, names: string[]): string[] {
 export function snippetStore(ctx: StepContext, node: string): Promise<SnippetStore> {
   const cached = ctx.site.snippetStores.get(node);
   if (cached) return cached;
-  const found = findSnippetStore(ctx.client, node, ctx.site.ssh?.snippetsStorage);
+  // The node's storages as the preflight's checks read them (one read for both: node-facts.ts).
+  const storages = nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node));
+  const found = findSnippetStore(ctx.client, node, ctx.site.ssh?.snippetsStorage, storages);
   ctx.site.snippetStores.set(node, found);
   found.catch(() => ctx.site.snippetStores.delete(node));
   return found;
@@ -142,8 +145,9 @@ export async function findSnippetStore(
   client: PveClient,
   node: string,
   wanted: string | undefined,
+  read: Promise<Awaited<ReturnType<PveClient['nodeStorages']>>> = client.nodeStorages(node),
 ): Promise<SnippetStore> {
-  const storages = await client.nodeStorages(node);
+  const storages = await read;
   const usable = storages.filter(
     (s) => DIR_TYPES.has(s.type ?? '') && (s.content ?? '').split(',').includes('snippets') && s.active !== 0,
   );
