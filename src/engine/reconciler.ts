@@ -5,29 +5,18 @@
  */
 import { deadline } from '../proxmox/deadline.ts';
 import {
-  CANNOT,
-  type ConditionView,
-  conditionChanged,
-  conditionEvent,
-  type FailedStep,
-  MUTATED,
-  mutationMessage,
-} from './events.ts';
-import {
   ANNOTATION_CREATE_FAILED,
   ANNOTATION_CREATE_PENDING,
   ANNOTATION_CREATE_SUCCEEDED,
   ANNOTATION_EXTERNAL_NAME,
   ANNOTATION_PAUSED,
   ANNOTATION_POLL_INTERVAL,
-  ANNOTATION_RECONCILE_REQUESTED,
   addFinalizer,
   annotation,
   createIncomplete,
   externalName,
   getCondition,
   hasFinalizer,
-  keyOf,
   type Managed,
   parseGoDuration,
   policyAllows,
@@ -47,7 +36,8 @@ import {
   ReconcileAborted,
   type ResourceStore,
 } from './types.ts';
-import { CREATE_FAILURE_SCHEDULE_MS, MAX_DELAY_MS } from './workqueue.ts';
+import { MAX_DELAY_MS } from './workqueue.ts';
+import { ResourceWriter } from './writeback.ts';
 
 export type ReconcileResult =
   | { kind: 'done' }
@@ -103,6 +93,8 @@ export class ManagedReconciler<R extends Managed = Managed> {
    * 10,000-resource rollout would otherwise write an event per resource and poll.
    */
   private readonly pendingRecorded = new Map<string, string>();
+  /** Every write back to the resource, and the error path, which shares createFailures with it. */
+  private readonly writer: ResourceWriter<R>;
   private readonly o: Required<
     Omit<
       ReconcilerOptions,
@@ -121,10 +113,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       now: () => Date.now(),
       ...opts,
     };
-  }
-
-  private get createSchedule(): number[] {
-    return this.o.createFailureScheduleMs ?? CREATE_FAILURE_SCHEDULE_MS;
+    this.writer = new ResourceWriter(store, this.createFailures, this.o);
   }
 
   private async hook(step: string, key: string): Promise<void> {
@@ -136,65 +125,6 @@ export class ManagedReconciler<R extends Managed = Managed> {
     const ms = a ? parseGoDuration(a) : undefined;
     // Clamped: `1000h` would overflow the timer and turn into a hot loop.
     return ms && ms > 0 ? Math.min(ms, MAX_DELAY_MS) : this.o.pollIntervalMs;
-  }
-
-  /**
-   * Write status, with an event for each condition that changed as conditionEvent says (`cannot`:
-   * the Crossplane reason of a Synced False) and one when a reconcile request is handled. Conflicts
-   * requeue.
-   */
-  private async writeStatus(r: R, before: string, cannot?: string): Promise<R> {
-    r.status ??= {};
-    r.status.observedGeneration = r.metadata.generation;
-    const requested = annotation(r, ANNOTATION_RECONCILE_REQUESTED);
-    if (requested) r.status.lastHandledReconcileAt = requested;
-    const after = JSON.stringify(r.status);
-    if (after === before) return r;
-    const prev = JSON.parse(before || '{}') as { conditions?: ConditionView[]; lastHandledReconcileAt?: string };
-    if (requested && requested !== prev.lastHandledReconcileAt)
-      this.store.event(r, 'Normal', 'ReconcileRequestHandled', `Handling reconcile request ${requested}`);
-    for (const c of r.status.conditions ?? []) {
-      const p = prev.conditions?.find((x) => x.type === c.type);
-      if (!conditionChanged(c, p)) continue;
-      const e = conditionEvent(c, p, c.type === 'Synced' ? cannot : undefined);
-      if (e) this.store.event(r, e.type, e.reason, e.message);
-    }
-    const stored = await this.store.updateStatus(r);
-    r.metadata.resourceVersion = stored.metadata.resourceVersion;
-    return r;
-  }
-
-  /** crossplane-runtime's Normal event for an external mutation of `r` (and for a create not yet seen). */
-  private mutated(r: R, what: keyof typeof MUTATED): void {
-    this.store.event(r, 'Normal', MUTATED[what].reason, mutationMessage(what, externalName(r)));
-  }
-
-  private async writeMeta(r: R): Promise<void> {
-    const stored = await this.store.update(r);
-    r.metadata.resourceVersion = stored.metadata.resourceVersion;
-  }
-
-  /**
-   * Like writeMeta for `values` (annotation -> value, undefined: removed), but on conflict re-fetch
-   * and re-apply them (5 tries), as crossplane-runtime does for create results.
-   */
-  private async writeAnnotationRetry(r: R, key: string, values: Record<string, string | undefined>): Promise<void> {
-    for (let i = 0; i < 5; i++) {
-      try {
-        for (const [k, v] of Object.entries(values)) setAnnotation(r, k, v);
-        await this.writeMeta(r);
-        return;
-      } catch (e) {
-        if (!(e instanceof ConflictError) || i === 4) throw e;
-        const fresh = await this.store.get(key);
-        if (!fresh) throw e;
-        // Take the fresh spec too: writing our stale copy back would revert a concurrent spec edit.
-        // Keep the generation we acted on, so status.observedGeneration does not claim the newer spec.
-        r.metadata = { ...fresh.metadata, generation: r.metadata.generation };
-        r.spec = fresh.spec;
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      }
-    }
   }
 
   /** One reconcile of `key`; `signal` (SIGTERM, lost leadership) aborts whatever it still waits for. */
@@ -245,13 +175,13 @@ export class ManagedReconciler<R extends Managed = Managed> {
         Reason.ReconcilePaused,
         'Reconciliation is paused via the pause annotation or empty managementPolicies',
       );
-      await this.writeStatus(r, before);
+      await this.writer.writeStatus(r, before);
       return { kind: 'done' };
     }
     // 3. Unsupported policies.
     if (policies && !policySupported(policies)) {
       synced('False', Reason.ReconcileError, `unsupported management policy combination: [${policies.join(', ')}]`);
-      await this.writeStatus(r, before, 'CannotUseInvalidManagementPolicy');
+      await this.writer.writeStatus(r, before, 'CannotUseInvalidManagementPolicy');
       return { kind: 'done' };
     }
     const deleting = Boolean(r.metadata.deletionTimestamp);
@@ -264,7 +194,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       this.connector.forget?.(r.metadata.uid);
       if (hasFinalizer(r)) {
         removeFinalizer(r);
-        await this.writeMeta(r);
+        await this.writer.writeMeta(r);
       }
       return { kind: 'done' };
     }
@@ -274,7 +204,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     try {
       ext = await this.connector.connect(r, signal);
     } catch (e) {
-      return this.fail(r, before, e, 'connect failed');
+      return this.writer.fail(r, before, e, 'connect failed');
     }
     await this.hook('connected', key);
 
@@ -285,7 +215,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     try {
       obs = await ext.observe(r);
     } catch (e) {
-      return this.fail(r, before, e, 'observe failed');
+      return this.writer.fail(r, before, e, 'observe failed');
     }
     await this.hook('observed', key);
     // Observe found the external resource under another name (adopted by its marker), or gave the
@@ -297,7 +227,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     const nameAfter = externalName(r);
     if (nameAfter !== nameBefore) {
       // With every other annotation observe set beside it (the site it is on: F28), also after a conflict.
-      await this.writeAnnotationRetry(r, key, annotationChanges(annotationsBefore, r.metadata.annotations));
+      await this.writer.writeAnnotationRetry(r, key, annotationChanges(annotationsBefore, r.metadata.annotations));
       if (nameAfter !== undefined)
         this.store.event(r, 'Normal', 'AdoptedExternalResource', `external name is now ${nameAfter}`);
     }
@@ -309,7 +239,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
     if (obs.exists) this.pendingRecorded.delete(key);
     if (obs.exists && !ext.prepareCreate && createIncomplete(r)) {
       setAnnotation(r, ANNOTATION_CREATE_SUCCEEDED, rfc3339(now));
-      await this.writeMeta(r);
+      await this.writer.writeMeta(r);
     }
 
     // Creation grace period: a resource created moments ago may not be visible yet (Proxmox's
@@ -331,7 +261,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       ) {
         if (this.pendingRecorded.get(key) !== succeeded) {
           this.pendingRecorded.set(key, succeeded);
-          this.mutated(r, 'pending');
+          this.writer.mutated(r, 'pending');
         }
         return { kind: 'requeueAfter', ms: this.o.shortWaitMs, progress: true };
       }
@@ -347,7 +277,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
           Reason.ReconcileError,
           `cannot determine creation result - remove the ${ANNOTATION_CREATE_PENDING} annotation if it is safe to proceed`,
         );
-        await this.writeStatus(r, before, 'CannotInitializeManagedResource');
+        await this.writer.writeStatus(r, before, 'CannotInitializeManagedResource');
         return { kind: 'done' };
       }
     }
@@ -362,14 +292,14 @@ export class ManagedReconciler<R extends Managed = Managed> {
           res = await ext.delete(r);
         } catch (e) {
           ready('False', Reason.Deleting, 'Deleting the external resource');
-          return this.fail(r, before, e, 'delete failed');
+          return this.writer.fail(r, before, e, 'delete failed');
         }
         // (outside the try: a crash here must not be recorded as a failed delete)
         await this.hook('delete-issued', key);
-        this.mutated(r, 'deleted');
+        this.writer.mutated(r, 'deleted');
         ready('False', Reason.Deleting, 'Deleting the external resource');
         synced('True', Reason.ReconcileSuccess);
-        await this.writeStatus(r, before);
+        await this.writer.writeStatus(r, before);
         return { kind: 'requeueAfter', ms: res.requeueAfterMs ?? this.o.shortWaitMs, progress: true };
       }
       await this.hook('external-gone', key);
@@ -379,7 +309,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       this.connector.forget?.(r.metadata.uid);
       if (hasFinalizer(r)) {
         removeFinalizer(r);
-        await this.writeMeta(r);
+        await this.writer.writeMeta(r);
       }
       return { kind: 'done' };
     }
@@ -388,7 +318,7 @@ export class ManagedReconciler<R extends Managed = Managed> {
       if (!policyAllows(policies, 'Create')) {
         ready('False', Reason.Unavailable, 'external resource does not exist');
         synced('False', Reason.ReconcileError, 'observe failed: external resource does not exist');
-        await this.writeStatus(r, before, 'CannotObserveExternalResource');
+        await this.writer.writeStatus(r, before, 'CannotObserveExternalResource');
         return { kind: 'requeueAfter', ms: this.pollInterval(r) };
       }
     }
@@ -398,12 +328,12 @@ export class ManagedReconciler<R extends Managed = Managed> {
       try {
         await this.o.publishConnection(r, obs.connectionDetails);
       } catch (e) {
-        return this.fail(r, before, e, 'cannot publish connection details');
+        return this.writer.fail(r, before, e, 'cannot publish connection details');
       }
     }
     if (!hasFinalizer(r)) {
       addFinalizer(r);
-      await this.writeMeta(r);
+      await this.writer.writeMeta(r);
       await this.hook('finalizer-added', key);
     }
 
@@ -415,13 +345,13 @@ export class ManagedReconciler<R extends Managed = Managed> {
           pf = await ext.preflight(r);
         } catch (e) {
           ready('False', Reason.Unavailable, 'The external resource cannot be created yet');
-          return this.fail(r, before, e, 'cannot create');
+          return this.writer.fail(r, before, e, 'cannot create');
         }
         await this.hook('preflight-passed', key);
         if (pf.waitMs !== undefined) {
           ready('False', 'Waiting', pf.message ?? 'waiting before creating the external resource');
           synced('True', Reason.ReconcileSuccess);
-          await this.writeStatus(r, before);
+          await this.writer.writeStatus(r, before);
           return { kind: 'requeueAfter', ms: pf.waitMs, progress: true };
         }
       }
@@ -430,13 +360,13 @@ export class ManagedReconciler<R extends Managed = Managed> {
         try {
           prepared = await ext.prepareCreate(r);
         } catch (e) {
-          return this.fail(r, before, e, 'create failed', this.createSchedule);
+          return this.writer.fail(r, before, e, 'create failed', this.writer.createSchedule);
         }
         setAnnotation(r, ANNOTATION_EXTERNAL_NAME, prepared.externalName);
       }
       // The external name and the pending mark land in one write, before anything is created.
       setAnnotation(r, ANNOTATION_CREATE_PENDING, rfc3339(this.o.now()));
-      await this.writeMeta(r);
+      await this.writer.writeMeta(r);
       await this.hook('create-pending', key);
       let created: Awaited<ReturnType<ExternalClient<R>['create']>>;
       try {
@@ -450,35 +380,35 @@ export class ManagedReconciler<R extends Managed = Managed> {
           // Sent, no answer: neither succeeded nor failed. The pending mark stays the newest, so the
           // next observe keeps looking for it at the same external name before anything is sent again.
           ready('False', Reason.Creating, 'The external resource is being created');
-          return this.fail(r, before, e, 'create outcome unknown');
+          return this.writer.fail(r, before, e, 'create outcome unknown');
         }
-        await this.writeAnnotationRetry(r, key, { [ANNOTATION_CREATE_FAILED]: rfc3339(this.o.now()) });
+        await this.writer.writeAnnotationRetry(r, key, { [ANNOTATION_CREATE_FAILED]: rfc3339(this.o.now()) });
         ready('False', Reason.Creating, 'The external resource is being created');
-        return this.fail(r, before, e, 'create failed', this.createSchedule);
+        return this.writer.fail(r, before, e, 'create failed', this.writer.createSchedule);
       }
       await this.hook('create-issued', key);
-      await this.writeAnnotationRetry(r, key, { [ANNOTATION_CREATE_SUCCEEDED]: rfc3339(this.o.now()) });
+      await this.writer.writeAnnotationRetry(r, key, { [ANNOTATION_CREATE_SUCCEEDED]: rfc3339(this.o.now()) });
       await this.hook('create-succeeded', key);
-      this.mutated(r, 'created');
+      this.writer.mutated(r, 'created');
       if (created.connectionDetails && this.o.publishConnection && r.spec.writeConnectionSecretToRef) {
         await this.o.publishConnection(r, created.connectionDetails);
       }
       ready('False', Reason.Creating, 'The external resource is being created');
       synced('True', Reason.ReconcileSuccess);
-      await this.writeStatus(r, before);
+      await this.writer.writeStatus(r, before);
       return { kind: 'requeueAfter', ms: created.requeueAfterMs ?? this.o.shortWaitMs, progress: true };
     }
 
     // 12. Late initialization.
     if (obs.lateInitialized && policyAllows(policies, 'LateInitialize')) {
-      await this.writeMeta(r);
+      await this.writer.writeMeta(r);
     }
 
     // 13. Up to date, or update.
     if (obs.upToDate || !policyAllows(policies, 'Update')) {
       if (obs.requeueAfterMs === undefined) this.createFailures.delete(key);
       synced('True', Reason.ReconcileSuccess);
-      await this.writeStatus(r, before);
+      await this.writer.writeStatus(r, before);
       return obs.requeueAfterMs === undefined
         ? { kind: 'requeueAfter', ms: this.pollInterval(r) }
         : { kind: 'requeueAfter', ms: obs.requeueAfterMs, progress: true };
@@ -487,71 +417,17 @@ export class ManagedReconciler<R extends Managed = Managed> {
     try {
       res = await ext.update(r);
     } catch (e) {
-      return this.fail(r, before, e, 'update failed');
+      return this.writer.fail(r, before, e, 'update failed');
     }
     await this.hook('update-issued', key);
-    this.mutated(r, 'updated');
+    this.writer.mutated(r, 'updated');
     synced('True', Reason.ReconcileSuccess);
-    await this.writeStatus(r, before);
+    await this.writer.writeStatus(r, before);
     return {
       kind: 'requeueAfter',
       ms: res.requeueAfterMs ?? obs.requeueAfterMs ?? this.o.shortWaitMs,
       progress: true,
     };
-  }
-
-  private async fail(
-    r: R,
-    before: string,
-    e: unknown,
-    what: FailedStep,
-    schedule?: number[],
-  ): Promise<ReconcileResult> {
-    if (e instanceof ConflictError) return { kind: 'rateLimited' };
-    // Stopping (SIGTERM, lost leadership): write nothing; this process must not write any more.
-    if (e instanceof ReconcileAborted) return { kind: 'done' };
-    const err = e instanceof Error ? e : new Error(String(e));
-    const reason = err instanceof ReasonedError ? err.reason : Reason.ReconcileError;
-    const createFailed = schedule !== undefined || (err instanceof ReasonedError && err.createFailure);
-    // A create whose Proxmox task failed is found by observe, but it is the create that failed.
-    const cannot = err instanceof ReasonedError && err.createFailure ? CANNOT['create failed'] : CANNOT[what];
-    const was = (JSON.parse(before || '{}') as { conditions?: ConditionView[] }).conditions?.find(
-      (x) => x.type === 'Synced',
-    );
-    setCondition(
-      r,
-      {
-        type: 'Synced',
-        status: 'False',
-        reason,
-        message: `${what}: ${err.message}`,
-        observedGeneration: r.metadata.generation,
-      },
-      this.o.now(),
-    );
-    const synced = getCondition(r, 'Synced')!;
-    // Every failed create is an event, as crossplane-runtime records one per attempt (creates back
-    // off over minutes; the create-loop runbook counts them). Other failures are an event when
-    // they are new, not at each retry of the same error: an outage of a site would otherwise be a
-    // write per resource and retry.
-    if (createFailed && !conditionChanged(synced, was)) {
-      const e = conditionEvent(synced, was, cannot);
-      if (e) this.store.event(r, e.type, e.reason, e.message);
-    }
-    try {
-      await this.writeStatus(r, before, cannot);
-    } catch (we) {
-      if (!(we instanceof ConflictError)) this.o.log?.('warn', 'cannot write status', { error: String(we) });
-    }
-    if (err instanceof ReasonedError && err.permanent && !err.createFailure)
-      return { kind: 'rateLimited', error: err, permanent: true };
-    const steps = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
-    if (!steps || (err instanceof ReasonedError && err.retryable)) return { kind: 'rateLimited', error: err };
-    // The n-th failed create in a row waits the n-th step of the schedule (see createFailures).
-    const key = keyOf(r);
-    const count = (this.createFailures.get(key)?.count ?? 0) + 1;
-    this.createFailures.set(key, { count, at: this.o.now() });
-    return { kind: 'rateLimited', schedule: [steps[Math.min(count, steps.length) - 1]!], error: err };
   }
 }
 
