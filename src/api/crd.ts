@@ -15,7 +15,8 @@ import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts'
 import { ProviderConfigSpec } from './provider-config.ts';
 import { imageCrdSpec } from './proxmoximage.ts';
 import { templateCrdSpec } from './proxmoxtemplate.ts';
-import { GROUP, VERSION, vmSchemas } from './proxmoxvm.ts';
+import { GROUP, VERSION } from './proxmoxvm.ts';
+import { vmSchemas } from './proxmoxvm-schema.ts';
 import { ProxmoxVMScaleSetSpecSchema, ProxmoxVMScaleSetStatusSchema } from './scaleset.ts';
 import { type JsonSchema, schemaAt, toStructural } from './structural.ts';
 import { usageSchemas } from './usage.ts';

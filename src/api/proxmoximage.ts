@@ -82,7 +82,7 @@ export function managedSpecFields() {
 }
 
 /**
- * The forProvider and spec schemas of a ProxmoxImage, built on first use (proxmoxvm.ts's
+ * The forProvider and spec schemas of a ProxmoxImage, built on first use (proxmoxvm-schema.ts's
  * vmSchemas says why).
  */
 function buildSpecSchemas() {

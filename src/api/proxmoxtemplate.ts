@@ -37,8 +37,8 @@ export const TEMPLATE_KIND = 'ProxmoxTemplate';
 export type TemplateForProvider = Static<ReturnType<typeof templateSpecSchemas>['TemplateForProviderSchema']>;
 
 /**
- * The forProvider and spec schemas of a ProxmoxTemplate, built on first use (proxmoxvm.ts's
- * vmSchemas says why).
+ * The forProvider and spec schemas of a ProxmoxTemplate, built on first use
+ * (proxmoxvm-schema.ts's vmSchemas says why).
  */
 function buildSpecSchemas() {
   const TemplateForProviderSchema = Type.Object(

@@ -20,7 +20,7 @@
  * credentials and the site's nodes through that spec's `providerConfigRef`.
  */
 import Type, { type Static } from 'typebox';
-import { vmSchemas } from './proxmoxvm.ts';
+import { vmSchemas } from './proxmoxvm-schema.ts';
 import { usageSchemas } from './usage.ts';
 
 export const SCALESET_KIND = 'ProxmoxVMScaleSet';

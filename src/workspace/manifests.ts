@@ -16,7 +16,8 @@ import {
 } from '../api/metadata.ts';
 import { IMAGE_KIND, imageSpecProblems, type ProxmoxImage } from '../api/proxmoximage.ts';
 import { type ProxmoxTemplate, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
-import { API_VERSION, GROUP, type ProxmoxVM, vmSchemas } from '../api/proxmoxvm.ts';
+import { API_VERSION, GROUP, type ProxmoxVM } from '../api/proxmoxvm.ts';
+import { vmSchemas } from '../api/proxmoxvm-schema.ts';
 import { type ManifestDoc, type ManifestProblem, readManifestFile } from './documents.ts';
 import { type CheckedKind, specPasses, specSchemas } from './spec-check.ts';
 

@@ -13,13 +13,13 @@
 import { Value } from 'typebox/value';
 import { IMAGE_KIND, imageSpecSchemas } from '../api/proxmoximage.ts';
 import { TEMPLATE_KIND, templateSpecSchemas } from '../api/proxmoxtemplate.ts';
-import { vmSchemas } from '../api/proxmoxvm.ts';
+import { vmSchemas } from '../api/proxmoxvm-schema.ts';
 import { COMPILED } from './spec-check-compiled.ts';
 
 /**
  * The spec schema of each kind whose documents src/workspace/manifests.ts checks one by one. A
- * function, so that the schemas are built only when one is read (src/api/proxmoxvm.ts, vmSchemas):
- * in the bundle a spec that passes reads none.
+ * function, so that the schemas are built only when one is read (src/api/proxmoxvm-schema.ts,
+ * vmSchemas): in the bundle a spec that passes reads none.
  */
 export function specSchemas() {
   return {

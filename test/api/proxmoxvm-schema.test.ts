@@ -1,6 +1,6 @@
 /**
  * The ProxmoxVM spec schema's initProvider is built field by field from forProvider rather than
- * with Type.Partial (src/api/proxmoxvm.ts says why): it must be the very schema Type.Partial
+ * with Type.Partial (src/api/proxmoxvm-schema.ts says why): it must be the very schema Type.Partial
  * returns, TypeBox's own non-enumerable markers (`~kind`, `~optional`) included, since the CRD
  * generator, Value.Check, Value.Errors and the bundle's generated checks all read it. The schemas
  * are built on first use (vmSchemas), once.
@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import Type from 'typebox';
 import { Value } from 'typebox/value';
-import { vmSchemas } from '../../src/api/proxmoxvm.ts';
+import { vmSchemas } from '../../src/api/proxmoxvm-schema.ts';
 
 const { ForProviderSchema, ProxmoxVMSpecSchema } = vmSchemas();
 
