@@ -34,7 +34,7 @@ export interface ConnectorOptions extends VmClientOptions {
   clientHooks?: ClientHooks;
   /** Cache TTL of the per-site bulk observation (default 1 s). */
   siteTtlMs?: number;
-  /** The fewest entries of a site's list for which a resource reads its own VM after a mutation (site-cache.ts OWN_VIEW_FROM). */
+  /** The fewest entries of a site's list for which a resource reads its own VM after a mutation (cluster-list.ts OWN_VIEW_FROM). */
   ownViewFrom?: number;
   /**
    * The installation of a config without `spec.installation` (the runtime's default: the

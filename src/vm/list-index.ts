@@ -11,7 +11,7 @@
  * VMIDs that changed holder since it was last asked (HoldingLog), so a search costs what it finds
  * plus those changes, where a scan of every tagged VM per create made a rollout O(N^2).
  *
- * A list with one VM's entry replaced (a resource's own view, see site-cache.ts ownView) gets an
+ * A list with one VM's entry replaced (a resource's own view, see cluster-list.ts ownView) gets an
  * index derived from its list's (patchedIndex): what the entry changed, over the list's maps, with
  * no scan or copy of the list, as such a view is made after every task of a rollout.
  */
@@ -185,7 +185,7 @@ class PatchedMap<K, V> extends Map<K, V> {
 /**
  * The index of `base` with `entry` (a VM) in place of the entry at its VMID (or added), derived
  * from `base`'s: O(1) maps over the list's, the tagged VMs made only if asked for. No list is
- * made: a resource's own view (site-cache.ts ownView) is looked up through its index, and most
+ * made: a resource's own view (cluster-list.ts ownView) is looked up through its index, and most
  * views are never iterated, while a copy of a site's list per view cost 8 bytes an entry (a
  * 10,000-VM apply held hundreds of views of 5,000 entries). patchedList makes the list.
  */

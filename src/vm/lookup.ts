@@ -20,7 +20,7 @@ export interface ObservedVm {
 
 export async function locate(ctx: StepContext, vmid: number, fresh: boolean): Promise<ObservedVm | undefined> {
   // After its own mutation, a resource looks at its VM with a read of that VM over the site's list
-  // (site-cache.ts ownView), not a whole list of the site begun after it. Not for a replacement
+  // (cluster-list.ts ownView), not a whole list of the site begun after it. Not for a replacement
   // or a move to another site: those mutate another VM too.
   const view =
     fresh || ctx.previous || ctx.target

@@ -25,7 +25,7 @@ const FOLLOW_ENDED_MS = 10 * 60_000;
 
 /**
  * The site's epochs (SiteContext.invalidate): the current one, and the one a read must have been
- * begun in to serve the resource whose memory is `of` (SiteContext.epochNeeded).
+ * begun in to serve the resource whose memory is `of` (ClusterList.epochNeeded, cluster-list.ts).
  */
 export interface TaskReadEpochs {
   current(): number;

@@ -173,7 +173,7 @@ const latency: fc.Arbitrary<DrawnFault> = fc
 /**
  * The bulk list answers late (a big cluster's pmxcfs, a busy pveproxy): while it is on its way the
  * resources mutate and ask again, so each must wait for a list begun after its own mutations
- * (site-cache.ts clusterResources: one read at a time, the next shared) and never act on one that
+ * (cluster-list.ts clusterResources: one read at a time, the next shared) and never act on one that
  * predates them.
  */
 const listLatency: fc.Arbitrary<DrawnFault> = fc

@@ -116,7 +116,7 @@ export class Process {
 
   /**
    * `ownViewFrom`: from how many list entries the process's resources read their own VM after a
-   * mutation (site-cache.ts ownView); the search's sites are small, so 0 is how that path is searched.
+   * mutation (cluster-list.ts ownView); the search's sites are small, so 0 is how that path is searched.
    */
   constructor(name: string, shared: MemoryStore<ProxmoxVM>, config: LoadedProviderConfig, ownViewFrom?: number) {
     this.name = name;

@@ -239,7 +239,7 @@ export class World {
     let p = this.procs[i];
     if (!p || p.dead) {
       // Every other start reads its own VM after a mutation at any list size (a large site's way,
-      // site-cache.ts ownView), the others wait for a list as a small site does: both, and the two
+      // cluster-list.ts ownView), the others wait for a list as a small site does: both, and the two
       // side by side, are searched.
       const generation = ++this.generation;
       p = new Process(

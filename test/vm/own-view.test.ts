@@ -1,5 +1,5 @@
 /**
- * A resource's own view of the bulk list after its own mutation (src/vm/site-cache.ts ownView,
+ * A resource's own view of the bulk list after its own mutation (src/vm/cluster-list.ts ownView,
  * read by src/vm/lookup.ts locate): the site's list with the resource's VM as a read of that VM
  * begun after the mutation shows it, where a whole list begun after it was waited for (issue 16:
  * 5,000 lists of up to 3,000 VMs for 3,000 creates). What each case pins: the view shows the VM
@@ -14,11 +14,12 @@ import { describe, it } from 'node:test';
 import { UnavailableError } from '../../src/proxmox/errors.ts';
 import type { PveClient } from '../../src/proxmox/index.ts';
 import type { ClusterResource, VmStatus } from '../../src/proxmox/types.ts';
+import { OWN_VIEW_FROM } from '../../src/vm/cluster-list.ts';
 import type { StepContext } from '../../src/vm/context.ts';
 import type { SlotLimiter } from '../../src/vm/limits.ts';
 import { listIndex } from '../../src/vm/list-index.ts';
 import { locate } from '../../src/vm/lookup.ts';
-import { OWN_VIEW_FROM, SiteContext } from '../../src/vm/site-cache.ts';
+import { SiteContext } from '../../src/vm/site-cache.ts';
 import { flush } from '../helpers/fake-clock.ts';
 
 const TAG = 'provider-proxmox';
