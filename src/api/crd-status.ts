@@ -5,6 +5,7 @@
  * schemas like the specs (structural.ts).
  */
 import Type, { type Static } from 'typebox';
+import { managedStatusSchema } from './managed-status.ts';
 import type { AtProvider } from './proxmoxvm.ts';
 import { usageSchemas } from './usage.ts';
 
@@ -162,19 +163,8 @@ type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B 
 /** Fails to compile when AtProvider (proxmoxvm.ts) and its CRD schema drift apart. */
 export const AT_PROVIDER_IN_SYNC: Equals<Static<typeof ProxmoxVMAtProviderSchema>, AtProvider> = true;
 
-export const ManagedStatusSchema = Type.Object(
-  {
-    atProvider: Type.Optional(ProxmoxVMAtProviderSchema),
-    conditions: Type.Optional(usageSchemas().ConditionsSchema),
-    observedGeneration: Type.Optional(
-      Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last reconciled.' }),
-    ),
-    lastHandledReconcileAt: Type.Optional(
-      Type.String({ description: 'The last crossplane.io/reconcile-requested-at value handled.' }),
-    ),
-  },
-  { description: 'The observed state, written by the provider.' },
-);
+/** The status of a ProxmoxVM: its atProvider in the status every managed resource writes. */
+export const ManagedStatusSchema = managedStatusSchema(ProxmoxVMAtProviderSchema);
 
 export const ProviderConfigStatusSchema = Type.Object(
   {

@@ -19,14 +19,14 @@
  *     fileName: ubuntu-22.04-cloud.qcow2
  * ```
  */
-import Type, { type Static } from 'typebox';
+import Type, { type Static, type TSchema } from 'typebox';
 import type { Managed } from '../engine/resource.ts';
 import { builtOnce } from './built-once.ts';
 import type { CrdSpec, PrinterColumn } from './crd.ts';
 import { addRule } from './crd-rules.ts';
+import { managedStatusSchema } from './managed-status.ts';
 import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN } from './metadata.ts';
 import { type JsonSchema, schemaAt, toStructural } from './structural.ts';
-import { usageSchemas } from './usage.ts';
 
 export const IMAGE_KIND = 'ProxmoxImage';
 
@@ -284,23 +284,8 @@ export function managedCrdDefaults(spec: JsonSchema): void {
   schemaAt(spec, 'managementPolicies').default = ['*'];
 }
 
-export function statusSchema(atProvider: unknown, kind: string): JsonSchema {
-  return toStructural(
-    Type.Object(
-      {
-        atProvider: Type.Optional(atProvider as ReturnType<typeof imageAtProviderSchema>),
-        conditions: Type.Optional(usageSchemas().ConditionsSchema),
-        observedGeneration: Type.Optional(
-          Type.Integer({ format: 'int64', minimum: 0, description: 'The metadata.generation last reconciled.' }),
-        ),
-        lastHandledReconcileAt: Type.Optional(
-          Type.String({ description: 'The last crossplane.io/reconcile-requested-at value handled.' }),
-        ),
-      },
-      { description: 'The observed state, written by the provider.' },
-    ),
-    `${kind}.status`,
-  );
+export function statusSchema(atProvider: TSchema, kind: string): JsonSchema {
+  return toStructural(managedStatusSchema(atProvider), `${kind}.status`);
 }
 
 export function imageCrdSpec(categories: string[]): CrdSpec {
