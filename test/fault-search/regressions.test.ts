@@ -837,6 +837,27 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F61: vm-c (site-1/100) moves to site-2 by a replacement while another state file's apply adopts it there from site-1; another user takes VMID 100 on site-1 once ours has moved -> the other state file tells that unmarked VM from its own by the SMBIOS UUID it recorded at the adoption, and follows its VM to site-2", async () => {
+    await runSchedule(
+      'password',
+      [vmC],
+      [
+        new Reconcile('vm-c'),
+        new Replace('vm-c'),
+        new OtherState('vm-c'),
+        new Reconcile('vm-c', {
+          where: { step: 'update-reserve-replacement' },
+          what: { kind: 'foreign', what: 'take-persisted-vmid' },
+        }),
+        new Reconcile('vm-c', {
+          where: { step: 'update-remote-migrate' },
+          what: { kind: 'foreign', what: 'take-persisted-vmid' },
+        }),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
     await runSchedule(
       'password',
