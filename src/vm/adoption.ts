@@ -9,7 +9,7 @@ import { atProvider, ready } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import { findOwnVm, type ObservedVm } from './lookup.ts';
 import type { Observed } from './observe.ts';
-import { smbiosUuid } from './ownership.ts';
+import { confirmOwnVm } from './ownership.ts';
 
 /** This resource's VM found by its marker (see findOwnVm), adopted; undefined when there is none. */
 export async function adoptOwn(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
@@ -37,14 +37,10 @@ export async function adoptElsewhere(ctx: StepContext, r: ProxmoxVM): Promise<Ob
     const a = atProvider(r);
     a.site = site.name;
     a.node = own.node;
-    a.vmId = own.vmid;
-    // With the VMID confirmed, the VM's SMBIOS UUID, as observe records it: an unmarked VM made at
-    // this VMID once ours left (moved away by another state file) is told from ours with its marker
-    // edited away by it alone (ourVmNotAt). Without it, such a VM held the resource in
+    // With the VMID confirmed, the VM's SMBIOS UUID, as observe records it: without it, an unmarked
+    // VM made at this VMID once ours left (moved away by another state file) held the resource in
     // PlacementChangeRefused for good (fault search F61).
-    const uuid = smbiosUuid(own.config?.values.smbios1);
-    if (uuid) a.smbiosUuid = uuid;
-    else delete a.smbiosUuid;
+    confirmOwnVm(r, own);
     delete a.placedNode;
     return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   }

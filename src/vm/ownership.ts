@@ -24,7 +24,7 @@ import {
 } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import type { VmConfig } from '../proxmox/types.ts';
-import { ready } from './conditions.ts';
+import { atProvider, ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { findTemplate } from './lookup.ts';
@@ -127,6 +127,19 @@ export function ourVmNotAt(r: ProxmoxVM, vmid: number, own: Ownership, smbios1: 
 /** The `uuid=` of an `smbios1` config value. */
 export function smbiosUuid(smbios1: string | undefined): string | undefined {
   return /(?:^|,)uuid=([^,]+)/.exec(smbios1 ?? '')?.[1];
+}
+
+/**
+ * Record `found`, whose marker names this resource, as its VM: its VMID (confirmedAt) and its
+ * SMBIOS UUID, by which a VM made at that VMID once ours has gone is told from ours with its marker
+ * edited away (ourVmNotAt, anotherVm); none recorded when its config has none.
+ */
+export function confirmOwnVm(r: ProxmoxVM, found: { vmid: number; config?: VmConfig | undefined }): void {
+  const a = atProvider(r);
+  a.vmId = found.vmid;
+  const uuid = smbiosUuid(found.config?.values.smbios1);
+  if (uuid) a.smbiosUuid = uuid;
+  else delete a.smbiosUuid;
 }
 
 export type PlaceholderFate =

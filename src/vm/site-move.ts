@@ -39,11 +39,11 @@ import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
   cloneSource,
+  confirmOwnVm,
   manualCleanup,
   ourVmNotAt,
   ownershipOf,
   placeholderFate,
-  smbiosUuid,
 } from './ownership.ts';
 import { replacementChange } from './replace.ts';
 import { planSiteMove, remoteMigrationBlocker, targetContext } from './site-move-request.ts';
@@ -282,11 +282,8 @@ export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number)
     // With the VMID, in the same write, the site it is on (F28).
     setAnnotation(r, ANNOTATION_SITE, site);
     a.node = found.node;
-    a.vmId = found.vmid;
     // A twin is another VM: a delete checks the SMBIOS UUID it recorded (ownership.ts anotherVm).
-    const uuid = smbiosUuid(found.config?.values.smbios1);
-    if (uuid) a.smbiosUuid = uuid;
-    else delete a.smbiosUuid;
+    confirmOwnVm(r, found);
   } else {
     // Gone from both. A create of ours here whose answer was lost may still be applied here: wait
     // that out, as observe does. Then the VMID goes with the site: it names nothing on the target,
