@@ -57,7 +57,7 @@ export class SiteContext {
   /** One SSH connection per node for snippets (made on first use, see snippets.ts withNodeFiles). */
   sshSessions: SshSessions | undefined;
   /** Marked VMs by VMID (their config read), shared by adoption and duplicate checks; see markedVms. */
-  private marked = new Map<number, { at: number; data: Promise<MarkedVm | undefined> }>();
+  private marked = new Map<number, { at: number; row: string; data: Promise<MarkedVm | undefined> }>();
   /** VMIDs handed out by chooseVmid (-> resource uid) and not yet visible in Proxmox (the nextid race). */
   readonly reserved = new Map<number, string>();
   /**
@@ -155,23 +155,31 @@ export class SiteContext {
 
   /**
    * The marked VMs among `entries` (bulk-list rows), each config read at most once per
-   * MARKER_TTL_MS and shared by every resource of the site. Markers change only when a VM is made,
-   * adopted or destroyed, and whoever acts on an entry reads that VM's config again first.
+   * MARKER_TTL_MS and shared by every resource of the site, while its row stays as it was read
+   * (rowKey). Markers change only when a VM is made, adopted or destroyed, and whoever acts on an
+   * entry reads that VM's config again first. But another VM can come to a VMID without this
+   * process acting (a migration arriving, another runtime's create), and a read of what was there
+   * hid it: a remote migration's `lock: create` target, read while it arrived, kept the moved VM
+   * unmarked for 30 s, and a resource looking for its VM made a second one (fault search, F62).
+   * Its row changes with it (name, lock, node, tags), so a changed row is read again.
    */
   async markedVms(entries: ClusterResource[], signal?: AbortSignal): Promise<MarkedVm[]> {
     const t = this.now();
-    const reads = entries.map((e) => {
+    const reads = entries.map(async (e) => {
       const vmid = Number(e.vmid);
+      const row = rowKey(e);
       let c = this.marked.get(vmid);
-      if (!c || t - c.at > MARKER_TTL_MS) {
+      if (!c || t - c.at > MARKER_TTL_MS || c.row !== row) {
         const data = readMarkedVm(this.client, e);
-        c = { at: t, data };
+        c = { at: t, row, data };
         this.marked.set(vmid, c);
         data.catch(() => {
           if (this.marked.get(vmid)?.data === data) this.marked.delete(vmid);
         });
       }
-      return abortable(c.data, signal);
+      const vm = await abortable(c.data, signal);
+      // The power state is the row's, not the read's: the duplicate rules keep the one that runs.
+      return vm && e.status !== undefined && vm.status !== e.status ? { ...vm, status: e.status } : vm;
     });
     return (await Promise.all(reads)).filter((v): v is MarkedVm => v !== undefined);
   }
@@ -282,4 +290,9 @@ export class SiteContext {
     if (m) m.view = undefined;
     this.memory.delete(uid);
   }
+}
+
+/** What of a bulk-list row changes when another VM comes to its VMID or its config is rewritten. */
+function rowKey(e: ClusterResource): string {
+  return `${e.node ?? ''}\u0000${e.name ?? ''}\u0000${e.lock ?? ''}\u0000${e.tags ?? ''}\u0000${e.template ?? 0}`;
 }

@@ -858,6 +858,24 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F62: another state file's process clones vm-b (101) on site-1; this one adopts it, moves it to site-2 and back, then to site-2 again while the other process, its manifest on site-2 too, waits for the migration -> the other process reads the VM that arrived at 101 again (its row changed since it read the migration's `lock: create` target) and follows it there; it makes no second VM", async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2' }), vmB],
+      [
+        new Move('vm-b'),
+        new OtherState('vm-a'),
+        new OtherState('vm-b'),
+        new Reconcile('vm-b', { where: { nth: 1 }, what: { kind: 'edit', edit: { cpu: 1, memory: '1Gi' } } }),
+        new Converge('vm-b'),
+        new Delete('vm-a'),
+        new Replace('vm-b'),
+        vmA,
+      ],
+      { strict: true },
+    );
+  });
+
   it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
     await runSchedule(
       'password',
