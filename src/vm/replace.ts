@@ -32,6 +32,7 @@ import { locate, type ObservedVm } from './lookup.ts';
 import { removeSnippetsLeftOn } from './snippet-removal.ts';
 import { markerNames, parseMarker } from './spec.ts';
 import { taskDone } from './tasks.ts';
+import { confirmedAt, lateCreateMayStillApply, noteUnknownCreate } from './vmid.ts';
 
 /** The change that records the replacement (step 1): the old VM, to destroy once the new one is Ready. */
 export function replacementChange(ctx: StepContext, here: ObservedVm, blocker: string): Change {
@@ -110,7 +111,7 @@ export async function discardReplacement(
   r: ProxmoxVM,
   vmid: number,
 ): Promise<{ obs: ExternalObservation; change?: Change } | undefined> {
-  if (!reverted(r) || createIncomplete(r)) return undefined;
+  if (!reverted(r)) return undefined;
   // Step 3 under way (the new VM was Ready): its task is seen to its end first. A stop leaves the
   // old VM, which the user wants back; a destroy does not: the replacement is done, and the new VM
   // is the resource's and goes to the old site as any VM.
@@ -130,13 +131,37 @@ export async function discardReplacement(
       return undefined;
     }
   }
+  // A create of the new VM whose answer was lost (the process died once it was sent) is settled
+  // here, not left to observe's paths: those go through the site move first (the spec names the
+  // old site), which took the new VM, found with our marker, for one to migrate onto the old VM's
+  // VMID, refused for good, and both VMs stayed (fault search F63). Found with our marker, it was
+  // made, and is discarded as any; not found, it may still be made while PVE could apply the create.
+  const unknown = createIncomplete(r) && !confirmedAt(r, vmid);
   const here = await locate(ctx, vmid, true);
   if (!here) {
+    if (unknown) {
+      noteUnknownCreate(r, vmid);
+      if (lateCreateMayStillApply(ctx, r)) {
+        ready(
+          r,
+          'False',
+          'Unavailable',
+          `the create of VM ${vmid} got no answer; waiting to see whether Proxmox applied it, to discard it`,
+        );
+        return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+      }
+    }
     await backToReplaced(ctx, r);
     return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   }
   const cfg = (await ctx.client.vmConfig(here.node, vmid)).values;
   if (!markerNames(parseMarker(cfg.description), r, { installation: ctx.site.installation, vmid })) return undefined;
+  if (unknown) {
+    // Its create's outcome is known now: made (as observe records a VM confirmed ours).
+    a.vmId = vmid;
+    delete a.createOutcome;
+    delete a.unknownCreateSince;
+  }
   a.node = here.node;
   if (cfg.lock) {
     ready(r, 'False', 'Unavailable', `VM ${vmid} is locked (${cfg.lock}); it is discarded once unlocked`);

@@ -876,6 +876,26 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F63: vm-c (site-2/100) is to be replaced on site-1 (password credentials: no migration there); vm-b's reconciles let time pass; the process dies once the new VM's create is sent, and the spec goes back to site-2 -> the new VM, found with the resource's marker, is known made and discarded; the old VM stays: one VM", async () => {
+    await runSchedule(
+      'password',
+      [
+        new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+      ],
+      [
+        new Reconcile('vm-c'),
+        new Replace('vm-c'),
+        new Converge('vm-b'),
+        new Reconcile('vm-b'),
+        new Reconcile('vm-c'),
+        new Reconcile('vm-c', { where: { step: 'create-issued' }, what: { kind: 'crash' } }),
+        new Replace('vm-c'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
     await runSchedule(
       'password',
