@@ -186,16 +186,21 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   // ours was a clone without a marker yet), by the rule both runtimes keep (duplicates-elsewhere.ts):
   // moved onto it, the move found the VMID it carries taken by that twin and was refused for good
   // (fault search F59). Ours retired, the twin is followed (lostOnSource); the twin retired, the move goes on.
-  const stray = await retireStrayElsewhere(ctx, r, here, here.entry.status ?? '', true);
-  if (stray) return stray;
-  if (r.spec.forProvider.replacePolicy === 'CreateThenDelete') {
-    const blocker = await remoteMigrationBlocker(ctx, tctx);
-    if (blocker) {
-      const change = replacementChange(ctx, here, blocker);
-      atProvider(r).step = 'ReservingReplacement';
-      ready(r, 'False', 'Unavailable', change.why);
-      return { obs: { exists: true, upToDate: false }, change };
-    }
+  // Only for a move that can be made: one refused (no migration possible, no replacement allowed)
+  // moves nothing onto the twin, and the twin may be another runtime's replacement of this VM in
+  // progress (its spec on the target, CreateThenDelete): destroyed as the later of the two, it was
+  // made again at once and destroyed again, for good (fault search F64).
+  const blocker = await remoteMigrationBlocker(ctx, tctx);
+  const replacing = blocker !== undefined && r.spec.forProvider.replacePolicy === 'CreateThenDelete';
+  if (!blocker || replacing) {
+    const stray = await retireStrayElsewhere(ctx, r, here, here.entry.status ?? '', true);
+    if (stray) return stray;
+  }
+  if (replacing) {
+    const change = replacementChange(ctx, here, blocker);
+    atProvider(r).step = 'ReservingReplacement';
+    ready(r, 'False', 'Unavailable', change.why);
+    return { obs: { exists: true, upToDate: false }, change };
   }
   const planned = await planSiteMove(ctx, tctx, r, here, cfg);
   a.step = 'ReservingTarget';

@@ -896,6 +896,25 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F64: vm-c (site-2/100) is being replaced on site-1 (password credentials: no migration there) when its manifest drops the replacement policy, and another state file's process holds the old VM -> that process, whose own move cannot be made, leaves the replacement's new VM alone (it destroyed it as a later twin, and the replacement made it again, for good); the replacement completes and both follow the new VM", async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' })],
+      [
+        new OtherState('vm-c'),
+        new Replace('vm-c'),
+        new Reconcile('vm-c'),
+        new Reconcile('vm-c'),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi' }),
+        new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new Move('vm-c'),
+        vmA,
+        new Converge('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
     await runSchedule(
       'password',
