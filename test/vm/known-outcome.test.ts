@@ -56,6 +56,11 @@ describe('our finished task as evidence', () => {
     const key = eng.apply(vm('known-2', { disk: '20Gi', memory: '1Gi' }));
     await eng.waitFor(key, (x) => x.status?.atProvider?.step === 'Resizing', 'Resizing');
     eng.apply(vm('known-2', { disk: '20Gi', memory: '2Gi' }));
+    // A reconcile has read the edit before the resize may end: one begun before the edit (reconciles
+    // of a resource run one at a time) could otherwise start the VM on the old spec first, and the
+    // edit would then wait for a reboot as a pending change (seen once on a loaded host).
+    const edited = eng.store.getSync(key)!.metadata.generation!;
+    await eng.waitFor(key, (x) => (cond(x, 'Synced')?.observedGeneration ?? 0) >= edited, 'the edit observed');
     c.removeFault(stall);
     const r = await eng.waitReady(key);
     const vmid = r.status!.atProvider!.vmId!;
