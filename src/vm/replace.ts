@@ -29,6 +29,7 @@ import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { locate, type ObservedVm } from './lookup.ts';
+import { confirmOwnVm } from './ownership.ts';
 import { removeSnippetsLeftOn } from './snippet-removal.ts';
 import { markerNames, parseMarker } from './spec.ts';
 import { taskDone } from './tasks.ts';
@@ -154,11 +155,12 @@ export async function discardReplacement(
     await backToReplaced(ctx, r);
     return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   }
-  const cfg = (await ctx.client.vmConfig(here.node, vmid)).values;
+  const config = await ctx.client.vmConfig(here.node, vmid);
+  const cfg = config.values;
   if (!markerNames(parseMarker(cfg.description), r, { installation: ctx.site.installation, vmid })) return undefined;
   if (unknown) {
-    // Its create's outcome is known now: made (as observe records a VM confirmed ours).
-    a.vmId = vmid;
+    // Its create's outcome is known now: made, and confirmed as observe confirms a VM ours.
+    confirmOwnVm(r, { vmid, config });
     delete a.createOutcome;
     delete a.unknownCreateSince;
   }

@@ -95,15 +95,18 @@ export async function remoteMigrationBlocker(ctx: StepContext, tctx: StepContext
   return undefined;
 }
 
-/** The checks and choices of a move, before it is recorded: target node, VMID, maps, room. */
+/**
+ * The checks and choices of a move, before it is recorded: target node, VMID, maps, room.
+ * `blocker`: what remoteMigrationBlocker said (the caller asked it already, to choose a replacement).
+ */
 export async function planSiteMove(
   ctx: StepContext,
   tctx: StepContext,
   r: ProxmoxVM,
   here: ObservedVm,
   cfg: Record<string, string>,
+  blocker: string | undefined,
 ): Promise<{ move: SiteMove; how: string; from: string; fromNode: string; to: string; node: string; vmid: number }> {
-  const blocker = await remoteMigrationBlocker(ctx, tctx);
   if (blocker)
     throw reason(
       'PlacementChangeRefused',

@@ -202,7 +202,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
     ready(r, 'False', 'Unavailable', change.why);
     return { obs: { exists: true, upToDate: false }, change };
   }
-  const planned = await planSiteMove(ctx, tctx, r, here, cfg);
+  const planned = await planSiteMove(ctx, tctx, r, here, cfg, blocker);
   a.step = 'ReservingTarget';
   return {
     obs: { exists: true, upToDate: false },
