@@ -1,8 +1,9 @@
 /**
  * What one ProxmoxVM's object says, read without a runtime: its row, as the status table, the live
  * views and the JSON/YAML documents show it (the AGE column, rollout order), and whether it is
- * settled or failed for good. LocalRuntime (src/local/runtime.ts) keeps the rows of its store and
- * adds to these judgments what a reconcile of its run observed (stateOf).
+ * settled or failed for good, and the rows of a whole store kept from one look to the next
+ * (StoreRows). LocalRuntime (src/local/runtime.ts) adds to these judgments what a reconcile of its
+ * run observed (stateOf).
  */
 
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
@@ -150,4 +151,71 @@ export function failedPermanently(r: ProxmoxVM): boolean {
   // The VM is there but its guest is not coming up (no agent within agentTimeout, cloud-init failed).
   const ready = getCondition(r, 'Ready');
   return ready?.status === 'False' && GUEST_FAILURE_REASONS.has(ready.reason);
+}
+
+/**
+ * The rows of a store's resources, kept from one call to the next: apply's check asks for them
+ * every few hundred milliseconds while at most a few resources changed since.
+ */
+export class StoreRows {
+  /**
+   * The rows of every resource, in rollout order. Apply's check asks for them every few hundred
+   * milliseconds while at most a few resources changed since: a resource's row is made again only
+   * when it was written since (its resourceVersion moved) or its AGE reads differently, and the
+   * order is sorted again only when a resource came, went or changed phase. Rows are frozen: the
+   * same row object is returned while it is unchanged (and may be compared by identity).
+   */
+  rows(objs: readonly ProxmoxVM[], now = Date.now()): Row[] {
+    const rows: Row[] = new Array(objs.length);
+    let sameOrder = objs.length === this.rowOrder.keys.length;
+    for (let i = 0; i < objs.length; i++) {
+      const r = objs[i]!;
+      const key = keyOf(r);
+      const rv = r.metadata.resourceVersion;
+      let cached = this.rowCache.get(key);
+      if (!cached || !rv || cached.rv !== rv) {
+        const created = r.metadata.creationTimestamp ? Date.parse(r.metadata.creationTimestamp) : Number.NaN;
+        cached = { rv, row: freezeRow(rowOf(r, now)), created, ageFrom: 0, ageUntil: 0 };
+        this.rowCache.set(key, cached);
+      }
+      // An unparsable creation time is left to age() every time (it prints what it prints).
+      if (!Number.isNaN(cached.created) && (now < cached.ageFrom || now >= cached.ageUntil)) {
+        const span = ageSpan(cached.created, now);
+        cached.ageFrom = span.from;
+        cached.ageUntil = span.until;
+        if (span.text !== cached.row.age) cached.row = Object.freeze({ ...cached.row, age: span.text });
+      } else if (Number.isNaN(cached.created) && r.metadata.creationTimestamp) {
+        const a = age(r.metadata.creationTimestamp, now);
+        if (a !== cached.row.age) cached.row = Object.freeze({ ...cached.row, age: a });
+      }
+      const row = cached.row;
+      rows[i] = row;
+      if (sameOrder && (this.rowOrder.keys[i] !== key || this.rowOrder.phases[i] !== row.phase)) sameOrder = false;
+    }
+    if (this.rowCache.size > objs.length) {
+      const present = new Set(rows.map((r) => r.key));
+      for (const k of this.rowCache.keys()) if (!present.has(k)) this.rowCache.delete(k);
+    }
+    if (!sameOrder) {
+      const sorted = sortRows(rows.map((row, i) => ({ ...row, index: i })));
+      this.rowOrder = {
+        keys: rows.map((r) => r.key),
+        phases: rows.map((r) => r.phase),
+        permutation: sorted.map((r) => r.index),
+      };
+    }
+    return this.rowOrder.permutation.map((i) => rows[i]!);
+  }
+
+  /** Each resource's last row and the version of the resource it was made from (see rows). */
+  private readonly rowCache = new Map<
+    string,
+    { rv: string | undefined; row: Row; created: number; ageFrom: number; ageUntil: number }
+  >();
+  /** The keys and phases rows() last sorted, in the store's order, and their rollout order (indexes into them). */
+  private rowOrder: { keys: string[]; phases: Array<string | undefined>; permutation: number[] } = {
+    keys: [],
+    phases: [],
+    permutation: [],
+  };
 }

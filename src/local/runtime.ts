@@ -24,18 +24,7 @@ import { planResources, type ResourcePlan } from '../vm/plan.ts';
 import { VmidHolderIndex } from '../vm/vmid-holders.ts';
 import { FileConfigSource } from './config-source.ts';
 import { MemoryStore } from './memory-store.ts';
-import {
-  age,
-  ageSpan,
-  failedPermanently,
-  freezeRow,
-  isSettled,
-  type Row,
-  rowOf,
-  STOP_REASONS,
-  settled,
-  sortRows,
-} from './resource-view.ts';
+import { failedPermanently, isSettled, type Row, STOP_REASONS, StoreRows, settled } from './resource-view.ts';
 import { FileStore } from './store.ts';
 
 export interface RuntimeOptions {
@@ -305,66 +294,13 @@ export class LocalRuntime {
   }
 
   /**
-   * The rows of every resource, in rollout order. Apply's check asks for them every few hundred
-   * milliseconds while at most a few resources changed since: a resource's row is made again only
-   * when it was written since (its resourceVersion moved) or its AGE reads differently, and the
-   * order is sorted again only when a resource came, went or changed phase. Rows are frozen: the
-   * same row object is returned while it is unchanged (and may be compared by identity).
+   * The rows of every resource, in rollout order; each made again only when its resource was
+   * written since or its AGE reads differently (see StoreRows).
    */
   rows(now = Date.now()): Row[] {
-    const objs = this.store.listSync();
-    const rows: Row[] = new Array(objs.length);
-    let sameOrder = objs.length === this.rowOrder.keys.length;
-    for (let i = 0; i < objs.length; i++) {
-      const r = objs[i]!;
-      const key = keyOf(r);
-      const rv = r.metadata.resourceVersion;
-      let cached = this.rowCache.get(key);
-      if (!cached || !rv || cached.rv !== rv) {
-        const created = r.metadata.creationTimestamp ? Date.parse(r.metadata.creationTimestamp) : Number.NaN;
-        cached = { rv, row: freezeRow(rowOf(r, now)), created, ageFrom: 0, ageUntil: 0 };
-        this.rowCache.set(key, cached);
-      }
-      // An unparsable creation time is left to age() every time (it prints what it prints).
-      if (!Number.isNaN(cached.created) && (now < cached.ageFrom || now >= cached.ageUntil)) {
-        const span = ageSpan(cached.created, now);
-        cached.ageFrom = span.from;
-        cached.ageUntil = span.until;
-        if (span.text !== cached.row.age) cached.row = Object.freeze({ ...cached.row, age: span.text });
-      } else if (Number.isNaN(cached.created) && r.metadata.creationTimestamp) {
-        const a = age(r.metadata.creationTimestamp, now);
-        if (a !== cached.row.age) cached.row = Object.freeze({ ...cached.row, age: a });
-      }
-      const row = cached.row;
-      rows[i] = row;
-      if (sameOrder && (this.rowOrder.keys[i] !== key || this.rowOrder.phases[i] !== row.phase)) sameOrder = false;
-    }
-    if (this.rowCache.size > objs.length) {
-      const present = new Set(rows.map((r) => r.key));
-      for (const k of this.rowCache.keys()) if (!present.has(k)) this.rowCache.delete(k);
-    }
-    if (!sameOrder) {
-      const sorted = sortRows(rows.map((row, i) => ({ ...row, index: i })));
-      this.rowOrder = {
-        keys: rows.map((r) => r.key),
-        phases: rows.map((r) => r.phase),
-        permutation: sorted.map((r) => r.index),
-      };
-    }
-    return this.rowOrder.permutation.map((i) => rows[i]!);
+    return this.storeRows.rows(this.store.listSync(), now);
   }
-
-  /** Each resource's last row and the version of the resource it was made from (see rows). */
-  private readonly rowCache = new Map<
-    string,
-    { rv: string | undefined; row: Row; created: number; ageFrom: number; ageUntil: number }
-  >();
-  /** The keys and phases rows() last sorted, in the store's order, and their rollout order (indexes into them). */
-  private rowOrder: { keys: string[]; phases: Array<string | undefined>; permutation: number[] } = {
-    keys: [],
-    phases: [],
-    permutation: [],
-  };
+  private readonly storeRows = new StoreRows();
 
   /**
    * Whether a reconcile of `key` finished in this runtime and found nothing left to do: it observed

@@ -13,7 +13,8 @@
  * process goes: its flocks.
  */
 import type { AuthInfo } from './auth.ts';
-import type { Faults, TaskFault } from './faults.ts';
+import type { TaskFault } from './fault-spec.ts';
+import type { Faults } from './faults.ts';
 import type { ClusterState, TaskState } from './state.ts';
 
 export interface TaskHandle {

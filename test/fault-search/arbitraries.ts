@@ -14,7 +14,7 @@
  * unreachable (`unavailable`) is.
  */
 import fc from 'fast-check';
-import type { FaultSpec } from '../../src/sim/faults.ts';
+import type { FaultSpec } from '../../src/sim/fault-spec.ts';
 import {
   Apply,
   Converge,

@@ -11,7 +11,7 @@ import type { AsyncCommand } from 'fast-check';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
 import { SimulatedCrash } from '../../src/engine/types.ts';
 import { settled } from '../../src/local/resource-view.ts';
-import type { FaultSpec } from '../../src/sim/faults.ts';
+import type { FaultSpec } from '../../src/sim/fault-spec.ts';
 import { markerUid, OWNER_TAG } from '../../src/vm/spec.ts';
 import { checkAlways } from './invariants.ts';
 import { type Edit, type Interrupt, keyOfName, type Name, SITE, type SiteName, type World } from './world.ts';

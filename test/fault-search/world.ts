@@ -17,7 +17,7 @@ import type { ReconcileResult } from '../../src/engine/reconciler.ts';
 import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';
 import { MemoryStore } from '../../src/local/memory-store.ts';
 import { planTarget } from '../../src/local/setup.ts';
-import type { FaultSpec } from '../../src/sim/faults.ts';
+import type { FaultSpec } from '../../src/sim/fault-spec.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
 import { heldVmids } from '../../src/vm/connector.ts';
 import { startTestSim } from '../helpers/sim.ts';
