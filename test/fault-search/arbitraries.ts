@@ -421,7 +421,9 @@ export function commandsArb(extras: Extras, auth: 'password' | 'token', maxComma
  * steps interrupted, among applies (which may take the policy away again), plain moves,
  * reconciles, crashes, deletions, two writers, restarts, faults and a second state file's apply
  * of the resource (since the fourteenth session: a replacement with two state files had never been
- * drawn). Without other users, whose open families (FINDINGS.md) are the first search's to meet.
+ * drawn), and since the eighteenth other users' acts as commands of their own (a VM taken,
+ * destroyed, powered off or backed up by someone else between two reconciles; before, only at a
+ * reconcile's steps). Seeds recorded before a kind was added replay on the commit they name.
  */
 export function replaceCommandsArb(
   extras: Extras,
@@ -443,6 +445,7 @@ export function replaceCommandsArb(
     'fault',
     'heal',
     'otherState',
+    'foreign',
   ] as const;
   return scheduleOf(extras, auth, kinds, maxCommands, replayPath);
 }
