@@ -69,10 +69,22 @@ function checkPlacement(r: ProxmoxVM, vmid: number | undefined): void {
 function notOurs(ctx: StepContext, r: ProxmoxVM, found: ObservedVm, own: Ownership): Observed {
   // Deleting, and a VM that is not ours holds the VMID: ours is gone (destroyed, the VMID reused).
   // Nothing of ours is left to delete; the stranger is never touched. Otherwise, where the VM there
-  // proves ours is not (ourVmNotAt), look for ours elsewhere, or make it again at another VMID; ours
-  // with its description edited stays a VMIDConflict.
-  if (r.metadata.deletionTimestamp || ourVmNotAt(r, found.vmid, own, found.config?.values.smbios1))
-    return { obs: giveUpVmid(ctx, r, found.vmid) };
+  // proves ours is not (ourVmNotAt), ours may be elsewhere: the next reconcile, with no VMID, looks
+  // for it by its marker on this site and the others (adoptOwn, adoptElsewhere) before it makes
+  // one again at another VMID. Made at once here, a VM another state file had adopted and moved to
+  // another site was made a second time (fault search F65). Ours with its description edited
+  // stays a VMIDConflict.
+  if (r.metadata.deletionTimestamp) return { obs: giveUpVmid(ctx, r, found.vmid) };
+  if (ourVmNotAt(r, found.vmid, own, found.config?.values.smbios1)) {
+    giveUpVmid(ctx, r, found.vmid);
+    ready(
+      r,
+      'False',
+      'Creating',
+      `VM ${found.vmid} on node ${found.node} is not this resource's any more; looking for this resource's VM by its marker before making it again`,
+    );
+    return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
+  }
   if (own.kind === 'other')
     throw reason(
       'VMIDConflict',

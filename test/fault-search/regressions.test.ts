@@ -915,6 +915,22 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F65: another state file's process clones vm-b (100) on site-1; this one adopts it and moves it to site-2, vm-a is made at site-1/100, and vm-b's manifest goes back to site-1 -> the other process, finding vm-a's VM at its VMID, looks for its own by its marker on the other site before making one, and follows it there: no second VM", async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi', powerState: 'stopped' }), vmB],
+      [
+        new OtherState('vm-b'),
+        new Reconcile('vm-b'),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new Converge('vm-b'),
+        new Converge('vm-a'),
+        new Move('vm-b'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
     await runSchedule(
       'password',
