@@ -241,6 +241,13 @@ async function unfinishedHere(
     );
     return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
   }
+  // Another's placeholder (its task made with other credentials) at a VMID that proves ours is not
+  // there (ourVmNotAt: one we chose and never confirmed): ours is gone from the source, as for a
+  // complete VM not ours (lostOnSource), and observe's notOurs would give the VMID up. Refused, a
+  // resource whose create lost its VMID to another user's (whose worker then died) stayed in
+  // PlacementChangeRefused for good once its spec moved (fault search F66).
+  if (!marked && fate.kind === 'foreign' && ourVmNotAt(r, vmid, { kind: 'foreign', lock }, undefined))
+    return lostOnSource(ctx, r, vmid);
   if (!marked && fate.kind !== 'ours-interrupted')
     throw reason(
       'PlacementChangeRefused',

@@ -931,6 +931,25 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F66: another user's create takes vm-b's chosen VMID (site-1/100) as vm-b's clone is sent, and that create's worker dies at its start (its placeholder stays); vm-b's clone is refused, then its manifest moves to site-2 -> the placeholder, another's at a VMID vm-b chose and never confirmed, proves vm-b's VM is not on site-1: it is made on site-2 (it was PlacementChangeRefused for good), and the placeholder is left alone", async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }), vmC],
+      [
+        new Fault("the qmcreate worker dies at its start (PVE's placeholder stays)", {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'die',
+          at: 'start',
+        }),
+        new Replace('vm-b'),
+        new Reconcile('vm-b', { where: { nth: 5 }, what: { kind: 'foreign', what: 'take-persisted-vmid' } }),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F60: another state file's process clones vm-b (100); this one adopts it and moves it to site-2 (crashing on the way), then the manifest goes back to site-1 -> the other process, its VMID given up while the creation grace kept its ended clone recorded, records that clone's end on site-1 before it follows the VM to site-2, and never looks for the clone's task there", async () => {
     await runSchedule(
       'password',
