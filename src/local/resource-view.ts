@@ -153,10 +153,7 @@ export function failedPermanently(r: ProxmoxVM): boolean {
   return ready?.status === 'False' && GUEST_FAILURE_REASONS.has(ready.reason);
 }
 
-/**
- * The rows of a store's resources, kept from one call to the next: apply's check asks for them
- * every few hundred milliseconds while at most a few resources changed since.
- */
+/** The rows of a store's resources, kept from one call to the next (see rows). */
 export class StoreRows {
   /**
    * The rows of every resource, in rollout order. Apply's check asks for them every few hundred

@@ -16,18 +16,8 @@ export interface RequestMatch {
 }
 
 export type FaultSpec =
-  | {
-      kind: 'request';
-      method?: string;
-      /** A concrete path (`/nodes/pve/qemu`), a template (`/nodes/{node}/qemu/{vmid}/status/start`) or `re:<regex>`. */
-      path: string;
-      /** Only requests carrying this parameter (and value, when given). */
-      param?: { name: string; value?: string };
-      nth?: number;
-      count?: number;
-      status: number;
-      message: string;
-    }
+  /** Matching requests are answered at once with `status` and `message`, before authentication and validation. */
+  | ({ kind: 'request'; status: number; message: string } & RequestMatch)
   /**
    * The request is applied in full (handler run, worker started), then the connection is reset
    * before any byte of the answer: the client cannot know whether it was applied.
