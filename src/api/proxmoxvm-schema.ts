@@ -233,7 +233,7 @@ function buildSchemas() {
         Type.String({
           minLength: 1,
           description:
-            "The Proxmox VE node of the VM; it must be online. Changed while the VM exists, the VM is migrated there (`POST .../migrate`: online when it runs, local disks copied with with-local-disks to spec.forProvider.storage), after the target's checks (online, room, bridge, PVE's migrate precondition). A VM moved by someone else (HA, a person) is followed and found by VMID and marker on its new node; see placementPolicy. Default: the online node of the site with the most free memory, chosen at create.",
+            "The Proxmox VE node of the VM; it must be online. Changed while the VM exists, the VM is migrated there (`POST .../migrate`: online when it runs, local disks copied with with-local-disks to spec.forProvider.storage), after the target's checks (online, room, bridge, PVE's migrate precondition); a userData snippet on a node-local storage is written on the target first (PVE migrates disks, not snippets) and removed from the node left. A VM moved by someone else (HA, a person) is followed and found by VMID and marker on its new node, its snippet written there too; see placementPolicy. Default: the online node of the site with the most free memory, chosen at create.",
         }),
       ),
       cpu: Type.Optional(
@@ -309,7 +309,7 @@ function buildSchemas() {
           {
             additionalProperties: false,
             description:
-              'Clone this template VM (`qm template`) instead of importing an image: by name or vmid (one is required). Not together with image. The clone gets the marker in its description at once; cores, memory, networks, cloud-init, disks and tags are set by config updates after it.',
+              "Clone this template VM (`qm template`) instead of importing an image: by name or vmid (one is required). Not together with image. The clone gets the marker in its description at once; cores, memory, networks, cloud-init, disks and tags are set by config updates after it. A template on another node than spec.forProvider.node is cloned onto that node when spec.forProvider.storage is shared there; onto a node-local storage (PVE clones to another node only onto a shared one) the clone is made on the template's node, on its storage of that name, and migrated to spec.forProvider.node first (the CloneAcrossNodes reason when the template's node has no such storage).",
           },
         ),
       ),

@@ -53,7 +53,8 @@ export async function issueCreate(
         full,
         // A linked clone stays on the template's storage (PVE refuses `storage` for one).
         ...(full ? { storage } : {}),
-        ...(source.node !== node ? { target: node } : {}),
+        // Made on the template's node when `node`'s storage is not shared, then migrated (preflight.ts cloneOnTemplateNode).
+        ...(source.node !== node && !plan.cloneOnSource ? { target: node } : {}),
         ...(fp.pool ? { pool: fp.pool } : {}),
       });
     } else {

@@ -36,6 +36,11 @@ export interface CreatePlan {
   storage: string;
   ciStorage: string;
   source: CreateSource;
+  /**
+   * A clone made on its template's node, not on `node` (cloneNode): PVE clones to another node only
+   * onto a shared storage. The VM is migrated to `node` next (migrate.ts placementChanges).
+   */
+  cloneOnSource?: boolean;
 }
 
 /** Steps 3-7 and capacity, then a concurrency slot: nothing is reserved or created unless all pass. */
@@ -71,6 +76,7 @@ export async function preflight(
   if (ciStorage !== storage) checkStorage(storages, ciStorage, 4 * MiB, 'spec.forProvider.cloudInit.storage');
   setStep(r, 'ResolvingImage');
   const source = await resolveSource(ctx, r, node, storages);
+  const cloneOnSource = await cloneOnTemplateNode(ctx, r, node, storage, entry, source);
   await checkCapacity(ctx, r, node);
   if (ctx.memory.snippet && !snippetChecked(ctx) && source.kind !== 'template') {
     // The snippet before the VM: a failed upload leaves no VM, at worst a file named for this
@@ -82,18 +88,53 @@ export async function preflight(
   }
   // A node's local storage is a slot per node, a shared one a slot for the site; a freed slot is
   // taken for the oldest waiter and wakes it (limits.ts), so a waiter need not poll for one.
-  if (!ctx.site.limiter.tryAcquire(r.metadata.uid, node, [{ storage, shared: entry.shared === 1 }], slotWake(ctx, r))) {
+  // A clone made on its template's node writes that node's storage.
+  const writes = cloneOnSource && source.kind === 'template' ? source.node : node;
+  if (
+    !ctx.site.limiter.tryAcquire(r.metadata.uid, writes, [{ storage, shared: entry.shared === 1 }], slotWake(ctx, r))
+  ) {
     setStep(r, 'WaitingForSlot');
     return {
       waitMs: slotWait(ctx),
-      message: `waiting for a free slot on node ${node} / storage ${storage} (concurrency limits of the ProviderConfig)`,
+      message: `waiting for a free slot on node ${writes} / storage ${storage} (concurrency limits of the ProviderConfig)`,
     };
   }
   ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, vcpus(fp), {
     id: storage,
     bytes: diskBytes(fp) ?? 0,
   });
-  return { plan: { node, storage, ciStorage, source } };
+  return { plan: { node, storage, ciStorage, source, ...(cloneOnSource ? { cloneOnSource } : {}) } };
+}
+
+/**
+ * Whether a full clone is made on its template's node and migrated to `node` afterwards, instead of
+ * being sent there with `target`. PVE clones to another node only onto a shared storage
+ * (qemu-server API2/Qemu.pm clone_vm: `die "can't clone to non-shared storage '$storage'"` when
+ * `target` is set and the storage is not shared), so a template on one node's `local-lvm` could not
+ * be cloned onto another's, and the create was refused on every retry. The storage of that name on
+ * the template's node takes the clone (checked for room here), and the migration of the next
+ * reconcile (migrate.ts placementChanges: a VM never placed is moved to spec.forProvider.node before
+ * anything else) copies its disk to `node`. A linked clone stays on the template's storage: PVE's
+ * own checks apply to it.
+ */
+async function cloneOnTemplateNode(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  node: string,
+  storage: string,
+  entry: StorageEntry,
+  source: CreateSource,
+): Promise<boolean> {
+  if (source.kind !== 'template' || source.node === node || entry.shared === 1) return false;
+  if ((source.full ?? r.spec.forProvider.template?.full ?? true) === false) return false;
+  const there = await nodeFact(ctx, 'storages', source.node, (c) => c.nodeStorages(source.node));
+  if (!there.some((x) => x.storage === storage))
+    throw reason(
+      'CloneAcrossNodes',
+      `template ${source.vmid} is on node ${source.node}, and PVE clones to another node only onto a shared storage: storage '${storage}' on node ${node} is not shared, and node ${source.node} has none of that name to clone onto before a migration. Fix: a shared storage in spec.forProvider.storage, node: ${source.node}, or a template on node ${node}`,
+    );
+  checkStorage(there, storage, diskBytes(r.spec.forProvider) ?? 0, 'spec.forProvider.storage');
+  return true;
 }
 
 /**

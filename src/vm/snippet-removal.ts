@@ -11,7 +11,15 @@ import { NotFoundError } from '../proxmox/errors.ts';
 import type { ClusterResource, PendingEntry } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
-import { forgetSnippetFile, snippetOwner, snippetStore, snippetsOf, withSnippetFiles } from './snippets.ts';
+import {
+  desiredSnippet,
+  forgetSnippetFile,
+  snippetOwner,
+  snippetStore,
+  snippetsOf,
+  uploadSnippet,
+  withSnippetFiles,
+} from './snippets.ts';
 import { isPlaceholderLock, needsSnippet, parseMarker, vmName } from './spec.ts';
 
 /**
@@ -26,6 +34,24 @@ export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node:
   const store = await snippetStore(ctx, node).catch(() => undefined);
   if (!store || store.shared) return 0;
   return removeSnippets(ctx, r, node);
+}
+
+/**
+ * The VM was seen on another node of its site than the last time (migrated by this provider, by
+ * HA or by a person): the snippet its config names follows it. PVE migrates a VM's drives, not the
+ * files `cicustom` names (qemu-server QemuMigrate.pm scan_local_volumes walks QemuServer.pm
+ * foreach_volid, drives only), and a VM reads its snippet when it starts: on a node-local snippet
+ * storage (`local`) the file is written on the new node (this provider's own migration wrote it
+ * before it was sent: a stat here) and removed from the old one. A failed write throws (the VM
+ * could not start there); the removal is best effort. A node this site does not list (the VM came
+ * from another site) is the site move's to clean up (site-move.ts).
+ */
+export async function snippetFollowsVm(ctx: StepContext, r: ProxmoxVM, from: string, to: string): Promise<void> {
+  if (!ctx.site.ssh || !r.status?.atProvider?.userDataSnippet) return;
+  const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
+  if (!nodes.some((e) => e.node === from)) return;
+  if (await desiredSnippet(ctx, r, to)) await uploadSnippet(ctx);
+  await removeSnippetsLeftOn(ctx, r, from).catch(() => 0);
 }
 
 /** Every snippet volid a `cicustom` value names (`user=local:snippets/a.yaml,meta=...`). */

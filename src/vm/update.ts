@@ -12,7 +12,7 @@ import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
 import { sendSiteMove } from './site-move-request.ts';
 import { removeSnippets } from './snippet-removal.ts';
-import { uploadSnippet } from './snippets.ts';
+import { desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
 
 /** The changes that send nothing to the VM's own node (the move's and replacement's nodes are in the change). */
 const NO_NODE_NEEDED: ReadonlySet<Change['kind']> = new Set([
@@ -124,8 +124,17 @@ export async function applyChange(
         a.step = 'WaitingForSlot';
         return { requeueAfterMs: ctx.taskPollMs };
       }
-      setStep(r, 'Migrating');
       try {
+        if (a.userDataSnippet || needsSnippet(r)) {
+          // Its snippet on the target first: PVE migrates the disks, not the files `cicustom`
+          // names (qemu-server QemuMigrate.pm scan_local_volumes walks QemuServer.pm foreach_volid,
+          // drives only), and a VM reads its snippet when it starts. A node-local snippet storage
+          // (`local`) would leave the config naming a file its new node has not got.
+          setStep(r, 'UploadingSnippet');
+          await desiredSnippet(ctx, r, change.target!);
+          await uploadSnippet(ctx);
+        }
+        setStep(r, 'Migrating');
         upid = await ctx.client.migrateVm(node, vmid, {
           target: change.target!,
           ...(change.running ? { online: true } : {}),

@@ -15,6 +15,7 @@ import { MemoryStore } from '../../src/local/memory-store.ts';
 import type { SimCluster, Simulator, SimulatorOptions } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import type { VmState } from '../../src/sim/state.ts';
+import { parseTopology, type Topology } from '../../src/sim/topology.ts';
 import { VmConnector, vmidHoldersOf } from '../../src/vm/connector.ts';
 import { MARKER_PREFIX } from '../../src/vm/spec.ts';
 import { VmidHolderIndex } from '../../src/vm/vmid-holders.ts';
@@ -28,6 +29,34 @@ export const SEED_IMAGE = 'local:iso/ubuntu-22.04-cloud.img';
 export const TEMPLATE = 'ubuntu-2204-cloudinit';
 export const NODE1 = 'ml110-01';
 export const SITE1 = 'site-1';
+
+/**
+ * One site of two nodes, pve-a and pve-b, each with `local` (the import image, snippets),
+ * `local-lvm` (local disks) and the shared RBD pool `ceph`; `more(node)` adds YAML under the node's
+ * storages (more storages, then `vms:` if it likes).
+ */
+export function twoNodeTopology(file: string, more: (node: string) => string = () => ''): Topology {
+  const node = (n: string, i: number) => `      - name: ${n}
+        cpus: 16
+        memory: 64G
+        bridges:
+          - { name: vmbr0, cidr: 192.0.2.1${i}/24, dhcp: 192.0.2.1${i}0-192.0.2.1${i}9 }
+        storages:
+          - id: local
+            type: dir
+            path: /var/lib/vz
+            content: [iso, snippets, import]
+            total: 100G
+            volumes:
+              - { name: import/ubuntu-22.04-cloud.qcow2, size: 2252M, guestAgent: true }
+          - { id: local-lvm, type: lvmthin, content: [images, rootdir], total: 500G }
+          - { id: ceph, type: rbd, content: [images, rootdir], total: 4T, shared: true }
+${more(n)}`;
+  return parseTopology(
+    `clusters:\n  - name: site-1\n    listen: 127.0.0.1:0\n    nodes:\n${['pve-a', 'pve-b'].map(node).join('\n')}\n`,
+    file,
+  );
+}
 
 export function startSim(opts: SimulatorOptions = {}): Promise<Simulator> {
   return startTestSim(opts);

@@ -8,42 +8,14 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
-import { parseTopology } from '../../src/sim/topology.ts';
 import { raw, waitTask } from '../helpers/sim.ts';
-import { cond, count, Engine, ownedBy, SITE1, startSim, vm } from './harness.ts';
-
-/** One site with two nodes: local-lvm on each (local disks), a shared RBD pool. */
-const TOPOLOGY = `
-clusters:
-  - name: site-1
-    listen: 127.0.0.1:0
-    nodes:
-${['pve-a', 'pve-b']
-  .map(
-    (n) => `      - name: ${n}
-        cpus: 16
-        memory: 64G
-        storages:
-          - id: local
-            type: dir
-            path: /var/lib/vz
-            content: [iso, snippets, import]
-            total: 100G
-            volumes:
-              - { name: import/ubuntu-22.04-cloud.qcow2, size: 2252M, guestAgent: true }
-          - { id: local-lvm, type: lvmthin, content: [images, rootdir], total: 500G }
-          - { id: ceph, type: rbd, content: [images, rootdir], total: 4T, shared: true }
-        bridges:
-          - { name: vmbr0, cidr: 192.0.2.1${n === 'pve-a' ? 0 : 1}/24, dhcp: 192.0.2.100-192.0.2.199 }`,
-  )
-  .join('\n')}
-`;
+import { cond, count, Engine, ownedBy, SITE1, startSim, twoNodeTopology, vm } from './harness.ts';
 
 describe('placement changes of an existing VM', () => {
   let sim: Simulator;
   let eng: Engine;
   before(async () => {
-    sim = await startSim({ topology: parseTopology(TOPOLOGY, 'migrate.yaml') });
+    sim = await startSim({ topology: twoNodeTopology('migrate.yaml') });
     // A short poll: the VM moved by hand is seen at the next poll of a Ready resource.
     eng = await new Engine(sim, { pollIntervalMs: 200 }).start();
   });
