@@ -26,6 +26,7 @@ import {
   type Interruption,
   LoseState,
   Move,
+  NodeMove,
   OtherState,
   Prepare,
   Reconcile,
@@ -33,7 +34,7 @@ import {
   Restart,
   TwoWriters,
 } from './commands.ts';
-import { type Edit, NAMES, NODE_OF, SITES, type SiteName, type World, YEAR_MS } from './world.ts';
+import { type Edit, NAMES, NODE_OF, SITE2_NODES, SITES, type SiteName, type World, YEAR_MS } from './world.ts';
 
 const name = fc.constantFrom(...NAMES);
 const site = fc.constantFrom(...SITES);
@@ -46,6 +47,10 @@ const edit: fc.Arbitrary<Edit> = fc.record(
   },
   { requiredKeys: ['cpu', 'memory', 'site'] },
 );
+/** The fourth search's edits: on site-2 (two nodes there, manifests.ts nodeTopology) its node too. */
+const nodeEdit: fc.Arbitrary<Edit> = fc
+  .tuple(edit, fc.constantFrom(...SITE2_NODES))
+  .map(([e, node]) => ({ ...e, node }));
 
 /** Every named step at which the engine awaits (EngineHooks): a crash or another actor can strike there. */
 export const STEPS = [
@@ -82,13 +87,15 @@ const foreignAct: fc.Arbitrary<ForeignAct> = fc.constantFrom(
   'destroy',
 );
 
-const interruption: fc.Arbitrary<Interruption> = fc.oneof(
-  { weight: 4, arbitrary: fc.constant({ kind: 'crash' as const }) },
-  { weight: 2, arbitrary: foreignAct.map((what) => ({ kind: 'foreign' as const, what })) },
-  { weight: 1, arbitrary: edit.map((e) => ({ kind: 'edit' as const, edit: e })) },
-  { weight: 1, arbitrary: fc.constant({ kind: 'delete' as const }) },
-  { weight: 2, arbitrary: fc.constant({ kind: 'writer' as const }) },
-);
+const interruptionOf = (edits: fc.Arbitrary<Edit>): fc.Arbitrary<Interruption> =>
+  fc.oneof(
+    { weight: 4, arbitrary: fc.constant({ kind: 'crash' as const }) },
+    { weight: 2, arbitrary: foreignAct.map((what) => ({ kind: 'foreign' as const, what })) },
+    { weight: 1, arbitrary: edits.map((e) => ({ kind: 'edit' as const, edit: e })) },
+    { weight: 1, arbitrary: fc.constant({ kind: 'delete' as const }) },
+    { weight: 2, arbitrary: fc.constant({ kind: 'writer' as const }) },
+  );
+const interruption = interruptionOf(edit);
 
 /** The Proxmox calls of create, update and delete, as the fault API matches them. */
 const CALLS = {
@@ -102,15 +109,21 @@ const CALLS = {
   unlock: { method: 'PUT', path: '/nodes/{node}/qemu/{vmid}/config' },
   destroy: { method: 'DELETE', path: '/nodes/{node}/qemu/{vmid}' },
   remoteMigrate: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/remote_migrate' },
+  // A migration inside the cluster: drawn only by the fourth search, whose site-2 has two nodes.
+  migrate: { method: 'POST', path: '/nodes/{node}/qemu/{vmid}/migrate' },
 } as const;
 type Call = keyof typeof CALLS;
-const call = fc.constantFrom(...(Object.keys(CALLS) as Call[]));
+/** The calls the first three searches' faults strike (in this order: their recorded seeds replay it). */
+export const BASE_CALLS = (Object.keys(CALLS) as Call[]).filter((c) => c !== 'migrate');
+/** And the fourth's: the in-cluster migration's call as well. */
+export const NODE_CALLS = Object.keys(CALLS) as Call[];
+const callOf = (calls: readonly Call[]) => fc.constantFrom(...calls);
 /**
  * The calls an `applied-late` fault holds: not remote_migrate, whose handler makes two calls to the
  * target before it answers with its UPID, and which the brief searches for refusals, lost answers
  * and latency.
  */
-const heldCall = fc.constantFrom(...(Object.keys(CALLS) as Call[]).filter((c) => c !== 'remoteMigrate'));
+const heldCallOf = (calls: readonly Call[]) => fc.constantFrom(...calls.filter((c) => c !== 'remoteMigrate'));
 
 /** Refusals PVE answers before it changes anything (the request was certainly not applied). */
 const REFUSALS = [
@@ -143,9 +156,8 @@ export interface DrawnFault {
   site?: SiteName;
 }
 
-const requestFault: fc.Arbitrary<DrawnFault> = fc
-  .tuple(call, fc.constantFrom(...REFUSALS), fc.integer({ min: 1, max: 3 }))
-  .map(([c, r, count]) => ({
+const requestFault = (calls: readonly Call[]): fc.Arbitrary<DrawnFault> =>
+  fc.tuple(callOf(calls), fc.constantFrom(...REFUSALS), fc.integer({ min: 1, max: 3 })).map(([c, r, count]) => ({
     label: `${CALLS[c].method} ${c} answers ${r.status} '${r.message}' x${count}`,
     spec: { kind: 'request', ...CALLS[c], status: r.status, message: r.message, count },
   }));
@@ -163,9 +175,8 @@ const outage: fc.Arbitrary<DrawnFault> = fc
     lastsFor,
   }));
 
-const latency: fc.Arbitrary<DrawnFault> = fc
-  .tuple(call, fc.integer({ min: 1, max: 20 }), fc.integer({ min: 1, max: 3 }))
-  .map(([c, s, count]) => ({
+const latency = (calls: readonly Call[]): fc.Arbitrary<DrawnFault> =>
+  fc.tuple(callOf(calls), fc.integer({ min: 1, max: 20 }), fc.integer({ min: 1, max: 3 })).map(([c, s, count]) => ({
     label: `${CALLS[c].method} ${c} answers ${s} s late x${count}`,
     spec: { kind: 'latency', ...CALLS[c], ms: s * 1000, count },
   }));
@@ -236,6 +247,8 @@ export interface Extras {
   die?: fc.Arbitrary<DrawnFault>;
   /** Which kinds were looked for and not found (reported, never silently dropped). */
   missing: string[];
+  /** The calls the request faults strike (BASE_CALLS, or NODE_CALLS for the fourth search). */
+  calls: readonly Call[];
 }
 
 /** Does the simulator behave as `spec` says? Tried on a throw-away world, through the API. */
@@ -260,14 +273,14 @@ async function behaves(w: World, spec: FaultSpec, probe: () => Promise<boolean>)
  * placeholder). Each is tried for its effect, not only for being accepted; the ones missing are
  * reported by the search (never dropped silently).
  */
-export async function probeFaultKinds(w: World): Promise<Extras> {
+export async function probeFaultKinds(w: World, calls: readonly Call[] = BASE_CALLS): Promise<Extras> {
   const faults: fc.Arbitrary<DrawnFault>[] = [];
   const missing: string[] = [];
   const version = { method: 'GET', path: '/version' };
   const lost = async () => (await w.foreignRequest('GET', '/version')).status === 0;
   if (await behaves(w, { kind: 'reply-lost', ...version, count: 1 } as FaultSpec, lost)) {
     faults.push(
-      fc.tuple(call, fc.integer({ min: 1, max: 2 })).map(([c, count]) => ({
+      fc.tuple(callOf(calls), fc.integer({ min: 1, max: 2 })).map(([c, count]) => ({
         label: `${CALLS[c].method} ${c} is applied, then its answer is lost (connection reset) x${count}`,
         spec: { kind: 'reply-lost', ...CALLS[c], count } as FaultSpec,
       })),
@@ -275,7 +288,7 @@ export async function probeFaultKinds(w: World): Promise<Extras> {
   } else missing.push('reply-lost');
   if (await behaves(w, { kind: 'applied-late', ...version, delayMs: 0, count: 1 } as FaultSpec, lost)) {
     faults.push(
-      fc.tuple(heldCall, fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined })).map(([c, s]) => ({
+      fc.tuple(heldCallOf(calls), fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined })).map(([c, s]) => ({
         label:
           s === undefined
             ? `${CALLS[c].method} ${c} is held unanswered until healed, then applied (the client gave up)`
@@ -306,7 +319,7 @@ export async function probeFaultKinds(w: World): Promise<Extras> {
       }));
     faults.push(dieArb);
   } else missing.push('task die');
-  return { faults, missing, ...(dieArb ? { die: dieArb } : {}) };
+  return { faults, missing, calls, ...(dieArb ? { die: dieArb } : {}) };
 }
 
 export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitrary<DrawnFault> {
@@ -317,9 +330,9 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
   // site-1, whose password credentials alone may clean up a dead worker's placeholder).
   const onEither = (a: fc.Arbitrary<DrawnFault>) => fc.tuple(a, site).map(([f, s]) => ({ ...f, site: s }));
   return fc.oneof(
-    { weight: 3, arbitrary: onEither(requestFault) },
+    { weight: 3, arbitrary: onEither(requestFault(extras.calls)) },
     { weight: 2, arbitrary: onEither(outage) },
-    { weight: 2, arbitrary: onEither(latency) },
+    { weight: 2, arbitrary: onEither(latency(extras.calls)) },
     { weight: 1, arbitrary: onEither(listLatency) },
     { weight: 3, arbitrary: onEither(taskFail) },
     { weight: 2, arbitrary: onEither(taskStall) },
@@ -330,9 +343,10 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
 }
 
 /** The drawn commands, each with its weight in a schedule (see commandsArb, prepareCommandsArb). */
-function commandKinds(extras: Extras, auth: 'password' | 'token') {
+function commandKinds(extras: Extras, auth: 'password' | 'token', edits: fc.Arbitrary<Edit> = edit) {
+  const interruptions = edits === edit ? interruption : interruptionOf(edits);
   return {
-    apply: { weight: 4, arbitrary: fc.tuple(name, edit).map(([n, e]) => new Apply(n, e)) },
+    apply: { weight: 4, arbitrary: fc.tuple(name, edits).map(([n, e]) => new Apply(n, e)) },
     reconcile: { weight: 10, arbitrary: name.map((n) => new Reconcile(n)) },
     converge: { weight: 3, arbitrary: name.map((n) => new Converge(n)) },
     interrupted: {
@@ -349,7 +363,7 @@ function commandKinds(extras: Extras, auth: 'password' | 'token') {
               arbitrary: fc.constantFrom('update-reserve-site-move', 'update-remote-migrate').map((step) => ({ step })),
             },
           ),
-          interruption,
+          interruptions,
         )
         .map(([n, where, what]) => new Reconcile(n, { where, what })),
     },
@@ -370,13 +384,21 @@ function commandKinds(extras: Extras, auth: 'password' | 'token') {
         .tuple(
           name,
           fc.constantFrom('update-reserve-replacement', 'update-retire-replaced', 'delete-destroy-issued'),
-          interruption,
+          interruptions,
         )
         .map(([n, step, what]) => new Reconcile(n, { where: { step }, what })),
     },
+    nodeMove: { weight: 4, arbitrary: name.map((n) => new NodeMove(n)) },
+    // A migration inside the cluster sent, and interrupted there (update-migrate).
+    interruptedMigrate: {
+      weight: 3,
+      arbitrary: fc.tuple(name, interruptions).map(([n, what]) => new NodeMove(n, what)),
+    },
     prepare: {
       weight: 4,
-      arbitrary: fc.tuple(name, edit, fc.constantFrom(0 as const, 2 as const)).map(([n, e, i]) => new Prepare(n, e, i)),
+      arbitrary: fc
+        .tuple(name, edits, fc.constantFrom(0 as const, 2 as const))
+        .map(([n, e, i]) => new Prepare(n, e, i)),
     },
   };
 }
@@ -388,8 +410,9 @@ function scheduleOf(
   kinds: ReadonlyArray<keyof ReturnType<typeof commandKinds>>,
   maxCommands: number,
   replayPath?: string,
+  edits: fc.Arbitrary<Edit> = edit,
 ) {
-  const k = commandKinds(extras, auth);
+  const k = commandKinds(extras, auth, edits);
   const cmd = fc.oneof(...kinds.map((kind) => k[kind]));
   return fc.commands([cmd], { maxCommands, size: 'medium', ...(replayPath ? { replayPath } : {}) });
 }
@@ -415,6 +438,25 @@ export function commandsArb(extras: Extras, auth: 'password' | 'token', maxComma
 }
 
 /**
+ * What the third and fourth searches' moves are drawn among (in this order: the recorded seeds of
+ * the third replay it).
+ */
+const MOVES_AMONG = [
+  'apply',
+  'reconcile',
+  'converge',
+  'interrupted',
+  'move',
+  'delete',
+  'twoWriters',
+  'restart',
+  'fault',
+  'heal',
+  'otherState',
+  'foreign',
+] as const;
+
+/**
  * The schedules of the third search (search.test.ts): moves that allow a replacement
  * (`replacePolicy: CreateThenDelete`; with `password` a move to site-1 cannot be a remote migration,
  * so the VM is made anew there and the old one destroyed once the new one is Ready), with their
@@ -431,22 +473,7 @@ export function replaceCommandsArb(
   maxCommands: number,
   replayPath?: string,
 ) {
-  const kinds = [
-    'replace',
-    'interruptedReplace',
-    'apply',
-    'reconcile',
-    'converge',
-    'interrupted',
-    'move',
-    'delete',
-    'twoWriters',
-    'restart',
-    'fault',
-    'heal',
-    'otherState',
-    'foreign',
-  ] as const;
+  const kinds = ['replace', 'interruptedReplace', ...MOVES_AMONG] as const;
   return scheduleOf(extras, auth, kinds, maxCommands, replayPath);
 }
 
@@ -482,8 +509,25 @@ export function prepareCommandsArb(
 }
 
 /** The resources that exist when the schedule starts (created by a user, not yet reconciled). */
-export function initialArb(): fc.Arbitrary<Apply[]> {
+export function initialArb(edits: fc.Arbitrary<Edit> = edit): fc.Arbitrary<Apply[]> {
   return fc
     .uniqueArray(name, { minLength: 1, maxLength: NAMES.length })
-    .chain((names) => fc.tuple(...names.map((n) => edit.map((e) => new Apply(n, e)))));
+    .chain((names) => fc.tuple(...names.map((n) => edits.map((e) => new Apply(n, e)))));
+}
+
+/** The fourth search's first resources: their nodes on site-2 drawn too. */
+export const nodeInitialArb = (): fc.Arbitrary<Apply[]> => initialArb(nodeEdit);
+
+/**
+ * The schedules of the fourth search (search.test.ts): site-2 with two nodes (World.start's
+ * `nodes`), VMs moved between them by a user (`qm migrate` inside the cluster, a running VM online
+ * with its local disk) and between the sites, with the migration's request and task struck by the
+ * faults (refused, its answer lost, applied late, failed, hung) and its steps interrupted (a
+ * crash, another user, an edit, a delete, a second writer), among applies, reconciles, deletions,
+ * restarts, a second state file and other users. Before it, every site had one node, and no
+ * schedule had ever migrated a VM inside a cluster.
+ */
+export function nodeCommandsArb(extras: Extras, auth: 'password' | 'token', maxCommands: number, replayPath?: string) {
+  const kinds = ['nodeMove', 'interruptedMigrate', ...MOVES_AMONG] as const;
+  return scheduleOf(extras, auth, kinds, maxCommands, replayPath, nodeEdit);
 }

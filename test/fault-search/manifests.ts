@@ -4,12 +4,14 @@
  * (size, power state, site, replace policy), the manifest that results, and the ProviderConfig the provider
  * processes read (token credentials for both sites, or root@pam's password on site-1).
  */
-import { parseAllDocuments, stringify } from 'yaml';
+import { readFileSync } from 'node:fs';
+import { parseAllDocuments, parse as parseYaml, stringify } from 'yaml';
 import type { LoadedProviderConfig } from '../../src/api/provider-config-load.ts';
 import { parseProviderConfig } from '../../src/api/provider-config-load.ts';
 import type { ForProvider, ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
+import { parseTopology, type Topology } from '../../src/sim/topology.ts';
 import { ROOT_PASSWORD } from '../helpers/sim.ts';
 
 /** The default topology's clusters, each with its one node (src/sim/default-topology.yaml). */
@@ -19,6 +21,45 @@ export const NODE_OF: Record<SiteName, string> = { 'site-1': 'ml110-01', 'site-2
 export const SITE: SiteName = 'site-1';
 export const NODE = NODE_OF[SITE];
 export const TEMPLATE_VMID = 9000;
+/**
+ * Site-2's nodes in the fourth search's topology (nodeTopology): a VM's node there is drawn with
+ * its edits, so schedules migrate VMs between the two inside the cluster (`qm migrate`).
+ */
+export const SITE2_NODES = ['r630-01', 'r630-02'] as const;
+export type Site2Node = (typeof SITE2_NODES)[number];
+
+/**
+ * The default topology with a second node on site-2 (r630-02: its own `local` with the import
+ * images and snippets, its own `local-lvm`, and the shared `ceph-fs`), the template's disk on
+ * `ceph-fs` so that either node can clone it (qemu-server refuses a clone to another node of a
+ * VM on local storage). Two nodes of three would keep quorum with one down; no node goes down
+ * here, so two are enough: every node answers, and moves between them are what is searched.
+ */
+export function nodeTopology(): Topology {
+  const file = new URL('../../src/sim/default-topology.yaml', import.meta.url);
+  const doc = parseYaml(readFileSync(file, 'utf8')) as {
+    clusters: Array<{ name: string; nodes: Array<Record<string, unknown>> }>;
+  };
+  const site2 = doc.clusters.find((c) => c.name === 'site-2')!;
+  const first = site2.nodes[0]!;
+  const vms = first.vms as Array<{ disk: { storage: string } }>;
+  for (const vm of vms) vm.disk.storage = 'ceph-fs';
+  const { vms: _templates, ...hardware } = first;
+  site2.nodes.push({
+    ...structuredClone(hardware),
+    name: SITE2_NODES[1],
+    bridges: [
+      {
+        name: 'vmbr0',
+        cidr: '203.0.113.12/24',
+        gateway: '203.0.113.1',
+        // Its own addresses: one network, one DHCP range a node.
+        dhcp: '203.0.113.50-203.0.113.99',
+      },
+    ],
+  });
+  return parseTopology(stringify(doc), 'fault-search-nodes.yaml');
+}
 
 /** The resources a schedule can name, each with its creation path (import an image or clone the template). */
 export const NAMES = ['vm-a', 'vm-b', 'vm-c'] as const;
@@ -34,13 +75,15 @@ const SOURCE: Record<Name, Partial<ForProvider>> = {
 };
 export const keyOfName = (n: Name): string => `default/${n}`;
 
-/** What a user may change in a resource's spec: its size, power state and site (with that site's node). */
+/** What a user may change in a resource's spec: its size, power state and site (with that site's node, or the one drawn). */
 export interface Edit {
   cpu: 1 | 2;
   memory: '1Gi' | '2Gi';
   powerState?: 'running' | 'stopped';
   /** site-1 when not given. */
   site?: SiteName;
+  /** Its node on site-2 (the fourth search draws it); the site's first node when not given or on site-1. */
+  node?: Site2Node;
   /** A move no remote migration can make replaces the VM (a new one, then the old destroyed): data lost by choice. */
   replacePolicy?: 'CreateThenDelete';
 }
@@ -53,7 +96,7 @@ export function manifest(name: Name, edit: Edit): ProxmoxVM {
     spec: {
       forProvider: {
         site: edit.site ?? SITE,
-        node: NODE_OF[edit.site ?? SITE],
+        node: edit.site === 'site-2' && edit.node ? edit.node : NODE_OF[edit.site ?? SITE],
         cpu: edit.cpu,
         memory: edit.memory,
         disk: '8Gi',

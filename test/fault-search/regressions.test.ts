@@ -16,6 +16,7 @@ import {
   Heal,
   LoseState,
   Move,
+  NodeMove,
   OtherState,
   Reconcile,
   Replace,
@@ -928,6 +929,36 @@ describe('fault-search regressions', () => {
         new Move('vm-b'),
       ],
       { strict: true },
+    );
+  });
+
+  it("F67: vm-c (a cloud-init snippet on site-1's `local`) is moved to site-2's second node r630-02 while its import runs -> the remote migration lands on the target endpoint's node (r630-01), and the migration inside site-2 that follows takes the snippet to r630-02 first: PVE migrates drives, not the files `cicustom` names, and the config named a file r630-02 had not got", async () => {
+    await runSchedule(
+      'password',
+      [vmC, vmA],
+      [
+        new Reconcile('vm-c'),
+        new NodeMove('vm-c'),
+        new Reconcile('vm-a', { where: { nth: 1 }, what: { kind: 'foreign', what: 'take-persisted-vmid' } }),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
+  it('F67, inside site-2: vm-c made on r630-01, then moved to r630-02 and back, a crash after each migration was sent -> its snippet is on the node it is on each time (migrated first, or found moved)', async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' })],
+      [
+        new Converge('vm-c'),
+        new NodeMove('vm-c'),
+        new Reconcile('vm-c', { where: { step: 'update-migrate' }, what: { kind: 'crash' } }),
+        new Converge('vm-c'),
+        new NodeMove('vm-c'),
+        new Reconcile('vm-c', { where: { step: 'update-migrate' }, what: { kind: 'crash' } }),
+        new Converge('vm-c'),
+      ],
+      { strict: true, nodes: true },
     );
   });
 

@@ -30,12 +30,16 @@ export interface MoveStats {
   failed: number;
   /** Crashes and other interruptions at the move's two steps. */
   interrupted: number;
+  /** `migrate` requests inside a cluster (the fourth search), and interruptions at update-migrate. */
+  nodeSent: number;
+  nodeInterrupted: number;
 }
 
 function moveStats(w: World): MoveStats {
-  const out: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0 };
+  const out: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0, nodeSent: 0, nodeInterrupted: 0 };
   for (const c of w.sim.clusters) {
     out.sent += c.counters()['POST /nodes/{node}/qemu/{vmid}/remote_migrate'] ?? 0;
+    out.nodeSent += c.counters()['POST /nodes/{node}/qemu/{vmid}/migrate'] ?? 0;
     for (const t of c.state.tasks.values())
       if (t.type === 'qmigrate' && t.status === 'stopped') {
         if (t.exitstatus === 'OK') out.migrated++;
@@ -43,6 +47,7 @@ function moveStats(w: World): MoveStats {
       }
   }
   out.interrupted = w.journal.filter((l) => /^ {2}at update-(reserve-site-move|remote-migrate):/.test(l)).length;
+  out.nodeInterrupted = w.journal.filter((l) => /^ {2}at update-migrate:/.test(l)).length;
   return out;
 }
 
@@ -50,9 +55,9 @@ export async function runSchedule(
   auth: 'password' | 'token',
   initial: Apply[],
   cmds: Iterable<fc.AsyncCommand<Model, World>>,
-  opts: { strict?: boolean } = {},
+  opts: { strict?: boolean; nodes?: boolean } = {},
 ): Promise<{ settleRounds: number; journal: string[]; moves: MoveStats }> {
-  const w = await World.start(auth);
+  const w = await World.start(auth, { nodes: opts.nodes === true });
   if (opts.strict) w.strict = true;
   try {
     try {

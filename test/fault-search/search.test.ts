@@ -22,6 +22,9 @@ import {
   commandsArb,
   type Extras,
   initialArb,
+  NODE_CALLS,
+  nodeCommandsArb,
+  nodeInitialArb,
   prepareCommandsArb,
   probeFaultKinds,
   replaceCommandsArb,
@@ -47,7 +50,7 @@ const LOG = env.FAULT_SEARCH_LOG;
 /** Schedules run so far (soak mode prints a line every hundred). */
 const progress = { runs: 0, since: Date.now() };
 /** What the passing schedules made the remote migration do, summed (reported at the end). */
-const moves: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0 };
+const moves: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0, nodeSent: 0, nodeInterrupted: 0 };
 
 /**
  * The schedule that runs or ran last. fast-check's time budget (interruptAfterTimeLimit) and its
@@ -72,10 +75,11 @@ function settled(run: Promise<unknown>): Promise<unknown> {
  * signature was already found counts as seen, not as a new failure, so the search goes on
  * looking for other ones instead of shrinking the same one again.
  */
-function property(extras: Extras, known: Map<string, number>, commands: typeof commandsArb) {
+function property(extras: Extras, known: Map<string, number>, commands: typeof commandsArb, nodes: boolean) {
+  const initial = nodes ? nodeInitialArb : initialArb;
   const schedule = fc
     .constantFrom('password' as const, 'token' as const)
-    .chain((auth) => fc.tuple(fc.constant(auth), initialArb(), commands(extras, auth, MAX_COMMANDS, REPLAY)));
+    .chain((auth) => fc.tuple(fc.constant(auth), initial(), commands(extras, auth, MAX_COMMANDS, REPLAY)));
   return fc.asyncProperty(schedule, async ([auth, initial, cmds]) => {
     if (KEEP_GOING && ++progress.runs % 100 === 0) {
       process.stderr.write(
@@ -89,7 +93,7 @@ function property(extras: Extras, known: Map<string, number>, commands: typeof c
     // One world at a time: a schedule fast-check stopped waiting for (its time budget ran out, or
     // it timed out) still runs; the next one starts once it ended (or after a timeout's length).
     await settled(inFlight);
-    const run = runSchedule(auth, initial, cmds);
+    const run = runSchedule(auth, initial, cmds, { nodes });
     inFlight = run;
     try {
       const res = await run;
@@ -139,10 +143,15 @@ function say(t: { diagnostic(m: string): void }, m: string): void {
  * One search: schedules drawn by `commands`, from the seed on (the next seeds in soak mode), until
  * the runs or the budget are spent; every distinct failure is reported.
  */
-async function search(t: { diagnostic(m: string): void }, commands: typeof commandsArb): Promise<void> {
+async function search(
+  t: { diagnostic(m: string): void },
+  commands: typeof commandsArb,
+  opts: { nodes?: boolean } = {},
+): Promise<void> {
   await settled(inFlight);
-  const probe = await World.start('password');
-  const extras = await probeFaultKinds(probe);
+  const nodes = opts.nodes === true;
+  const probe = await World.start('password', { nodes });
+  const extras = await probeFaultKinds(probe, nodes ? NODE_CALLS : undefined);
   await probe.close();
   say(t, `fault kinds this simulator lacks (so not drawn): ${extras.missing.join(', ') || 'none'}`);
   const started = Date.now();
@@ -155,7 +164,7 @@ async function search(t: { diagnostic(m: string): void }, commands: typeof comma
     const left = BUDGET_MS - (Date.now() - started);
     if (left <= 0 || runs >= RUNS) break;
     say(t, `seed ${seed}${PATH ? ` path ${PATH}` : ''}: up to ${RUNS - runs} runs, ${Math.round(left / 1000)} s left`);
-    const details = await fc.check(property(extras, seen, commands), {
+    const details = await fc.check(property(extras, seen, commands, nodes), {
       seed,
       ...(PATH ? { path: PATH } : {}),
       // A path replays the run it names: fast-check needs at least that many runs to get there.
@@ -194,6 +203,11 @@ async function search(t: { diagnostic(m: string): void }, commands: typeof comma
     t,
     `remote migrations (summed over the runs that passed, shrinking included): ${moves.sent} remote_migrate sent, ${moves.migrated} qmigrate OK, ${moves.failed} failed, ${moves.interrupted} interruptions at the move's steps`,
   );
+  if (nodes)
+    say(
+      t,
+      `migrations inside site-2 (the same runs): ${moves.nodeSent} migrate sent, ${moves.nodeInterrupted} interruptions at update-migrate`,
+    );
   for (const [sig, n] of seen) say(t, `  ${sig}: met ${n} more time(s) after it was found`);
   assert.equal(found.size, 0, [...found.values()].join('\n\n'));
 }
@@ -210,3 +224,8 @@ test('fault search, preparing ahead: no config names a snippet that is not there
 // replaceCommandsArb); a replay of one of its failures: --test-name-pattern 'replacements'.
 test('fault search, replacements: every invariant holds while moves replace VMs where none can migrate', (t) =>
   search(t, replaceCommandsArb));
+
+// Site-2 with two nodes, VMs migrated between them (arbitraries.ts nodeCommandsArb); a replay of one
+// of its failures: --test-name-pattern 'inside a cluster'.
+test('fault search, moves inside a cluster: every invariant holds while VMs migrate between two nodes', (t) =>
+  search(t, nodeCommandsArb, { nodes: true }));

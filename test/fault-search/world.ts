@@ -27,6 +27,7 @@ import {
   manifest,
   type Name,
   NODE_OF,
+  nodeTopology,
   SITE,
   SITES,
   type SiteName,
@@ -43,7 +44,9 @@ export {
   NODE,
   NODE_OF,
   SITE,
+  SITE2_NODES,
   SITES,
+  type Site2Node,
   type SiteName,
   TEMPLATE_VMID,
 } from './manifests.ts';
@@ -151,8 +154,9 @@ export class World {
     this.observeForeign();
   }
 
-  static async start(auth: 'password' | 'token'): Promise<World> {
-    const w = new World(await startTestSim(), auth);
+  /** `nodes`: site-2 has two nodes (manifests.ts nodeTopology), for the fourth search's moves between them. */
+  static async start(auth: 'password' | 'token', opts: { nodes?: boolean } = {}): Promise<World> {
+    const w = new World(await startTestSim(opts.nodes ? { topology: nodeTopology() } : {}), auth);
     w.clock.install();
     return w;
   }
