@@ -31,7 +31,7 @@ import { guestPoll, needsFullObserve } from './read-schedule.ts';
 import { discardReplacement, dropRevertedReplacement, retireReplaced } from './replace.ts';
 import { loadSecrets } from './secrets.ts';
 import { observeSiteMove } from './site-move.ts';
-import { snippetFollowsVm } from './snippet-removal.ts';
+import { noteNode } from './snippet-removal.ts';
 import { desiredSnippet } from './snippets.ts';
 import { recheckSourceLeft } from './source-left.ts';
 import { agentEnabled, validateSpec } from './spec.ts';
@@ -264,10 +264,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     return { obs: { exists: false, upToDate: false } };
   }
   ctx.site.unreserve(r.metadata.uid, vmid);
-  const lastNode = a.node;
-  a.node = found.node;
-  if (lastNode && lastNode !== found.node && !observeOnly && !ctx.readOnly)
-    await snippetFollowsVm(ctx, r, lastNode, found.node);
+  await noteNode(ctx, r, found.node, !observeOnly && !ctx.readOnly);
   // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;
 

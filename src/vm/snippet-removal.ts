@@ -9,6 +9,7 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { ClusterResource, PendingEntry } from '../proxmox/types.ts';
+import { atProvider } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
 import {
@@ -37,6 +38,18 @@ export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node:
 }
 
 /**
+ * Record the node the VM is on as Proxmox shows it on this site (status.atProvider.node); seen on
+ * another node than the last time, its snippet follows it (snippetFollowsVm), unless this look
+ * may not write (`writes` false: a plan's or an Observe-only look).
+ */
+export async function noteNode(ctx: StepContext, r: ProxmoxVM, node: string, writes: boolean): Promise<void> {
+  const a = atProvider(r);
+  const last = a.node;
+  a.node = node;
+  if (writes && last && last !== node) await snippetFollowsVm(ctx, r, last, node);
+}
+
+/**
  * The VM was seen on another node of its site than the last time (migrated by this provider, by
  * HA or by a person): the snippet its config names follows it. PVE migrates a VM's drives, not the
  * files `cicustom` names (qemu-server QemuMigrate.pm scan_local_volumes walks QemuServer.pm
@@ -46,7 +59,7 @@ export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node:
  * could not start there); the removal is best effort. A node this site does not list (the VM came
  * from another site) is the site move's to clean up (site-move.ts).
  */
-export async function snippetFollowsVm(ctx: StepContext, r: ProxmoxVM, from: string, to: string): Promise<void> {
+async function snippetFollowsVm(ctx: StepContext, r: ProxmoxVM, from: string, to: string): Promise<void> {
   if (!ctx.site.ssh || !r.status?.atProvider?.userDataSnippet) return;
   const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
   if (!nodes.some((e) => e.node === from)) return;

@@ -87,15 +87,30 @@ const foreignAct: fc.Arbitrary<ForeignAct> = fc.constantFrom(
   'destroy',
 );
 
-const interruptionOf = (edits: fc.Arbitrary<Edit>): fc.Arbitrary<Interruption> =>
+const interruptionOf = (edits: fc.Arbitrary<Edit>, acts: fc.Arbitrary<ForeignAct>): fc.Arbitrary<Interruption> =>
   fc.oneof(
     { weight: 4, arbitrary: fc.constant({ kind: 'crash' as const }) },
-    { weight: 2, arbitrary: foreignAct.map((what) => ({ kind: 'foreign' as const, what })) },
+    { weight: 2, arbitrary: acts.map((what) => ({ kind: 'foreign' as const, what })) },
     { weight: 1, arbitrary: edits.map((e) => ({ kind: 'edit' as const, edit: e })) },
     { weight: 1, arbitrary: fc.constant({ kind: 'delete' as const }) },
     { weight: 2, arbitrary: fc.constant({ kind: 'writer' as const }) },
   );
-const interruption = interruptionOf(edit);
+/**
+ * What a search's users do: the edits they apply and other users' acts. The fourth search's add a
+ * node on site-2 to the edits and a migration inside the site (HA, a person) to the acts; the
+ * first three draw what they drew before.
+ */
+interface Mix {
+  edits: fc.Arbitrary<Edit>;
+  acts: fc.Arbitrary<ForeignAct>;
+  interruptions: fc.Arbitrary<Interruption>;
+}
+const BASE_MIX: Mix = { edits: edit, acts: foreignAct, interruptions: interruptionOf(edit, foreignAct) };
+const nodeActs: fc.Arbitrary<ForeignAct> = fc.oneof(
+  { weight: 7, arbitrary: foreignAct },
+  { weight: 2, arbitrary: fc.constant('migrate' as const) },
+);
+const NODE_MIX: Mix = { edits: nodeEdit, acts: nodeActs, interruptions: interruptionOf(nodeEdit, nodeActs) };
 
 /** The Proxmox calls of create, update and delete, as the fault API matches them. */
 const CALLS = {
@@ -343,8 +358,8 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
 }
 
 /** The drawn commands, each with its weight in a schedule (see commandsArb, prepareCommandsArb). */
-function commandKinds(extras: Extras, auth: 'password' | 'token', edits: fc.Arbitrary<Edit> = edit) {
-  const interruptions = edits === edit ? interruption : interruptionOf(edits);
+function commandKinds(extras: Extras, auth: 'password' | 'token', mix: Mix) {
+  const { edits, acts, interruptions } = mix;
   return {
     apply: { weight: 4, arbitrary: fc.tuple(name, edits).map(([n, e]) => new Apply(n, e)) },
     reconcile: { weight: 10, arbitrary: name.map((n) => new Reconcile(n)) },
@@ -375,7 +390,7 @@ function commandKinds(extras: Extras, auth: 'password' | 'token', edits: fc.Arbi
     otherState: { weight: 2, arbitrary: name.map((n) => new OtherState(n)) },
     fault: { weight: 5, arbitrary: faultArb(extras, auth).map((f) => new Fault(f.label, f.spec, f.lastsFor, f.site)) },
     heal: { weight: 2, arbitrary: fc.nat(3).map((i) => new Heal(i)) },
-    foreign: { weight: 3, arbitrary: fc.tuple(foreignAct, name).map(([what, n]) => new Foreign(what, n)) },
+    foreign: { weight: 3, arbitrary: fc.tuple(acts, name).map(([what, n]) => new Foreign(what, n)) },
     replace: { weight: 4, arbitrary: name.map((n) => new Replace(n)) },
     // A replacement's own steps (its record made; the old VM's retirement sent) and a delete's destroy.
     interruptedReplace: {
@@ -410,9 +425,9 @@ function scheduleOf(
   kinds: ReadonlyArray<keyof ReturnType<typeof commandKinds>>,
   maxCommands: number,
   replayPath?: string,
-  edits: fc.Arbitrary<Edit> = edit,
+  mix: Mix = BASE_MIX,
 ) {
-  const k = commandKinds(extras, auth, edits);
+  const k = commandKinds(extras, auth, mix);
   const cmd = fc.oneof(...kinds.map((kind) => k[kind]));
   return fc.commands([cmd], { maxCommands, size: 'medium', ...(replayPath ? { replayPath } : {}) });
 }
@@ -529,5 +544,5 @@ export const nodeInitialArb = (): fc.Arbitrary<Apply[]> => initialArb(nodeEdit);
  */
 export function nodeCommandsArb(extras: Extras, auth: 'password' | 'token', maxCommands: number, replayPath?: string) {
   const kinds = ['nodeMove', 'interruptedMigrate', ...MOVES_AMONG] as const;
-  return scheduleOf(extras, auth, kinds, maxCommands, replayPath, nodeEdit);
+  return scheduleOf(extras, auth, kinds, maxCommands, replayPath, NODE_MIX);
 }

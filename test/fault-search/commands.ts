@@ -198,7 +198,9 @@ export type ForeignAct =
   | 'take-move-vmid'
   | 'backup'
   | 'power-off'
-  | 'destroy';
+  | 'destroy'
+  /** HA or a person migrates our VM to the other node of its site (the fourth search's site-2). */
+  | 'migrate';
 
 /** Acts on the cluster the resource's VM is on (its status's site), where another user would meet it. */
 export async function foreignAct(w: World, what: ForeignAct, name: Name): Promise<void> {
@@ -274,6 +276,22 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       });
       const res = await w.foreignRequest('DELETE', `/nodes/${vm.node}/qemu/${vmid}`, undefined, site);
       return w.log(`  foreign: destroy of VM ${site}/${vmid} (HTTP ${res.status})`);
+    }
+    case 'migrate': {
+      // As HA's relocation or the web UI's Migrate would: online when it runs, the local disk
+      // copied. The provider follows it (placementPolicy Follow), and its snippet with it.
+      const vmid = Number(r ? externalName(r) : undefined);
+      const vm = c.state.vms.get(vmid);
+      const target = [...c.state.nodes.keys()].find((n) => n !== vm?.node);
+      if (!r || !vm || !target || markerUid(vm.config.description) !== r.metadata.uid || vm.config.lock)
+        return w.log(`  foreign: ${name} has no unlocked VM to migrate inside its site`);
+      const res = await w.foreignRequest(
+        'POST',
+        `/nodes/${vm.node}/qemu/${vmid}/migrate`,
+        { target, 'with-local-disks': '1', ...(vm.status === 'running' ? { online: '1' } : {}) },
+        site,
+      );
+      return w.log(`  foreign: migrate of VM ${site}/${vmid} ${vm.node} -> ${target} (HTTP ${res.status})`);
     }
   }
 }

@@ -962,6 +962,20 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F68: vm-c (its snippet on site-2's `local`) is moved to site-1 while its import runs on r630-01, and HA (or a person) migrates it to r630-02 before the move is sent -> the move's look at the source, seeing the VM on another node than its status said, takes the snippet there too: were the move refused or failed, the VM would stay on r630-02 naming a file that node had not got", async () => {
+    await runSchedule(
+      'token',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' }), vmA],
+      [
+        new Reconcile('vm-c'),
+        new Apply('vm-c', { cpu: 1, memory: '1Gi' }),
+        new Foreign('migrate', 'vm-c'),
+        new Foreign('take-persisted-vmid', 'vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
   it("F66: another user's create takes vm-b's chosen VMID (site-1/100) as vm-b's clone is sent, and that create's worker dies at its start (its placeholder stays); vm-b's clone is refused, then its manifest moves to site-2 -> the placeholder, another's at a VMID vm-b chose and never confirmed, proves vm-b's VM is not on site-1: it is made on site-2 (it was PlacementChangeRefused for good), and the placeholder is left alone", async () => {
     await runSchedule(
       'password',
