@@ -129,9 +129,9 @@ const CALLS = {
 } as const;
 type Call = keyof typeof CALLS;
 /** The calls the first three searches' faults strike (in this order: their recorded seeds replay it). */
-export const BASE_CALLS = (Object.keys(CALLS) as Call[]).filter((c) => c !== 'migrate');
+const BASE_CALLS = (Object.keys(CALLS) as Call[]).filter((c) => c !== 'migrate');
 /** And the fourth's: the in-cluster migration's call as well. */
-export const NODE_CALLS = Object.keys(CALLS) as Call[];
+const NODE_CALLS = Object.keys(CALLS) as Call[];
 const callOf = (calls: readonly Call[]) => fc.constantFrom(...calls);
 /**
  * The calls an `applied-late` fault holds: not remote_migrate, whose handler makes two calls to the
@@ -229,11 +229,10 @@ const taskFail: fc.Arbitrary<DrawnFault> = fc
  * unless the provider's connection to it is still open; with `dropSessions` that one is cut too
  * (sshd killed, the node rebooting), under an upload or between two.
  */
-const sshDown: fc.Arbitrary<DrawnFault> = fc
-  .tuple(site, fc.integer({ min: 1, max: 3 }), fc.boolean())
-  .map(([s, lastsFor, dropSessions]) => ({
-    label: `sshd on ${NODE_OF[s]} refuses connections${dropSessions ? ', its sessions cut,' : ''} for the next ${lastsFor} command(s)`,
-    spec: { kind: 'ssh-refused', node: NODE_OF[s], ...(dropSessions ? { dropSessions } : {}) } as FaultSpec,
+const sshDown = (where: fc.Arbitrary<SiteNode>): fc.Arbitrary<DrawnFault> =>
+  fc.tuple(where, fc.integer({ min: 1, max: 3 }), fc.boolean()).map(([[s, node], lastsFor, dropSessions]) => ({
+    label: `sshd on ${node} refuses connections${dropSessions ? ', its sessions cut,' : ''} for the next ${lastsFor} command(s)`,
+    spec: { kind: 'ssh-refused', node, ...(dropSessions ? { dropSessions } : {}) } as FaultSpec,
     lastsFor,
     site: s,
   }));
@@ -243,12 +242,22 @@ const sshDown: fc.Arbitrary<DrawnFault> = fc
  * as of its last tick (a create that ended meanwhile still `VM <vmid>`, a VM made meanwhile with
  * no name and `status: unknown`), while their locks and tags follow the config (fault search F56).
  */
-const statsStalled: fc.Arbitrary<DrawnFault> = fc.tuple(site, fc.integer({ min: 1, max: 3 })).map(([s, lastsFor]) => ({
-  label: `pvestatd on ${NODE_OF[s]} hangs (its VMs' statistics stale) for the next ${lastsFor} command(s)`,
-  spec: { kind: 'stats-stalled', node: NODE_OF[s] } as FaultSpec,
-  lastsFor,
-  site: s,
-}));
+const statsStalled = (where: fc.Arbitrary<SiteNode>): fc.Arbitrary<DrawnFault> =>
+  fc.tuple(where, fc.integer({ min: 1, max: 3 })).map(([[s, node], lastsFor]) => ({
+    label: `pvestatd on ${node} hangs (its VMs' statistics stale) for the next ${lastsFor} command(s)`,
+    spec: { kind: 'stats-stalled', node } as FaultSpec,
+    lastsFor,
+    site: s,
+  }));
+
+/** A node and its site. */
+type SiteNode = readonly [SiteName, string];
+/** The nodes a node's fault strikes: each site's one node, and in the fourth search r630-02 too. */
+const BASE_NODES: fc.Arbitrary<SiteNode> = site.map((s) => [s, NODE_OF[s]] as const);
+const NODE_NODES: fc.Arbitrary<SiteNode> = fc.constantFrom<SiteNode>(
+  ['site-1', NODE_OF['site-1']],
+  ...SITE2_NODES.map((n) => ['site-2', n] as const),
+);
 
 const taskStall: fc.Arbitrary<DrawnFault> = fc.constantFrom(...TASKS).map((type) => ({
   label: `task ${type} hangs until healed`,
@@ -264,6 +273,8 @@ export interface Extras {
   missing: string[];
   /** The calls the request faults strike (BASE_CALLS, or NODE_CALLS for the fourth search). */
   calls: readonly Call[];
+  /** The nodes whose sshd or pvestatd a fault strikes. */
+  nodes: fc.Arbitrary<SiteNode>;
 }
 
 /** Does the simulator behave as `spec` says? Tried on a throw-away world, through the API. */
@@ -288,7 +299,8 @@ async function behaves(w: World, spec: FaultSpec, probe: () => Promise<boolean>)
  * placeholder). Each is tried for its effect, not only for being accepted; the ones missing are
  * reported by the search (never dropped silently).
  */
-export async function probeFaultKinds(w: World, calls: readonly Call[] = BASE_CALLS): Promise<Extras> {
+export async function probeFaultKinds(w: World, fourth = false): Promise<Extras> {
+  const calls = fourth ? NODE_CALLS : BASE_CALLS;
   const faults: fc.Arbitrary<DrawnFault>[] = [];
   const missing: string[] = [];
   const version = { method: 'GET', path: '/version' };
@@ -334,7 +346,7 @@ export async function probeFaultKinds(w: World, calls: readonly Call[] = BASE_CA
       }));
     faults.push(dieArb);
   } else missing.push('task die');
-  return { faults, missing, calls, ...(dieArb ? { die: dieArb } : {}) };
+  return { faults, missing, calls, nodes: fourth ? NODE_NODES : BASE_NODES, ...(dieArb ? { die: dieArb } : {}) };
 }
 
 export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitrary<DrawnFault> {
@@ -351,8 +363,8 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
     { weight: 1, arbitrary: onEither(listLatency) },
     { weight: 3, arbitrary: onEither(taskFail) },
     { weight: 2, arbitrary: onEither(taskStall) },
-    { weight: 1, arbitrary: sshDown },
-    { weight: 1, arbitrary: statsStalled },
+    { weight: 1, arbitrary: sshDown(extras.nodes) },
+    { weight: 1, arbitrary: statsStalled(extras.nodes) },
     ...extra.map((arbitrary) => ({ weight: 3, arbitrary: arbitrary === extras.die ? arbitrary : onEither(arbitrary) })),
   );
 }

@@ -22,7 +22,6 @@ import {
   commandsArb,
   type Extras,
   initialArb,
-  NODE_CALLS,
   nodeCommandsArb,
   nodeInitialArb,
   prepareCommandsArb,
@@ -151,7 +150,7 @@ async function search(
   await settled(inFlight);
   const nodes = opts.nodes === true;
   const probe = await World.start('password', { nodes });
-  const extras = await probeFaultKinds(probe, nodes ? NODE_CALLS : undefined);
+  const extras = await probeFaultKinds(probe, nodes);
   await probe.close();
   say(t, `fault kinds this simulator lacks (so not drawn): ${extras.missing.join(', ') || 'none'}`);
   const started = Date.now();
