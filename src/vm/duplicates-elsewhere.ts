@@ -58,13 +58,18 @@ export async function retireStrayElsewhere(
 ): Promise<{ obs: ExternalObservation; change?: Change } | undefined> {
   const a = atProvider(r);
   if (!ctx.elsewhere || a.siteMove || a.replacing || r.metadata.deletionTimestamp) return undefined;
-  const strays = await straysOf(ctx, r);
+  const listed = await straysOf(ctx, r);
+  const [self] = listed.length ? await ctx.site.markedVms([found.entry], ctx.signal) : [];
+  // The same VM on two sites is no twin: a remote migration's source and target carry one marker
+  // and one creation time (the config is copied), while the migration runs and after it left its
+  // source behind (source-left.ts). Taken for twins, the tie-break (the site named first) had the
+  // target destroyed under the migration, which then removed its source: no VM left (fault search F69).
+  const strays = listed.filter((s) => !sameVm(self, s.vm));
   if (!strays.length) {
     if (getCondition(r, DUPLICATE)?.status === 'True')
       duplicateCondition(r, 'False', 'DuplicateRetired', 'no VM of this resource is left on another site');
     return undefined;
   }
-  const [self] = await ctx.site.markedVms([found.entry], ctx.signal);
   const own: Candidate = { running: state === 'running', ctime: self?.ctime, vmid: found.vmid, site: ctx.site.name };
   const kept = strays.find((s) => keepsStray(own, candidate(s)) === true);
   if (kept) {
@@ -142,6 +147,16 @@ function lesser(stays: Candidate, goes: Candidate): string {
   if (stays.running !== goes.running) return 'does not run where the other does';
   if (stays.ctime !== goes.ctime) return 'was made later';
   return stays.vmid !== goes.vmid ? 'has the higher VMID' : 'is on the site named later';
+}
+
+/** One VM seen on two sites (a remote migration's source and target): the same marker and creation time. */
+function sameVm(self: MarkedVm | undefined, other: MarkedVm): boolean {
+  return (
+    self?.marker !== undefined &&
+    other.marker?.uid === self.marker.uid &&
+    self.ctime !== undefined &&
+    other.ctime === self.ctime
+  );
 }
 
 /** What keepsStray compares of a VM. */

@@ -962,6 +962,23 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F69: this state file's vm-c is made on site-2 while the other state file's, made first on site-1, is moved there -> this one retires its own VM for the older twin and follows it to site-2, where the twin's migration source, still on site-1 until the migration ends, is the same VM (one marker, one creation time), no twin: the target is not destroyed under the migration, which then removes its source (no VM was left). A timing case: 10 of 30 runs of this schedule in one process failed before the fix, none of the first 10; so it runs 30 times", async () => {
+    for (let i = 0; i < 30; i++)
+      await runSchedule(
+        'password',
+        [new Apply('vm-c', { cpu: 1, memory: '1Gi', powerState: 'stopped' })],
+        [
+          new Foreign('look-alike', 'vm-a'),
+          new Fault('task qmcreate hangs until healed', { kind: 'task', type: 'qmcreate', action: 'stall' }),
+          new OtherState('vm-c'),
+          new Move('vm-c'),
+          new Reconcile('vm-c'),
+          new Foreign('take-persisted-vmid', 'vm-a'),
+        ],
+        { strict: true },
+      );
+  });
+
   it("F68: vm-c (its snippet on site-2's `local`) is moved to site-1 while its import runs on r630-01, and HA (or a person) migrates it to r630-02 before the move is sent -> the move's look at the source, seeing the VM on another node than its status said, takes the snippet there too: were the move refused or failed, the VM would stay on r630-02 naming a file that node had not got", async () => {
     await runSchedule(
       'token',
