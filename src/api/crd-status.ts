@@ -81,6 +81,12 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
           'The node the provider last put the VM on (its create or a migration it made); a VM found elsewhere with spec.forProvider.node unchanged was moved by someone else.',
       }),
     ),
+    snippetLeftOn: Type.Optional(
+      Type.String({
+        description:
+          "A node of the VM's site that it left (migrated by the provider, HA or a person) where its userData snippet, on a node-local storage, is still there: removed at the next reconcile that finds the VM elsewhere, after the status naming its new node was written.",
+      }),
+    ),
     siteMove: Type.Optional(
       Type.Object(
         {

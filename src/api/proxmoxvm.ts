@@ -72,6 +72,8 @@ export interface AtProvider {
    * elsewhere with the spec unchanged was moved by someone else (placementPolicy).
    */
   placedNode?: string;
+  /** A node the VM left whose copy of its snippet is still to be removed (snippet-removal.ts noteNode). */
+  snippetLeftOn?: string;
   /**
    * A move to another site (a remote migration) chosen and recorded before it is sent, as a create
    * records its VMID first: the sites, the VM's VMID and node there and here, and the UPID once sent.

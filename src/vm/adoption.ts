@@ -42,6 +42,7 @@ export async function adoptElsewhere(ctx: StepContext, r: ProxmoxVM): Promise<Ob
     // PlacementChangeRefused for good (fault search F61).
     confirmOwnVm(r, own);
     delete a.placedNode;
+    delete a.snippetLeftOn;
     return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
   }
   return undefined;

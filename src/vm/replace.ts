@@ -86,7 +86,8 @@ export async function backToReplaced(ctx: StepContext, r: ProxmoxVM): Promise<vo
   delete a.replacing;
   a.site = old.site;
   a.node = old.node;
-  for (const k of ['vmId', 'placedNode', 'smbiosUuid', 'state', 'task', 'userDataSnippet'] as const) delete a[k];
+  for (const k of ['vmId', 'placedNode', 'snippetLeftOn', 'smbiosUuid', 'state', 'task', 'userDataSnippet'] as const)
+    delete a[k];
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(old.vmid));
   setAnnotation(r, ANNOTATION_SITE, old.site);
   ctx.site.forget(r.metadata.uid);
@@ -213,7 +214,16 @@ export function reserveReplacement(ctx: StepContext, r: ProxmoxVM, change: Chang
   const a = atProvider(r);
   a.replacing = { ...change.replaced!, at: new Date().toISOString() };
   a.site = ctx.target!.name;
-  for (const k of ['vmId', 'node', 'placedNode', 'smbiosUuid', 'state', 'task', 'userDataSnippet'] as const)
+  for (const k of [
+    'vmId',
+    'node',
+    'placedNode',
+    'snippetLeftOn',
+    'smbiosUuid',
+    'state',
+    'task',
+    'userDataSnippet',
+  ] as const)
     delete a[k];
   a.step = 'ReservingReplacement';
   ctx.site.forget(r.metadata.uid);

@@ -318,6 +318,7 @@ export async function lostOnSource(ctx: StepContext, r: ProxmoxVM, vmid: number)
   }
   a.site = site;
   delete a.placedNode;
+  delete a.snippetLeftOn;
   // A move recorded for the VM that is gone is moot: kept, it held every reconcile on the source
   // (VmConnector.placedSiteName follows a recorded move's source), where the create then made for
   // the spec was refused (its node is the target's: NodeNotFound, for good; found by the fault
@@ -351,6 +352,7 @@ function arrived(
   a.vmId = move.vmid;
   // The spec's node on the new site, if it names another, is reached by an in-cluster migration.
   delete a.placedNode;
+  delete a.snippetLeftOn;
   delete a.siteMove;
   delete a.task;
   ctx.site.forget(r.metadata.uid);

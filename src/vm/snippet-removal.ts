@@ -38,33 +38,35 @@ export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node:
 }
 
 /**
- * Record the node the VM is on as Proxmox shows it on this site (status.atProvider.node); seen on
- * another node than the last time, its snippet follows it (snippetFollowsVm), unless this look
- * may not write (`writes` false: a plan's or an Observe-only look).
+ * Record the node the VM is on as Proxmox shows it on this site (status.atProvider.node). Seen on
+ * another node of the site than the last time (migrated by this provider, by HA or by a person),
+ * its snippet follows it: PVE migrates a VM's drives, not the files `cicustom` names (qemu-server
+ * QemuMigrate.pm scan_local_volumes walks QemuServer.pm foreach_volid, drives only), and a VM reads
+ * its snippet when it starts. On a node-local snippet storage (`local`) the file is written on the
+ * new node now (this provider's own migration wrote it before it was sent: a stat), and the node
+ * left is recorded (`snippetLeftOn`); its copy is removed at a later reconcile that still finds the
+ * VM elsewhere, once the status naming the new node was written. Removed at once, a crash before
+ * that write left the status on the old node: the VM moved back there then named a file that was
+ * gone, and no node change was ever seen again (fault search F71). A failed write throws (the VM
+ * could not start there); the removal is best effort. `writes` false (a plan's or an Observe-only
+ * look): nothing is written or removed. A node this site does not list (the VM came from another
+ * site) is the site move's to clean up (site-move.ts).
  */
 export async function noteNode(ctx: StepContext, r: ProxmoxVM, node: string, writes: boolean): Promise<void> {
   const a = atProvider(r);
   const last = a.node;
   a.node = node;
-  if (writes && last && last !== node) await snippetFollowsVm(ctx, r, last, node);
-}
-
-/**
- * The VM was seen on another node of its site than the last time (migrated by this provider, by
- * HA or by a person): the snippet its config names follows it. PVE migrates a VM's drives, not the
- * files `cicustom` names (qemu-server QemuMigrate.pm scan_local_volumes walks QemuServer.pm
- * foreach_volid, drives only), and a VM reads its snippet when it starts: on a node-local snippet
- * storage (`local`) the file is written on the new node (this provider's own migration wrote it
- * before it was sent: a stat here) and removed from the old one. A failed write throws (the VM
- * could not start there); the removal is best effort. A node this site does not list (the VM came
- * from another site) is the site move's to clean up (site-move.ts).
- */
-async function snippetFollowsVm(ctx: StepContext, r: ProxmoxVM, from: string, to: string): Promise<void> {
-  if (!ctx.site.ssh || !r.status?.atProvider?.userDataSnippet) return;
+  if (!writes) return;
+  const left = a.snippetLeftOn;
+  if (left !== undefined) {
+    if (left !== node) await removeSnippetsLeftOn(ctx, r, left).catch(() => 0);
+    delete a.snippetLeftOn;
+  }
+  if (!last || last === node || !ctx.site.ssh || !a.userDataSnippet) return;
   const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
-  if (!nodes.some((e) => e.node === from)) return;
-  if (await desiredSnippet(ctx, r, to)) await uploadSnippet(ctx);
-  await removeSnippetsLeftOn(ctx, r, from).catch(() => 0);
+  if (!nodes.some((e) => e.node === last)) return;
+  if (await desiredSnippet(ctx, r, node)) await uploadSnippet(ctx);
+  a.snippetLeftOn = last;
 }
 
 /** Every snippet volid a `cicustom` value names (`user=local:snippets/a.yaml,meta=...`). */

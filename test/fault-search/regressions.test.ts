@@ -962,6 +962,20 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F71: vm-c (its snippet on site-2's `local`) is migrated from r630-01 to r630-02 by the provider (a crash after it was sent), a reconcile crashes before its status is written, and HA moves the VM back to r630-01 -> the snippet's copy on r630-01 is removed only after a status naming r630-02 was written: removed at once, the status still named r630-01, the VM back there named a file that was gone, and no node change was seen again", async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' }), vmB, vmA],
+      [
+        new Reconcile('vm-c'),
+        new NodeMove('vm-c', { kind: 'crash' }),
+        new Reconcile('vm-c', { where: { nth: 2 }, what: { kind: 'crash' } }),
+        new Foreign('migrate', 'vm-c'),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
   it("F69: this state file's vm-c is made on site-2 while the other state file's, made first on site-1, is moved there -> this one retires its own VM for the older twin and follows it to site-2, where the twin's migration source, still on site-1 until the migration ends, is the same VM (one marker, one creation time), no twin: the target is not destroyed under the migration, which then removes its source (no VM was left). A timing case: 10 of 30 runs of this schedule in one process failed before the fix, none of the first 10; so it runs 30 times", async () => {
     for (let i = 0; i < 30; i++)
       await runSchedule(

@@ -47,10 +47,14 @@ describe('a snippet follows its VM to another node', () => {
     assert.deepEqual(await snippetsOn(sim, 'pve-a'), [file]);
     assert.deepEqual(await snippetsOn(sim, 'pve-b'), []);
     eng.apply(vm('follows', { ...spec, node: 'pve-b' }));
+    // The copy on pve-a goes at a reconcile after the status naming pve-b was written (snippetLeftOn).
     const r1 = await eng.waitFor(
       key,
-      (x) => x.status?.atProvider?.node === 'pve-b' && x.status?.atProvider?.step === 'Ready',
-      'migrated to pve-b and Ready',
+      (x) =>
+        x.status?.atProvider?.node === 'pve-b' &&
+        x.status?.atProvider?.step === 'Ready' &&
+        x.status?.atProvider?.snippetLeftOn === undefined,
+      'migrated to pve-b, Ready, the copy on pve-a removed',
     );
     const vmid = r1.status!.atProvider!.vmId!;
     assert.equal(sim.cluster(SITE1).state.vms.get(vmid)!.config.cicustom, `user=${file}`);
@@ -58,7 +62,7 @@ describe('a snippet follows its VM to another node', () => {
     assert.deepEqual(await snippetsOn(sim, 'pve-a'), []);
   });
 
-  it('moved by someone else (HA, a person): followed, its snippet written on the new node and gone from the old', async () => {
+  it('moved by someone else (HA, a person): followed, its snippet written on the new node, then gone from the old', async () => {
     const c = sim.cluster(SITE1);
     const key = 'default/follows';
     const r0 = eng.get(key);
@@ -70,7 +74,14 @@ describe('a snippet follows its VM to another node', () => {
     assert.equal(res.status, 200, res.text);
     await waitTask(c.url, 'pve-b', (res.json as { data: string }).data);
     assert.deepEqual(await snippetsOn(sim, 'pve-a'), [], 'PVE moved the disks, not the snippet');
-    await eng.waitFor(key, (x) => x.status?.atProvider?.node === 'pve-a', 'followed to pve-a');
+    await eng.waitFor(key, (x) => x.status?.atProvider?.snippetLeftOn === 'pve-b', 'followed to pve-a');
+    assert.deepEqual(await snippetsOn(sim, 'pve-a'), [file], 'written on the node it is on');
+    assert.deepEqual(await snippetsOn(sim, 'pve-b'), [file], 'kept on the node left until that status is written');
+    await eng.waitFor(
+      key,
+      (x) => x.status?.atProvider?.node === 'pve-a' && x.status?.atProvider?.snippetLeftOn === undefined,
+      'the copy on pve-b removed',
+    );
     assert.deepEqual(await snippetsOn(sim, 'pve-a'), [file]);
     assert.deepEqual(await snippetsOn(sim, 'pve-b'), []);
     assert.equal(c.state.vms.get(vmid)!.node, 'pve-a', 'followed, not moved back (placementPolicy Follow)');
