@@ -330,6 +330,16 @@ function anotherIncarnation(w: World, r: ProxmoxVM, p: Placed): boolean {
   return w.lostUids.has(m.uid) || m.uid === other?.metadata.uid;
 }
 
+/** What PVE holds, for telling whether a settle round changed anything: every VM, and the tasks started. */
+function pveState(w: World): string {
+  return w.sim.clusters
+    .map((c) => {
+      const vms = [...c.state.vms.values()].map((v) => `${v.vmid}@${v.node}:${v.status}:${v.config.lock ?? ''}`);
+      return `${c.name}[${vms.join(',')}] tasks=${c.state.tasks.size}`;
+    })
+    .join(' ');
+}
+
 export interface SettleResult {
   converged: boolean;
   rounds: number;
@@ -351,6 +361,7 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
   let rounds = 0;
   let confirmed = false;
   while (rounds < maxRounds && w.clock.elapsedMs - start < maxEngineMs) {
+    const pveBefore = pveState(w);
     // Every resource is reconciled at least once after the faults ended: a status written
     // before that proves nothing.
     for (const r of w.store.listSync()) await w.reconcile(r.metadata.name as Name, 0, undefined, true);
@@ -371,7 +382,10 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
       // And after the creation grace: within it the reconciler takes a VM not found for a list
       // that lags, and leaves the status as it was (Ready, for a VM another user destroyed moments
       // after it was made: F52).
-      if (confirmed) return { converged: true, rounds, unsettled: [] };
+      // And only if that round changed nothing in PVE: one runtime may act in it on a VM another
+      // runtime's resource holds (the twin rule retires one of two state files' VMs), whose status
+      // says what it saw before; it sees the change at its next reconcile (fault search F70).
+      if (confirmed && pveState(w) === pveBefore) return { converged: true, rounds, unsettled: [] };
       confirmed = true;
       w.clock.tick(Math.max(SITE_TTL_MS, CREATION_GRACE_MS) + 1000);
       // What PVE is still doing ends before the confirmation round looks, as it would within
