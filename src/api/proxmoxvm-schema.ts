@@ -190,7 +190,7 @@ function buildSchemas() {
         Type.String({
           pattern: '^[^:\\s]+:snippets/\\S+$',
           description:
-            'A snippet volume with the complete user-data, e.g. local:snippets/web.yaml (`cicustom user=`). The Proxmox VE API cannot upload snippets: put the file on a storage with the `snippets` content type first.',
+            'A snippet volume with the complete user-data, e.g. local:snippets/web.yaml (`cicustom user=`). The Proxmox VE API cannot upload snippets: put the file on a storage with the `snippets` content type first. PVE migrates disks, not snippets: on a node-local storage, a change of spec.forProvider.node waits (MigrationRefused) until the file is on the target node too.',
         }),
       ),
       storage: Type.Optional(

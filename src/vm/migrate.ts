@@ -178,6 +178,7 @@ export async function checkMigration(
       'MigrationRefused',
       `VM ${vmid} uses local resources (${pre.local_resources.join(', ')}) that cannot migrate; nothing was moved`,
     );
+  await checkUserSnippetOn(ctx, r, target, vmid);
   const local = (pre.local_disks ?? []).filter((d) => !d.is_unused);
   if (!local.length) return { withLocalDisks: false };
   // Local disks are copied: to spec.forProvider.storage on the target (or the same storage id).
@@ -191,4 +192,27 @@ export async function checkMigration(
     change.storage ? 'spec.forProvider.storage' : `the storage of ${local[0]!.volid}`,
   );
   return { withLocalDisks: true, targetStorage: dest };
+}
+
+/**
+ * A snippet the user names (spec.forProvider.cloudInit.userDataSnippet) is theirs to place: PVE
+ * migrates a VM's disks, not the files `cicustom` names (qemu-server QemuMigrate.pm
+ * scan_local_volumes walks QemuServer.pm foreach_volid, drives only), and a VM reads its snippet
+ * when it starts. On a node-local storage it must be on the target already, or the migrated VM
+ * would fail its next start there; the migration is refused until it is (this provider's own
+ * snippets it writes there itself: snippet-removal.ts noteNode).
+ */
+async function checkUserSnippetOn(ctx: StepContext, r: ProxmoxVM, target: string, vmid: number): Promise<void> {
+  const volid = r.spec.forProvider.cloudInit?.userDataSnippet;
+  if (!volid?.includes(':')) return;
+  const sid = volid.slice(0, volid.indexOf(':'));
+  const entry = (await ctx.client.nodeStorages(target)).find((s) => s.storage === sid);
+  if (entry?.shared === 1) return;
+  const there = entry ? await ctx.client.storageContent(target, sid, { content: 'snippets' }) : [];
+  if (there.some((v) => v.volid === volid)) return;
+  throw reason(
+    'MigrationRefused',
+    `spec.forProvider.cloudInit.userDataSnippet ${volid} is not on node ${target}${entry ? ` (storage '${sid}' is not shared)` : ` (it has no storage '${sid}')`}: Proxmox VE migrates disks, not snippets, and VM ${vmid} would not start there. Copy the file to ${target}, or keep it on a shared storage; nothing was moved`,
+    true,
+  );
 }

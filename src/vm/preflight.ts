@@ -37,7 +37,7 @@ export interface CreatePlan {
   ciStorage: string;
   source: CreateSource;
   /**
-   * A clone made on its template's node, not on `node` (cloneNode): PVE clones to another node only
+   * A clone made on its template's node, not on `node` (cloneOnTemplateNode): PVE clones to another node only
    * onto a shared storage. The VM is migrated to `node` next (migrate.ts placementChanges).
    */
   cloneOnSource?: boolean;

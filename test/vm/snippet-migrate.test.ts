@@ -10,13 +10,24 @@ import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { raw, waitTask } from '../helpers/sim.ts';
-import { Engine, SITE1, startSim, twoNodeTopology, vm } from './harness.ts';
+import { connect, upload } from '../sim/ssh-client.ts';
+import { cond, Engine, SITE1, startSim, twoNodeTopology, vm } from './harness.ts';
 
 const USER_DATA = `#cloud-config
 packages: [jq]
 runcmd:
   - echo hello
 `;
+
+/** Put a file of the user's on a node's `local` snippets directory, as they would over SSH. */
+async function userSnippet(sim: Simulator, node: string, name: string): Promise<void> {
+  const s = await connect(sim.cluster(SITE1).sshNode(node), { privateKey: sim.credentials.sshPrivateKey });
+  try {
+    await upload(s.sftp, `/var/lib/vz/snippets/${name}`, USER_DATA);
+  } finally {
+    s.end();
+  }
+}
 
 async function snippetsOn(sim: Simulator, node: string): Promise<string[]> {
   const res = await raw(sim.cluster(SITE1).url, 'GET', `/nodes/${node}/storage/local/content?content=snippets`);
@@ -85,5 +96,35 @@ describe('a snippet follows its VM to another node', () => {
     assert.deepEqual(await snippetsOn(sim, 'pve-a'), [file]);
     assert.deepEqual(await snippetsOn(sim, 'pve-b'), []);
     assert.equal(c.state.vms.get(vmid)!.node, 'pve-a', 'followed, not moved back (placementPolicy Follow)');
+  });
+
+  it("the user's own snippet (cloudInit.userDataSnippet) on a node-local storage: no migration until it is on the target", async () => {
+    const c = sim.cluster(SITE1);
+    await userSnippet(sim, 'pve-a', 'mine.yaml');
+    const spec = {
+      node: 'pve-a',
+      image: 'local:import/ubuntu-22.04-cloud.qcow2',
+      cloudInit: { userDataSnippet: 'local:snippets/mine.yaml' },
+    };
+    const key = eng.apply(vm('own-snippet', spec));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    const migrations = () => c.counters()['POST /nodes/{node}/qemu/{vmid}/migrate'] ?? 0;
+    const before = migrations();
+    eng.apply(vm('own-snippet', { ...spec, node: 'pve-b' }));
+    const refused = await eng.waitFor(key, (x) => cond(x, 'Synced')?.reason === 'MigrationRefused', 'refused');
+    assert.match(
+      cond(refused, 'Synced')!.message!,
+      /userDataSnippet local:snippets\/mine\.yaml is not on node pve-b \(storage 'local' is not shared\).*Copy the file to pve-b/,
+    );
+    assert.equal(migrations(), before, 'nothing was sent');
+    assert.equal(c.state.vms.get(vmid)!.node, 'pve-a');
+    // The user copies it; the retried migration goes.
+    await userSnippet(sim, 'pve-b', 'mine.yaml');
+    await eng.waitFor(
+      key,
+      (x) => x.status?.atProvider?.node === 'pve-b' && x.status?.atProvider?.step === 'Ready',
+      'migrated once the file is there',
+    );
+    assert.equal(c.state.vms.get(vmid)!.node, 'pve-b');
   });
 });
