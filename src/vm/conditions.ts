@@ -38,6 +38,7 @@ export const PERMANENT_REASONS: ReadonlySet<string> = new Set([
   'PlacementChangeRefused',
   'CreateInterrupted',
   'SnippetsUnavailable',
+  'CloneAcrossNodes',
   'SnippetStorageNotFound',
   'PasswordInSnippetRefused',
   'SshHostKeyMismatch',

@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
+import { PERMANENT_REASONS } from '../../src/vm/conditions.ts';
 import { cond, Engine, SITE1, startSim, twoNodeTopology, vm } from './harness.ts';
 
 /** pve-b also has a `fast` lvm-thin pool; the template is on pve-a's local-lvm. */
@@ -65,5 +66,7 @@ describe('a clone onto another node with local storage', () => {
     );
     assert.match(cond(r, 'Synced')!.message!, /storage 'fast' on node pve-b is not shared.*Fix: a shared storage/);
     assert.equal(c.state.vms.size, before);
+    // Only a change of the spec or the cluster helps: `apply` stops waiting, the controller backs off to its cap.
+    assert.ok(PERMANENT_REASONS.has('CloneAcrossNodes'));
   });
 });
