@@ -143,13 +143,17 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
         delete a.siteMove;
         return { obs: { exists: true, upToDate: true, requeueAfterMs: 0 } };
       }
-      // Not sent yet, or it failed (PVE then unlocked the source and cleaned up the target): send it.
+      // Not sent yet, or it failed (PVE then unlocked the source and cleaned up the target): send it,
+      // from the node the VM is on now: HA or a person may have migrated it inside the site since
+      // the move was recorded, and its config is read there (fault search F72: read on the recorded
+      // node, the move failed for good with "does not exist").
+      const from = here.node === move.fromNode ? move : { ...move, fromNode: here.node };
       return {
         obs: { exists: true, upToDate: false },
         change: {
           kind: 'remote-migrate',
-          why: `migrating VM ${vmid} ${move.from}/${move.fromNode} -> ${move.to}/${move.node} as VM ${move.vmid}`,
-          move,
+          why: `migrating VM ${vmid} ${from.from}/${from.fromNode} -> ${from.to}/${from.node} as VM ${from.vmid}`,
+          move: from,
           running: here.entry.status === 'running',
         },
       };

@@ -62,7 +62,8 @@ export async function noteNode(ctx: StepContext, r: ProxmoxVM, node: string, wri
     if (left !== node) await removeSnippetsLeftOn(ctx, r, left).catch(() => 0);
     delete a.snippetLeftOn;
   }
-  if (!last || last === node || !ctx.site.ssh || !a.userDataSnippet) return;
+  // A config may name our snippet with no record of it: a create whose answer was lost (F73).
+  if (!last || last === node || !ctx.site.ssh || !(a.userDataSnippet || needsSnippet(r))) return;
   const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
   if (!nodes.some((e) => e.node === last)) return;
   if (await desiredSnippet(ctx, r, node)) await uploadSnippet(ctx);

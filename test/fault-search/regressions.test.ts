@@ -962,6 +962,40 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F72: vm-a is moved to site-2 (a crash after remote_migrate was sent), then back to site-1, and HA migrates it inside site-2 before the move back is sent -> the move is sent from the node the VM is on now: read on the node recorded with the move, its config 'does not exist' and the move failed for good", async () => {
+    await runSchedule(
+      'token',
+      [vmA],
+      [
+        new Move('vm-a'),
+        new Reconcile('vm-a', { where: { step: 'update-remote-migrate' }, what: { kind: 'crash' } }),
+        new Move('vm-a'),
+        new Reconcile('vm-a'),
+        new Foreign('migrate', 'vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
+  it("F73: vm-c's create on site-2's r630-02 is applied but its answer lost, HA moves the VM to r630-01, and the manifest goes to site-1 (refused: password credentials there) -> the VM's snippet follows it to r630-01 although no status recorded that its config names one", async () => {
+    await runSchedule(
+      'password',
+      [vmC],
+      [
+        new Fault(
+          'POST create is applied, then its answer is lost (connection reset) x1',
+          { kind: 'reply-lost', method: 'POST', path: '/nodes/{node}/qemu', count: 1 },
+          undefined,
+          'site-2',
+        ),
+        new NodeMove('vm-c', { kind: 'crash' }),
+        new Foreign('migrate', 'vm-c'),
+        new Apply('vm-c', { cpu: 1, memory: '1Gi' }),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
   it("F71: vm-c (its snippet on site-2's `local`) is migrated from r630-01 to r630-02 by the provider (a crash after it was sent), a reconcile crashes before its status is written, and HA moves the VM back to r630-01 -> the snippet's copy on r630-01 is removed only after a status naming r630-02 was written: removed at once, the status still named r630-01, the VM back there named a file that was gone, and no node change was seen again", async () => {
     await runSchedule(
       'password',
