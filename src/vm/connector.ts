@@ -225,8 +225,16 @@ function hasSite(config: LoadedProviderConfig, name: string): boolean {
 /**
  * The site a resource's VM is on (or its create was sent to): status.atProvider.site, else the
  * site recorded with the external name before the create (`proxmox.sankofa.io/site`), which a
- * crash before the first status write leaves alone (F21).
+ * crash before the first status write leaves alone (F21). A status that names no VM
+ * (`atProvider.vmId`), written before the external name was (a reconcile that failed before
+ * choosing or adopting a VM), is older than the site written with it: a VM adopted on another
+ * site, the process dead before the status said so, was looked for on the old site, where
+ * another VM at that VMID refused the resource's move for good (fault search F74). A replacement
+ * or a recorded move writes its site into the status on purpose, and names it there.
  */
 export function placedSite(r: ProxmoxVM): string | undefined {
-  return r.status?.atProvider?.site ?? annotation(r, ANNOTATION_SITE);
+  const a = r.status?.atProvider;
+  const noted = annotation(r, ANNOTATION_SITE);
+  if (noted && a?.site && a.vmId === undefined && externalName(r) && !a.replacing && !a.siteMove) return noted;
+  return a?.site ?? noted;
 }

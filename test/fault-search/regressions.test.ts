@@ -962,6 +962,38 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F74: vm-a's first reconcile fails (an outage) with its status on site-1, its manifest moves to site-2, where the other state file makes its VM, and this state file adopts that VM and dies before its status write -> the site written with the VMID is where the VM is looked for: the status, written before any VM, sent it to site-1, where another user's look-alike at that VMID refused the resource's move for good", async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Foreign('look-alike', 'vm-a'),
+        new Fault(
+          'outage (connections reset) for the next 1 command(s)',
+          { kind: 'unavailable', ms: 365 * 24 * 3600_000, mode: 'reset' },
+          1,
+        ),
+        new Reconcile('vm-a'),
+        new NodeMove('vm-a'),
+        new Fault(
+          'PUT resize is held unanswered until healed, then applied (the client gave up)',
+          {
+            kind: 'applied-late',
+            method: 'PUT',
+            path: '/nodes/{node}/qemu/{vmid}/resize',
+            delayMs: 365 * 24 * 3600_000,
+            count: 1,
+          },
+          undefined,
+          'site-2',
+        ),
+        new OtherState('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
   it("F72: vm-a is moved to site-2 (a crash after remote_migrate was sent), then back to site-1, and HA migrates it inside site-2 before the move back is sent -> the move is sent from the node the VM is on now: read on the node recorded with the move, its config 'does not exist' and the move failed for good", async () => {
     await runSchedule(
       'token',
