@@ -225,10 +225,13 @@ export class ManagedReconciler<R extends Managed = Managed> {
     // pending mark (a failed check, a wait for a slot): the next observe took the old name for its
     // own again, and another resource's VM made there meanwhile for this one's (FINDINGS.md F38).
     const nameAfter = externalName(r);
-    if (nameAfter !== nameBefore) {
-      // With every other annotation observe set beside it (the site it is on: F28), also after a conflict.
-      await this.writer.writeAnnotationRetry(r, key, annotationChanges(annotationsBefore, r.metadata.annotations));
-      if (nameAfter !== undefined)
+    // With every other annotation observe set beside it (the site it is on: F28), also after a
+    // conflict; and those alone when the name stayed (a VM that moved to another site keeping its
+    // VMID: left unwritten, the site recorded with the name was the old one, fault search F76).
+    const changed = annotationChanges(annotationsBefore, r.metadata.annotations);
+    if (nameAfter !== nameBefore || Object.keys(changed).length > 0) {
+      await this.writer.writeAnnotationRetry(r, key, changed);
+      if (nameAfter !== nameBefore && nameAfter !== undefined)
         this.store.event(r, 'Normal', 'AdoptedExternalResource', `external name is now ${nameAfter}`);
     }
 

@@ -351,6 +351,10 @@ function arrived(
 ): SiteMoveObservation {
   const a = atProvider(r);
   setAnnotation(r, ANNOTATION_EXTERNAL_NAME, String(move.vmid));
+  // With the VMID, in the same write, the site it is on (F28): left on the source, a VM made again
+  // at this VMID on the target (ours destroyed there by someone) was looked for on the source,
+  // where its clone's task does not exist (fault search F76, once F74 let that site win).
+  setAnnotation(r, ANNOTATION_SITE, move.to);
   a.site = move.to;
   a.node = there.node;
   a.vmId = move.vmid;

@@ -962,6 +962,22 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F76: vm-b, cloned on site-1, is moved to site-2 by a remote migration that keeps its VMID, and another user destroys it there -> it is made again on site-2 at that VMID and looked for there: the site recorded with the VMID was written only when the VMID changed, so it still named site-1, which F74's rule then preferred, and the new clone's task was read on a node site-1 has not got, for good", async () => {
+    await runSchedule(
+      'token',
+      [vmB, vmC],
+      [
+        new TwoWriters('vm-c', 'vm-b'),
+        new NodeMove('vm-b'),
+        new Reconcile('vm-b'),
+        new TwoWriters('vm-b', 'vm-c'),
+        new Reconcile('vm-b'),
+        new Foreign('destroy', 'vm-b'),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
   it("F74: vm-a's first reconcile fails (an outage) with its status on site-1, its manifest moves to site-2, where the other state file makes its VM, and this state file adopts that VM and dies before its status write -> the site written with the VMID is where the VM is looked for: the status, written before any VM, sent it to site-1, where another user's look-alike at that VMID refused the resource's move for good", async () => {
     await runSchedule(
       'password',
