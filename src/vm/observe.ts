@@ -264,7 +264,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     return { obs: { exists: false, upToDate: false } };
   }
   ctx.site.unreserve(r.metadata.uid, vmid);
-  await noteNode(ctx, r, found.node, !observeOnly && !ctx.readOnly);
+  await noteNode(ctx, r, found.node, !observeOnly && !ctx.readOnly, found.entry.lock);
   // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;
 

@@ -123,7 +123,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       // recorded, the VMID taken by someone): nothing of ours is left there to move. Sent anyway,
       // the migration carried the other user's VM away (found by the fault search, F42).
       if (!source) return lostOnSource(ctx, r, vmid);
-      await noteNode(ctx, r, here.node, !ctx.readOnly);
+      await noteNode(ctx, r, here.node, !ctx.readOnly, here.entry.lock);
       const lock = hereLock;
       if (lock || (await migrationRunning(ctx, move)))
         return waiting(r, `VM ${vmid} is being migrated to site ${move.to} (${lock ?? 'qmigrate'})`, ctx);
@@ -180,7 +180,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   // write left none, and every change is made on the recorded node (found by the fault search,
   // F33: the move was planned for ever and never recorded). Moved there by HA or a person, its
   // snippet follows it, in case the move to the other site is refused or fails.
-  await noteNode(ctx, r, here.node, !ctx.readOnly);
+  await noteNode(ctx, r, here.node, !ctx.readOnly, here.entry.lock);
   if (cfg.lock) return waiting(r, `VM ${vmid} is locked (${cfg.lock}); the move to site ${tctx.site.name} waits`, ctx);
   // Two runtimes' VMs for this resource here are settled before either moves, by the rule every
   // runtime keeps (the lowest VMID stays): moved away from its twin, a duplicate is one that no

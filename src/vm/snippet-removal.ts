@@ -52,13 +52,21 @@ export async function removeSnippetsLeftOn(ctx: StepContext, r: ProxmoxVM, node:
  * look): nothing is written or removed. A node this site does not list (the VM came from another
  * site) is the site move's to clean up (site-move.ts).
  */
-export async function noteNode(ctx: StepContext, r: ProxmoxVM, node: string, writes: boolean): Promise<void> {
+export async function noteNode(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  node: string,
+  writes: boolean,
+  lock?: string,
+): Promise<void> {
   const a = atProvider(r);
   const last = a.node;
   a.node = node;
   if (!writes) return;
   const left = a.snippetLeftOn;
-  if (left !== undefined) {
+  // Not while the VM is locked `migrate`: a migration in flight (this process's or another's) may
+  // be taking it back to the node left, where it reads the file when it starts (fault search F75).
+  if (left !== undefined && lock !== 'migrate') {
     if (left !== node) await removeSnippetsLeftOn(ctx, r, left).catch(() => 0);
     delete a.snippetLeftOn;
   }

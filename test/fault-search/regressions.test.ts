@@ -962,6 +962,15 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F75: two state files hold vm-c's VM on site-2; it is migrated to r630-02 (the second writer reconciling it meanwhile, which records r630-01 as the node left) and back to r630-01 -> the copy on the node left is not removed while the VM is locked `migrate`: removed then, the VM came back to a node whose snippet was gone", async () => {
+    await runSchedule(
+      'password',
+      [vmC],
+      [new Move('vm-c'), new OtherState('vm-c'), new NodeMove('vm-c', { kind: 'writer' }), new NodeMove('vm-c')],
+      { strict: true, nodes: true },
+    );
+  });
+
   it("F76: vm-b, cloned on site-1, is moved to site-2 by a remote migration that keeps its VMID, and another user destroys it there -> it is made again on site-2 at that VMID and looked for there: the site recorded with the VMID was written only when the VMID changed, so it still named site-1, which F74's rule then preferred, and the new clone's task was read on a node site-1 has not got, for good", async () => {
     await runSchedule(
       'token',
