@@ -14,7 +14,7 @@ import { listIndex } from './list-index.ts';
 import type { ObservedVm } from './lookup.ts';
 import { estimate, vmDisks, wantedStorage } from './migrate.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
-import { checkSnippetPossible, desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
+import { checkSnippetPossible, desiredSnippet, needsSnippet, writeSnippetOn } from './snippets.ts';
 import { desiredNets, memoryBytes, parseNetValue } from './spec.ts';
 import { freeVmids } from './vmid.ts';
 
@@ -176,10 +176,7 @@ export async function sendSiteMove(ctx: StepContext, r: ProxmoxVM, change: Chang
   const move = change.move!;
   const tctx = targetContext(ctx, r);
   const cfg = (await ctx.client.vmConfig(move.fromNode, move.fromVmid)).values;
-  if (needsSnippet(r)) {
-    await desiredSnippet(tctx, r, move.node);
-    await uploadSnippet(tctx);
-  }
+  await writeSnippetOn(tctx, r, move.node);
   return ctx.client.remoteMigrateVm(move.fromNode, move.fromVmid, {
     targetEndpoint: targetEndpoint(tctx),
     targetStorage: idMap(storageMap(r, cfg)),

@@ -13,13 +13,12 @@ import { atProvider } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
 import {
-  desiredSnippet,
   forgetSnippetFile,
   snippetOwner,
   snippetStore,
   snippetsOf,
-  uploadSnippet,
   withSnippetFiles,
+  writeSnippetOn,
 } from './snippets.ts';
 import { isPlaceholderLock, needsSnippet, parseMarker, vmName } from './spec.ts';
 
@@ -74,7 +73,7 @@ export async function noteNode(
   if (!last || last === node || !ctx.site.ssh || !(a.userDataSnippet || needsSnippet(r))) return;
   const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
   if (!nodes.some((e) => e.node === last)) return;
-  if (await desiredSnippet(ctx, r, node)) await uploadSnippet(ctx);
+  await writeSnippetOn(ctx, r, node);
   a.snippetLeftOn = last;
 }
 

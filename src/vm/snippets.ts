@@ -207,6 +207,16 @@ export async function desiredSnippet(
   return { volid };
 }
 
+/**
+ * Write this resource's snippet on `node` (a VM going there, or found there, reads it when it
+ * starts): what desiredSnippet computes, uploaded unless this reconcile did. False when it needs none.
+ */
+export async function writeSnippetOn(ctx: StepContext, r: ProxmoxVM, node: string): Promise<boolean> {
+  if (!(await desiredSnippet(ctx, r, node))) return false;
+  await uploadSnippet(ctx);
+  return true;
+}
+
 /** Where to SSH to for `node`: spec.sites[].ssh.nodes, else the node's address in /cluster/status. */
 function target(ctx: StepContext, node: string): Promise<SshTarget> {
   return sshTarget(ctx.client, ctx.site.ssh!, node);

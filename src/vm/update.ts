@@ -12,7 +12,7 @@ import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
 import { sendSiteMove } from './site-move-request.ts';
 import { removeSnippets } from './snippet-removal.ts';
-import { desiredSnippet, needsSnippet, uploadSnippet } from './snippets.ts';
+import { needsSnippet, uploadSnippet, writeSnippetOn } from './snippets.ts';
 
 /** The changes that send nothing to the VM's own node (the move's and replacement's nodes are in the change). */
 const NO_NODE_NEEDED: ReadonlySet<Change['kind']> = new Set([
@@ -131,8 +131,7 @@ export async function applyChange(
           // drives only), and a VM reads its snippet when it starts. A node-local snippet storage
           // (`local`) would leave the config naming a file its new node has not got.
           setStep(r, 'UploadingSnippet');
-          await desiredSnippet(ctx, r, change.target!);
-          await uploadSnippet(ctx);
+          await writeSnippetOn(ctx, r, change.target!);
         }
         setStep(r, 'Migrating');
         upid = await ctx.client.migrateVm(node, vmid, {
