@@ -121,6 +121,12 @@ export function sortRows<T extends Row>(rows: T[]): T[] {
 }
 
 /**
+ * Ready reasons apply stops waiting for: a guest that did not come up, and a lock whose worker
+ * died (vm/lock-holder.ts), which only a person clears.
+ */
+export const READY_STOP_REASONS: ReadonlySet<string> = new Set([...GUEST_FAILURE_REASONS, 'LockWithoutTask']);
+
+/**
  * Reasons apply stops waiting for: those the engine backs off to the cap (vm/conditions.ts), and
  * those no wait fixes in a run of apply: a create or task that failed (its fix is in the message),
  * and a Secret the manifests do not hold.
@@ -129,6 +135,7 @@ export const STOP_REASONS: ReadonlySet<string> = new Set([
   ...PERMANENT_REASONS,
   ...IMAGE_PERMANENT_REASONS,
   'CreateFailed',
+  'LockWithoutTask',
   'SecretNotFound',
   'TaskFailed',
 ]);
@@ -150,7 +157,7 @@ export function failedPermanently(r: ProxmoxVM): boolean {
   if (s?.status === 'False' && STOP_REASONS.has(s.reason)) return true;
   // The VM is there but its guest is not coming up (no agent within agentTimeout, cloud-init failed).
   const ready = getCondition(r, 'Ready');
-  return ready?.status === 'False' && GUEST_FAILURE_REASONS.has(ready.reason);
+  return ready?.status === 'False' && READY_STOP_REASONS.has(ready.reason);
 }
 
 /** The rows of a store's resources, kept from one call to the next (see rows). */

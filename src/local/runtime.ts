@@ -19,12 +19,19 @@ import { type Catalog, templateOnNode } from '../image/references.ts';
 import { ImageRuntime } from '../image/runtime.ts';
 import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { VmConnector } from '../vm/connector.ts';
-import { GUEST_FAILURE_REASONS } from '../vm/guest.ts';
 import { planResources, type ResourcePlan } from '../vm/plan.ts';
 import { VmidHolderIndex } from '../vm/vmid-holders.ts';
 import { FileConfigSource } from './config-source.ts';
 import { MemoryStore } from './memory-store.ts';
-import { failedPermanently, isSettled, type Row, STOP_REASONS, StoreRows, settled } from './resource-view.ts';
+import {
+  failedPermanently,
+  isSettled,
+  READY_STOP_REASONS,
+  type Row,
+  STOP_REASONS,
+  StoreRows,
+  settled,
+} from './resource-view.ts';
 import { FileStore } from './store.ts';
 
 export interface RuntimeOptions {
@@ -328,7 +335,7 @@ export class LocalRuntime {
     if (failedPermanently(o) && (this.failures.get(key) ?? 0) >= confirmations) return 'failed';
     // A guest that did not come up (observed so by this runtime): no wait in this run fixes it.
     const ready = getCondition(o, 'Ready');
-    if (ready?.status === 'False' && GUEST_FAILURE_REASONS.has(ready.reason)) return 'failed';
+    if (ready?.status === 'False' && READY_STOP_REASONS.has(ready.reason)) return 'failed';
     return 'progressing';
   }
 

@@ -17,6 +17,23 @@ const LOCK_FAULT_WAIT_MS = 24 * 3600 * 1000;
 
 export class FaultError extends Error {}
 
+/**
+ * The worker a `lock` fault's config lock stands for: in PVE only a running worker holds such a
+ * lock (qemu-server `API2/Qemu.pm` forks each with the VMID as its task id; vzdump likewise for
+ * one VM), so the fault runs one, as root@pam, until it is removed. A lock with no task is what a
+ * worker that died leaves (task action `die`), never a live operation. `create` and `clone` are
+ * placeholders' locks, made by the create and clone routes themselves. A backup's worker is a job
+ * of several VMs, whose task has no id (pve-manager API2/VZDump.pm sets it for one VM only).
+ */
+const HOLDER_TASK: Record<string, string> = {
+  backup: 'vzdump',
+  migrate: 'qmigrate',
+  rollback: 'qmrollback',
+  snapshot: 'qmsnapshot',
+  'snapshot-delete': 'qmdelsnapshot',
+  suspending: 'qmsuspend',
+};
+
 function templateToRegex(t: string): RegExp {
   if (t.startsWith('re:')) return new RegExp(t.slice(3));
   const esc = t.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\\?\{[^}]+\\?\}/g, '[^/]+');
@@ -32,6 +49,8 @@ export class Faults {
   unavailableMode: 'reset' | '503' = 'reset';
   /** Told when a node's `ssh-refused` state changes (the SSH listeners close or reopen). */
   onSshRefused: ((node: string) => void) | undefined;
+  /** Starts the worker a `lock` fault stands for, running until `until` (set by the cluster: see HOLDER_TASK). */
+  startHolder: ((node: string, type: string, id: string, until: Promise<void>) => void) | undefined;
   private closing = false;
   private endShutdown: () => void = () => {};
   private readonly shutdownSignal: Promise<void>;
@@ -64,6 +83,9 @@ export class Faults {
       case 'lock': {
         const vm = this.c.vms.get(spec.vmid)!;
         if (spec.lock) vm.config.lock = spec.lock;
+        const holder = spec.lock ? HOLDER_TASK[spec.lock] : undefined;
+        // A backup job of several VMs (the nightly `vzdump --all`) has no task id.
+        if (holder) this.startHolder?.(vm.node, holder, spec.lock === 'backup' ? '' : String(spec.vmid), released);
         if (spec.flock !== false) {
           // Held from now on, or as soon as the current holder (a running worker) lets go; until removed.
           vm.flock.acquire(LOCK_FAULT_WAIT_MS).then(

@@ -346,6 +346,10 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       state.users.set('root@pam', { userid: 'root@pam', password: rootPassword, enable: true, groups: [] });
       const faults = new Faults(state);
       const tasks = new TaskRunner(state, faults);
+      faults.startHolder = (node, type, id, until) =>
+        void tasks.start(node, type, id, { authid: 'root@pam', userid: 'root@pam', kind: 'ticket' }, (t) =>
+          t.wait(() => until),
+        );
       const handler = new ApiHandler(state, tasks, faults, ROUTES, {
         authFailDelayMs: opts.authFailDelayMs ?? 3000 / clock.speed,
       });

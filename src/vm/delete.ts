@@ -11,6 +11,7 @@ import { externalName } from '../engine/resource.ts';
 import { NotFoundError } from '../proxmox/index.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import { followTask, hook, type StepContext } from './context.ts';
+import { lockWithoutTask } from './lock-holder.ts';
 import { locate } from './lookup.ts';
 import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
 import { isPlaceholderLock } from './spec.ts';
@@ -71,6 +72,8 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     return { requeueAfterMs: followTask(ctx, r, a.task) };
   }
   if (lock) {
+    const orphaned = await lockWithoutTask(ctx, vmid, found.node, String(lock));
+    if (orphaned) throw reason('LockWithoutTask', orphaned, true);
     throw reason(
       'Locked',
       `VM ${vmid} is locked (${lock}) by an operation of somebody else (backup, migration, snapshot, hibernation...); waiting for the lock to clear before deleting it. It is never cleared by this provider`,

@@ -16,6 +16,7 @@ import { retireDuplicates } from './duplicates.ts';
 import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { knownOutcome, planAfter, plannedWait } from './known-outcome.ts';
+import { lockCleared, reportLock } from './lock-holder.ts';
 import { locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
@@ -340,9 +341,11 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   }
 
   if (lock) {
-    ready(r, 'False', 'Locked', `VM ${vmid} is locked (${lock}); waiting for the lock to clear`);
-    return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+    const waiting = `VM ${vmid} is locked (${lock}); waiting for the lock to clear`;
+    const requeueAfterMs = await reportLock(ctx, r, { vmid, node: found.node, lock: String(lock) }, 'Locked', waiting);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs } };
   }
+  lockCleared(ctx);
 
   // Two runtimes of this installation made a VM each for this resource (two state files applied
   // at once): the lowest VMID is kept, the others go, and their resources adopt the one kept.

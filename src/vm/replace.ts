@@ -28,6 +28,7 @@ import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
+import { reportLock } from './lock-holder.ts';
 import { locate, type ObservedVm } from './lookup.ts';
 import { confirmOwnVm } from './ownership.ts';
 import { removeSnippetsLeftOn } from './snippet-removal.ts';
@@ -167,8 +168,9 @@ export async function discardReplacement(
   }
   a.node = here.node;
   if (cfg.lock) {
-    ready(r, 'False', 'Unavailable', `VM ${vmid} is locked (${cfg.lock}); it is discarded once unlocked`);
-    return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
+    const waiting = `VM ${vmid} is locked (${cfg.lock}); it is discarded once unlocked`;
+    const requeueAfterMs = await reportLock(ctx, r, { vmid, node: here.node, lock: cfg.lock }, 'Unavailable', waiting);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs } };
   }
   // Only while the old VM is there, ours and unlocked: else the new VM is all that is left, and
   // goes to the old site as any VM.

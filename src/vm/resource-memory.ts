@@ -57,6 +57,11 @@ export interface ResourceMemory {
   uptimeAt?: number;
   /** When this process sent the VM's start (its clock): the boot's first ask waits as long (guest-timing.ts). */
   startSentAt?: number;
+  /**
+   * The last look at what holds the VM's lock (lock-holder.ts): which lock at which VMID, when
+   * (the site's clock), since when no task held it, and the LockWithoutTask message once confirmed.
+   */
+  lockLook?: { lock: string; vmid: number; at: number; unheldSince?: number; message?: string };
   /** The changes a full observe planned after the one being made (see known-outcome.ts). */
   planned?: PlannedChanges;
   /** The bulk list as this resource sees it after its last mutation (see SiteContext.ownView). */

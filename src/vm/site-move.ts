@@ -35,6 +35,7 @@ import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
 import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
+import { reportLock } from './lock-holder.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
@@ -181,7 +182,12 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   // F33: the move was planned for ever and never recorded). Moved there by HA or a person, its
   // snippet follows it, in case the move to the other site is refused or fails.
   await noteNode(ctx, r, here.node, !ctx.readOnly, here.entry.lock);
-  if (cfg.lock) return waiting(r, `VM ${vmid} is locked (${cfg.lock}); the move to site ${tctx.site.name} waits`, ctx);
+  if (cfg.lock) {
+    atProvider(r).step = 'MigratingToSite';
+    const waits = `VM ${vmid} is locked (${cfg.lock}); the move to site ${tctx.site.name} waits`;
+    const requeueAfterMs = await reportLock(ctx, r, { vmid, node: here.node, lock: cfg.lock }, 'Migrating', waits);
+    return { obs: { exists: true, upToDate: true, requeueAfterMs } };
+  }
   // Two runtimes' VMs for this resource here are settled before either moves, by the rule every
   // runtime keeps (the lowest VMID stays): moved away from its twin, a duplicate is one that no
   // site's check sees any more (fault search F35). Ours retired, the twin is followed (lostOnSource).

@@ -269,6 +269,11 @@ export interface Extras {
   faults: fc.Arbitrary<DrawnFault>[];
   /** The `die` faults among them (not drawn with token credentials). */
   die?: fc.Arbitrary<DrawnFault>;
+  /**
+   * The fourth search's `qm migrate` worker that dies (its `lock: migrate` stays; the settle's
+   * operator unlocks it once reported: invariants.ts operatorUnlocks), on site-2 (see faultArb).
+   */
+  migrateDie?: fc.Arbitrary<DrawnFault>;
   /** Which kinds were looked for and not found (reported, never silently dropped). */
   missing: string[];
   /** The calls the request faults strike (BASE_CALLS, or NODE_CALLS for the fourth search). */
@@ -346,8 +351,32 @@ export async function probeFaultKinds(w: World, fourth = false): Promise<Extras>
       }));
     faults.push(dieArb);
   } else missing.push('task die');
-  return { faults, missing, calls, nodes: fourth ? NODE_NODES : BASE_NODES, ...(dieArb ? { die: dieArb } : {}) };
+  return {
+    faults,
+    missing,
+    calls,
+    nodes: fourth ? NODE_NODES : BASE_NODES,
+    ...(dieArb ? { die: dieArb } : {}),
+    ...(dieArb && fourth ? { migrateDie } : {}),
+  };
 }
+
+/** A `qmigrate` worker (inside a site or to another one) that dies at its start, its end or a step of its copy. */
+const migrateDie: fc.Arbitrary<DrawnFault> = fc
+  .oneof(
+    fc.constantFrom('start' as const, 'end' as const),
+    // Its first wait is the connection to the target, before phase 1 takes the lock.
+    fc.integer({ min: 1, max: 6 }),
+  )
+  .map((when) => ({
+    label: `the qmigrate worker dies at its ${typeof when === 'number' ? `step ${when}` : when} (its lock: migrate stays)`,
+    spec: {
+      kind: 'task',
+      type: 'qmigrate',
+      action: 'die',
+      ...(typeof when === 'number' ? { step: when } : { at: when }),
+    } as FaultSpec,
+  }));
 
 export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitrary<DrawnFault> {
   // A dead worker's placeholder can only be removed by root@pam with a ticket (`qm unlock`); with a
@@ -366,6 +395,13 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
     { weight: 1, arbitrary: sshDown(extras.nodes) },
     { weight: 1, arbitrary: statsStalled(extras.nodes) },
     ...extra.map((arbitrary) => ({ weight: 3, arbitrary: arbitrary === extras.die ? arbitrary : onEither(arbitrary) })),
+    // On site-2 with password credentials only: there every migration is inside the site (site-1
+    // has no token for the moves back). A remote migration's dead source leaves the target's
+    // tunnel placeholder, which PVE does not clean up either (qemu-server API2/Qemu.pm mtunnel:
+    // `die "mtunnel exited unexpectedly"`, no destroy), and which nothing reports yet.
+    ...(extras.migrateDie && auth === 'password'
+      ? [{ weight: 2, arbitrary: extras.migrateDie.map((f) => ({ ...f, site: 'site-2' as const })) }]
+      : []),
   );
 }
 
@@ -420,6 +456,13 @@ function commandKinds(extras: Extras, auth: 'password' | 'token', mix: Mix) {
     interruptedMigrate: {
       weight: 3,
       arbitrary: fc.tuple(name, interruptions).map(([n, what]) => new NodeMove(n, what)),
+    },
+    // A migration inside the cluster whose worker dies (a node's OOM kill, a reboot): its lock stays.
+    deadMigrate: {
+      weight: 3,
+      arbitrary: fc
+        .tuple(name, fc.oneof(fc.constant('end' as const), fc.integer({ min: 2, max: 6 })))
+        .map(([n, dies]) => new NodeMove(n, undefined, dies)),
     },
     prepare: {
       weight: 4,
@@ -555,6 +598,6 @@ export const nodeInitialArb = (): fc.Arbitrary<Apply[]> => initialArb(nodeEdit);
  * schedule had ever migrated a VM inside a cluster.
  */
 export function nodeCommandsArb(extras: Extras, auth: 'password' | 'token', maxCommands: number, replayPath?: string) {
-  const kinds = ['nodeMove', 'interruptedMigrate', ...MOVES_AMONG] as const;
+  const kinds = ['nodeMove', 'interruptedMigrate', 'deadMigrate', ...MOVES_AMONG] as const;
   return scheduleOf(extras, auth, kinds, maxCommands, replayPath, NODE_MIX);
 }

@@ -120,9 +120,12 @@ export class Prepare extends Step {
  */
 export class NodeMove extends OnApplied {
   readonly what: Interruption | undefined;
-  constructor(name: Name, what?: Interruption) {
+  /** The `qm migrate` worker this move sends on site-2 dies at its end or Nth wait (its lock stays). */
+  readonly dies: 'end' | number | undefined;
+  constructor(name: Name, what?: Interruption, dies?: 'end' | number) {
     super(name);
     this.what = what;
+    this.dies = dies;
   }
   protected async act(_m: Model, w: World): Promise<void> {
     const last = w.lastEdit.get(this.name) ?? { cpu: 1, memory: '1Gi' };
@@ -136,10 +139,23 @@ export class NodeMove extends OnApplied {
         0,
         interruptAt(w, this.name, { where: { step: 'update-migrate' }, what: this.what }),
       );
+    if (this.dies !== undefined) {
+      // Only while this reconcile's migration runs: a site-1 VM's move to site-2 runs its
+      // `qmigrate` on site-1, out of the fault's reach.
+      const when = typeof this.dies === 'number' ? { step: this.dies } : { at: 'end' as const };
+      const ref = w.addFault('site-2', { kind: 'task', type: 'qmigrate', action: 'die', count: 1, ...when });
+      await w.reconcile(this.name, 0);
+      await w.quiesce();
+      w.removeFault(ref);
+    }
   }
   toString(): string {
     const then = this.what ? `, then reconcile it (at update-migrate: ${showInterruption(this.what)})` : '';
-    return `move ${this.name} to the other node of site-2 (its last manifest, the node changed)${then}`;
+    const dies =
+      this.dies === undefined
+        ? ''
+        : `, then reconcile it (its qmigrate worker dies at its ${typeof this.dies === 'number' ? `wait ${this.dies}` : 'end'}, leaving lock: migrate)`;
+    return `move ${this.name} to the other node of site-2 (its last manifest, the node changed)${then}${dies}`;
   }
 }
 

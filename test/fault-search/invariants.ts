@@ -173,6 +173,7 @@ function changedKeys(a: Record<string, string>, b: Record<string, string>): stri
 
 /** What must hold after every single command, faults or not. */
 export function checkAlways(w: World): void {
+  lockReports(w);
   for (const r of [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]) {
     const site = r.status?.atProvider?.site as SiteName | undefined;
     if (!site) continue;
@@ -316,7 +317,7 @@ function guestLine(w: World, r: ProxmoxVM): string {
 
 function roundLine(r: ProxmoxVM): string {
   const sy = getCondition(r, 'Synced');
-  return `${r.metadata.name}${r.metadata.deletionTimestamp ? ' (deleting)' : ''} ext=${externalName(r) ?? '-'} step=${r.status?.atProvider?.step ?? '-'} synced=${sy?.reason ?? '-'}${sy?.status === 'False' ? ` "${(sy.message ?? '').slice(0, 100)}"` : ''}`;
+  return `${r.metadata.name}${r.metadata.deletionTimestamp ? ' (deleting)' : ''} ext=${externalName(r) ?? '-'} step=${r.status?.atProvider?.step ?? '-'} synced=${sy?.reason ?? '-'}${sy?.status === 'False' ? ` "${(sy.message ?? '').slice(0, Number(process.env.FAULT_SEARCH_ROUND_CHARS ?? 100))}"` : ''}`;
 }
 
 /**
@@ -366,6 +367,7 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     // before that proves nothing.
     for (const r of w.store.listSync()) await w.reconcile(r.metadata.name as Name, 0, undefined, true);
     for (const r of w.otherStore?.listSync() ?? []) await w.reconcile(r.metadata.name as Name, 2, undefined, true);
+    operatorUnlocks(w);
     rounds++;
     // One line per round (identical rounds collapse into one with a count).
     // Both state files' resources on one line: identical rounds collapse, and a failure's journal
@@ -401,6 +403,73 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     .filter((r) => (r.metadata.deletionTimestamp || !settled(r)) && !refusedAsDesigned(w, r))
     .map((r) => unsettledLine(w, r));
   return { converged: unsettled.length === 0, rounds, unsettled };
+}
+
+/**
+ * The LockWithoutTask reports (src/vm/lock-holder.ts) whose VM still has the lock reported, each
+ * checked against PVE: no task of the VM runs on its cluster (for `backup`, no vzdump at all). A
+ * report while a worker lives would have an operator unlock under a running migration or backup.
+ * (No lock is taken on a locked VM, so one still there is the one reported.)
+ */
+function lockReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> {
+  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> = [];
+  for (const r of [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]) {
+    const rd = getCondition(r, 'Ready');
+    const sy = getCondition(r, 'Synced');
+    const report =
+      rd?.reason === 'LockWithoutTask' && rd.status === 'False'
+        ? rd
+        : sy?.reason === 'LockWithoutTask'
+          ? sy
+          : undefined;
+    if (!report) continue;
+    const c = w.cluster(w.siteOf(r));
+    const vmid = Number(externalName(r));
+    const vm = c.state.vms.get(vmid);
+    const lock = vm?.config.lock;
+    if (!vm || !lock || !report.message?.includes(`locked (${lock})`)) continue; // unlocked since
+    const holder = [...c.state.tasks.values()].find(
+      (t) => t.status === 'running' && (t.id === String(vmid) || (lock === 'backup' && t.type === 'vzdump')),
+    );
+    if (holder)
+      violated(
+        'lock reported without a task while one holds it',
+        `${r.metadata.name}: VM ${vmid} (lock: ${lock}) reported LockWithoutTask while ${holder.upid} runs`,
+      );
+    out.push({ r, c, vm, lock });
+  }
+  return out;
+}
+
+/**
+ * What an operator does with a LockWithoutTask report: `qm unlock` once the worker that took the
+ * lock is known dead (lockReports). A dead worker's lock that is never reported keeps its resource
+ * Locked for good: the settle does not converge, and the search fails.
+ */
+function operatorUnlocks(w: World): void {
+  for (const { r, c, vm, lock } of lockReports(w)) {
+    const vmid = vm.vmid;
+    // What the report says to do first for a migration: the copies it left on the other nodes'
+    // own storages go (the VM's disks on such a storage are on its own node; a cloud-init volume
+    // keeps its name on the target, and a second migration there would find it taken).
+    const removed: string[] = [];
+    if (lock === 'migrate')
+      for (const [node, n] of c.state.nodes) {
+        if (node === vm.node) continue;
+        for (const st of n.storages.values()) {
+          if (st.shared) continue;
+          for (const [name, v] of st.volumes)
+            if (v.vmid === vmid) {
+              st.volumes.delete(name);
+              removed.push(`${node}:${v.volid}`);
+            }
+        }
+      }
+    delete vm.config.lock;
+    w.log(
+      `  operator: ${removed.length ? `pvesm free ${removed.join(' ')}; ` : ''}qm unlock ${vmid} on ${vm.node} (${r.metadata.name} reported its lock '${lock}' held by no task)`,
+    );
+  }
 }
 
 /**

@@ -987,6 +987,44 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it('F77: a `qm migrate` of vm-a inside site-2 whose worker dies at its second wait (phase 1: `lock: migrate` set, its copy begun) -> no task holds the lock, which PVE never clears: reported LockWithoutTask with the fix (waited for as any lock, the resource stayed Locked for good, and `apply` until its timeout); the operator frees the copy left on the target and unlocks, and the move is made', async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' })],
+      [new Reconcile('vm-a'), new NodeMove('vm-a', undefined, 2), new Reconcile('vm-a')],
+      { strict: true, nodes: true },
+    );
+  });
+
+  it("F77: vm-c is moved inside site-2 twice, each `qm migrate` worker dying at its second wait, then to site-1 -> the move to the other site waited on the dead lock for good (its own wait, not observe's); reported LockWithoutTask there too", async () => {
+    await runSchedule(
+      'token',
+      [vmC, vmA],
+      [
+        new NodeMove('vm-c', undefined, 2),
+        new NodeMove('vm-c', undefined, 2),
+        new Move('vm-c'),
+        new Fault('task qmcreate fails at start x1', {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'fail',
+          at: 'start',
+          count: 1,
+        }),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
+  it("F78: another user's backup of vm-a holds `lock: backup` while its vzdump runs, for longer than the provider's confirmation of a dead worker's lock -> never reported LockWithoutTask (the simulator's lock fault had no task behind it, a state PVE cannot produce, and so a live backup looked dead)", async () => {
+    await runSchedule(
+      'token',
+      [vmA],
+      [new Converge('vm-a'), new Foreign('backup', 'vm-a'), new Converge('vm-a'), new Heal(0), new Reconcile('vm-a')],
+      { strict: true },
+    );
+  });
+
   it("F74: vm-a's first reconcile fails (an outage) with its status on site-1, its manifest moves to site-2, where the other state file makes its VM, and this state file adopts that VM and dies before its status write -> the site written with the VMID is where the VM is looked for: the status, written before any VM, sent it to site-1, where another user's look-alike at that VMID refused the resource's move for good", async () => {
     await runSchedule(
       'password',

@@ -10,7 +10,7 @@ import { checkFinal, InvariantViolation, settle } from './invariants.ts';
 import { World } from './world.ts';
 
 /** Lines of the journal kept in a failure's message (the end of the run is what matters). */
-const JOURNAL_LINES = 120;
+const JOURNAL_LINES = Number(process.env.FAULT_SEARCH_JOURNAL_LINES ?? 120);
 
 export class ScheduleFailure extends Error {
   readonly invariant: string;
@@ -33,10 +33,17 @@ export interface MoveStats {
   /** `migrate` requests inside a cluster (the fourth search), and interruptions at update-migrate. */
   nodeSent: number;
   nodeInterrupted: number;
+  /** Locks of dead workers reported (LockWithoutTask) and unlocked by the settle's operator. */
+  unlocked: number;
+}
+
+/** No moves yet: the sum a search starts from. */
+export function noMoves(): MoveStats {
+  return { sent: 0, migrated: 0, failed: 0, interrupted: 0, nodeSent: 0, nodeInterrupted: 0, unlocked: 0 };
 }
 
 function moveStats(w: World): MoveStats {
-  const out: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0, nodeSent: 0, nodeInterrupted: 0 };
+  const out = noMoves();
   for (const c of w.sim.clusters) {
     out.sent += c.counters()['POST /nodes/{node}/qemu/{vmid}/remote_migrate'] ?? 0;
     out.nodeSent += c.counters()['POST /nodes/{node}/qemu/{vmid}/migrate'] ?? 0;
@@ -48,6 +55,7 @@ function moveStats(w: World): MoveStats {
   }
   out.interrupted = w.journal.filter((l) => /^ {2}at update-(reserve-site-move|remote-migrate):/.test(l)).length;
   out.nodeInterrupted = w.journal.filter((l) => /^ {2}at update-migrate:/.test(l)).length;
+  out.unlocked = w.journal.filter((l) => /^ {2}operator: .*qm unlock/.test(l)).length;
   return out;
 }
 

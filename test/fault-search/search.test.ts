@@ -7,8 +7,9 @@
  *   FAULT_SEARCH_SEED=<seed> FAULT_SEARCH_PATH=<path> FAULT_SEARCH_REPLAY=<replayPath> \
  *   npx node --test test/fault-search/search.test.ts
  * (the report prints that line; `replayPath` is fast-check's record of which commands ran).
- * A failure's report ends with the last lines of its journal; FAULT_SEARCH_JOURNAL=1 prints the
- * whole journal of every schedule that passes, for a replay that no longer fails (a timing case).
+ * A failure's report ends with the last lines of its journal (FAULT_SEARCH_JOURNAL_LINES, default
+ * 120; each settle round's message cut at FAULT_SEARCH_ROUND_CHARS, default 100); FAULT_SEARCH_JOURNAL=1
+ * prints the whole journal of every schedule that passes, for a replay that no longer fails (a timing case).
  *
  * Bounded in `npm test` (FAULT_SEARCH_RUNS runs, default 100, within FAULT_SEARCH_BUDGET_MS, default 60 s).
  * `npm run test:soak` keeps searching with fresh seeds until its budget is spent, records every
@@ -28,7 +29,7 @@ import {
   probeFaultKinds,
   replaceCommandsArb,
 } from './arbitraries.ts';
-import { type MoveStats, runSchedule, ScheduleFailure } from './runner.ts';
+import { type MoveStats, noMoves, runSchedule, ScheduleFailure } from './runner.ts';
 import { World } from './world.ts';
 
 const env = process.env;
@@ -49,7 +50,7 @@ const LOG = env.FAULT_SEARCH_LOG;
 /** Schedules run so far (soak mode prints a line every hundred). */
 const progress = { runs: 0, since: Date.now() };
 /** What the passing schedules made the remote migration do, summed (reported at the end). */
-const moves: MoveStats = { sent: 0, migrated: 0, failed: 0, interrupted: 0, nodeSent: 0, nodeInterrupted: 0 };
+const moves: MoveStats = noMoves();
 
 /**
  * The schedule that runs or ran last. fast-check's time budget (interruptAfterTimeLimit) and its
@@ -205,7 +206,7 @@ async function search(
   if (nodes)
     say(
       t,
-      `migrations inside site-2 (the same runs): ${moves.nodeSent} migrate sent, ${moves.nodeInterrupted} interruptions at update-migrate`,
+      `migrations inside site-2 (the same runs): ${moves.nodeSent} migrate sent, ${moves.nodeInterrupted} interruptions at update-migrate, ${moves.unlocked} dead workers' locks reported and unlocked by the operator`,
     );
   for (const [sig, n] of seen) say(t, `  ${sig}: met ${n} more time(s) after it was found`);
   assert.equal(found.size, 0, [...found.values()].join('\n\n'));

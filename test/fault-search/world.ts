@@ -495,7 +495,7 @@ export class World {
 
   /**
    * Let the simulator's workers run until every task has ended, except those held by a stall
-   * fault (bounded: a task that never ends only costs this wait, never decides the outcome).
+   * or lock fault (bounded: a task that never ends only costs this wait, never decides the outcome).
    */
   async quiesce(maxMs = 2000): Promise<void> {
     const deadline = Date.now() + maxMs;
@@ -510,8 +510,8 @@ export class World {
   }
 
   /**
-   * A task held by a stall fault, or one that waits on such a task: a remote migration's
-   * `qmtunnel` on the target lives as long as the source's `qmigrate`.
+   * A task held by a stall fault or a lock fault, or one that waits on such a task: a remote
+   * migration's `qmtunnel` on the target lives as long as the source's `qmigrate`.
    */
   private heldByStall(c: SimCluster, t: { type: string; id: string }): boolean {
     if (t.type === 'qmtunnel')
@@ -522,6 +522,9 @@ export class World {
       );
     for (const f of c.faults.active.values()) {
       const s = f.spec;
+      // The worker a lock fault stands for (a foreign backup) runs until the fault goes.
+      if (s.kind === 'lock' && s.lock && (String(s.vmid) === t.id || (s.lock === 'backup' && t.type === 'vzdump')))
+        return true;
       if (s.kind !== 'task' || s.action !== 'stall' || f.fired === 0) continue;
       if ((s.type === undefined || s.type === t.type) && (s.id === undefined || s.id === t.id)) return true;
     }
