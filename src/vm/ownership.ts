@@ -107,7 +107,8 @@ function anotherVm(r: ProxmoxVM, cfg: VmConfig['values']): boolean {
  * (vmidChosenByUs) or a replacement carried to its new site, where we never confirmed ours, or one
  * where ours was confirmed and another VM holds it now (ours destroyed, by another state file's
  * delete or a person, and the VMID reused): another resource's marker, or no marker and an SMBIOS
- * UUID other than the one recorded when ours was confirmed (PVE makes one per create and per clone). Ours with its description edited keeps
+ * UUID other than the one recorded when ours was confirmed (PVE makes one per create and per clone),
+ * or a create/clone placeholder without a marker. Ours with its description edited keeps
  * its UUID: not this. A VMID the spec pins is the resource's identity: never. Observe then gives
  * the VMID up (notOurs), and a move finds our VM gone from its source (site-move.ts).
  */
@@ -119,6 +120,11 @@ export function ourVmNotAt(r: ProxmoxVM, vmid: number, own: Ownership, smbios1: 
   if ((vmidChosenByUs(r) || carried) && !confirmedAt(r, vmid)) return true;
   if (r.spec.forProvider.vmid !== undefined || !confirmedAt(r, vmid)) return false;
   if (own.kind === 'other') return true;
+  // A create or clone placeholder with no marker: a VM made at this VMID since ours was confirmed
+  // there, which PVE does only where no VM is (qemu-server API2/Qemu.pm create_vm and clone_vm
+  // refuse a VMID in use), so ours is gone. It has no SMBIOS UUID to compare yet, and its worker
+  // may have died and left it for good (fault search F79: VMIDConflict for ever).
+  if (own.kind === 'foreign' && isPlaceholderLock(own.lock)) return true;
   const uuid = smbiosUuid(smbios1);
   const was = r.status?.atProvider?.smbiosUuid;
   return own.kind === 'foreign' && !own.lock && was !== undefined && uuid !== undefined && uuid !== was;

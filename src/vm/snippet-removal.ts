@@ -7,6 +7,7 @@
  * resource, for `gc --snippets` (src/fleet/gc-snippets.ts).
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { externalName } from '../engine/resource.ts';
 import { NotFoundError } from '../proxmox/errors.ts';
 import type { ClusterResource, PendingEntry } from '../proxmox/types.ts';
 import { atProvider } from './conditions.ts';
@@ -65,9 +66,14 @@ export async function noteNode(
   const left = a.snippetLeftOn;
   // Not while the VM is locked `migrate`: a migration in flight (this process's or another's) may
   // be taking it back to the node left, where it reads the file when it starts (fault search F75).
+  // The lock as the config has it now, not as a list (this process's, up to its TTL old) showed
+  // it: another runtime's migration back, sent since, had its copy there removed (F80).
   if (left !== undefined && lock !== 'migrate') {
-    if (left !== node) await removeSnippetsLeftOn(ctx, r, left).catch(() => 0);
-    delete a.snippetLeftOn;
+    const now = left !== node ? await lockNow(ctx, r, node) : undefined;
+    if (now !== 'migrate' && now !== 'unknown') {
+      if (left !== node) await removeSnippetsLeftOn(ctx, r, left).catch(() => 0);
+      delete a.snippetLeftOn;
+    }
   }
   // A config may name our snippet with no record of it: a create whose answer was lost (F73).
   if (!last || last === node || !ctx.site.ssh || !(a.userDataSnippet || needsSnippet(r))) return;
@@ -75,6 +81,16 @@ export async function noteNode(
   if (!nodes.some((e) => e.node === last)) return;
   await writeSnippetOn(ctx, r, node);
   a.snippetLeftOn = last;
+}
+
+/** The VM's config lock on `node` as PVE has it now ('unknown' when it cannot be read). */
+async function lockNow(ctx: StepContext, r: ProxmoxVM, node: string): Promise<string | undefined> {
+  const vmid = Number(externalName(r));
+  if (!Number.isInteger(vmid)) return 'unknown';
+  return ctx.client.vmConfig(node, vmid).then(
+    (c) => c.values.lock,
+    () => 'unknown',
+  );
 }
 
 /** Every snippet volid a `cicustom` value names (`user=local:snippets/a.yaml,meta=...`). */

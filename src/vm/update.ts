@@ -12,7 +12,7 @@ import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
 import { sendSiteMove } from './site-move-request.ts';
 import { removeSnippets } from './snippet-removal.ts';
-import { needsSnippet, uploadSnippet, writeSnippetOn } from './snippets.ts';
+import { needsSnippet, recheckSnippet, uploadSnippet, writeSnippetOn } from './snippets.ts';
 
 /** The changes that send nothing to the VM's own node (the move's and replacement's nodes are in the change). */
 const NO_NODE_NEEDED: ReadonlySet<Change['kind']> = new Set([
@@ -140,6 +140,10 @@ export async function applyChange(
           ...(how.withLocalDisks ? { withLocalDisks: true } : {}),
           ...(how.targetStorage ? { targetStorage: how.targetStorage } : {}),
         });
+        // Its copy on the target once more, while the migration runs: another runtime's pending
+        // removal of the copy there (the VM had left that node) may have checked the lock before
+        // this migration took it (fault search F80), as a create's snippet is looked at again.
+        await recheckSnippet(ctx);
       } catch (e) {
         ctx.site.limiter.release(r.metadata.uid);
         throw e;

@@ -1025,6 +1025,42 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F80: two state files hold vm-c's VM on site-2's r630-02; this one migrates it to r630-01 (its copy on r630-02 goes), the spec goes back to r630-02, the other one's migration is refused, this process restarts and migrates it back -> the other state file's pending removal of the copy on r630-02 waits for the lock PVE shows now, not the lock its list showed before the migration back was sent: removed then, the VM arrived on a node whose snippet was gone", async () => {
+    const onR2 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-02' } as const;
+    await runSchedule(
+      'password',
+      [new Apply('vm-c', onR2)],
+      [
+        new OtherState('vm-c'),
+        new NodeMove('vm-c'),
+        new Converge('vm-c'),
+        new Apply('vm-c', onR2),
+        new OtherState('vm-c'),
+        new Restart(),
+        new Heal(0),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
+  it("F79: vm-b's clone at VMID 100 is confirmed, another user destroys it while the provider configures it, and another user's create at 100 dies at its start (its `lock: create` placeholder stays, with no marker) -> that placeholder proves vm-b's VM is not at 100 (PVE makes a VM only where none is), so the VMID is given up and vm-b made again, instead of VMIDConflict for good", async () => {
+    await runSchedule(
+      'password',
+      [vmB, vmC],
+      [
+        new Reconcile('vm-b', { where: { step: 'connected' }, what: { kind: 'foreign', what: 'take-persisted-vmid' } }),
+        new Reconcile('vm-b', { where: { nth: 2 }, what: { kind: 'foreign', what: 'destroy' } }),
+        new Fault("the qmcreate worker dies at its start (PVE's placeholder stays)", {
+          kind: 'task',
+          type: 'qmcreate',
+          action: 'die',
+          at: 'start',
+        }),
+        new Foreign('take-persisted-vmid', 'vm-b'),
+      ],
+    );
+  });
+
   it("F74: vm-a's first reconcile fails (an outage) with its status on site-1, its manifest moves to site-2, where the other state file makes its VM, and this state file adopts that VM and dies before its status write -> the site written with the VMID is where the VM is looked for: the status, written before any VM, sent it to site-1, where another user's look-alike at that VMID refused the resource's move for good", async () => {
     await runSchedule(
       'password',
