@@ -19,6 +19,7 @@
  */
 
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { getCondition } from '../engine/resource.ts';
 import { ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
@@ -79,9 +80,10 @@ async function lockHolder(
  * The LockWithoutTask message for a VM whose `lock` no worker holds, confirmed at two looks at
  * least LOCK_CONFIRM_MS apart; undefined while it is held, unknown or not confirmed yet. A lock
  * whose worker drops it between our config read and the task read looks unheld once: the second
- * look (a later config read still showing it) is what tells a dead worker from that. The task
- * lists are read at most once per LOCK_CONFIRM_MS for a VM (a backup holds its lock for minutes,
- * and a locked VM is looked at every task poll); between two reads the last answer stands.
+ * look (a later config read still showing it) is what tells a dead worker from that. Until it is
+ * reported, the task lists are read at most once per LOCK_CONFIRM_MS for a VM (a backup holds its
+ * lock for minutes, and a locked VM is looked at every task poll); a reported lock is looked at
+ * again at every reconcile (every LOCK_CONFIRM_MS, see reportLock).
  */
 export async function lockWithoutTask(
   ctx: StepContext,
@@ -93,7 +95,10 @@ export async function lockWithoutTask(
   const now = ctx.site.now();
   const look = ctx.memory.lockLook;
   const same = look !== undefined && look.lock === lock && look.vmid === vmid;
-  if (same && now - look.at < LOCK_CONFIRM_MS) return look.message;
+  // A lock reported is looked at again every time: unlocked and taken again by a live worker
+  // between two looks (an operator's `qm unlock`, then another runtime's migration), it is still
+  // `migrate`, and a report served from here told an operator to unlock a running migration.
+  if (same && now - look.at < LOCK_CONFIRM_MS && look.message === undefined) return undefined;
   const holder = await lockHolder(ctx, vmid, lock);
   if (holder.kind !== 'none') {
     ctx.memory.lockLook = { lock, vmid, at: now };
@@ -128,9 +133,15 @@ export async function reportLock(
   return orphaned ? LOCK_CONFIRM_MS : ctx.taskPollMs;
 }
 
-/** A VM no longer locked: the next lock is looked at afresh. */
-export function lockCleared(ctx: StepContext): void {
+/**
+ * A VM found unlocked: the next lock is looked at afresh, and a LockWithoutTask report, now
+ * untrue, is taken back at once. Left standing, it told an operator to unlock the VM while the
+ * step that follows (a migration of this resource's own, sent by this reconcile) held its lock.
+ */
+export function lockCleared(ctx: StepContext, r: ProxmoxVM, vmid: number): void {
   ctx.memory.lockLook = undefined;
+  if (getCondition(r, 'Ready')?.reason === 'LockWithoutTask')
+    ready(r, 'False', 'Unavailable', `VM ${vmid} is no longer locked; going on`);
 }
 
 /** What to look at before unlocking, per lock. */

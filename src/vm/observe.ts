@@ -345,7 +345,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     const requeueAfterMs = await reportLock(ctx, r, { vmid, node: found.node, lock: String(lock) }, 'Locked', waiting);
     return { obs: { exists: true, upToDate: true, requeueAfterMs } };
   }
-  lockCleared(ctx);
+  lockCleared(ctx, r, vmid);
 
   // Two runtimes of this installation made a VM each for this resource (two state files applied
   // at once): the lowest VMID is kept, the others go, and their resources adopt the one kept.

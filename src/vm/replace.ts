@@ -28,7 +28,7 @@ import { parseUpid } from '../proxmox/upid.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
-import { reportLock } from './lock-holder.ts';
+import { lockCleared, reportLock } from './lock-holder.ts';
 import { locate, type ObservedVm } from './lookup.ts';
 import { confirmOwnVm } from './ownership.ts';
 import { removeSnippetsLeftOn } from './snippet-removal.ts';
@@ -172,6 +172,7 @@ export async function discardReplacement(
     const requeueAfterMs = await reportLock(ctx, r, { vmid, node: here.node, lock: cfg.lock }, 'Unavailable', waiting);
     return { obs: { exists: true, upToDate: true, requeueAfterMs } };
   }
+  lockCleared(ctx, r, vmid);
   // Only while the old VM is there, ours and unlocked: else the new VM is all that is left, and
   // goes to the old site as any VM.
   const kept = pctx && !old.upid ? await ourOldVm(pctx, r, old) : undefined;

@@ -35,7 +35,7 @@ import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
 import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
-import { reportLock } from './lock-holder.ts';
+import { lockCleared, reportLock } from './lock-holder.ts';
 import { findOwnVm, locate, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
@@ -188,6 +188,7 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
     const requeueAfterMs = await reportLock(ctx, r, { vmid, node: here.node, lock: cfg.lock }, 'Migrating', waits);
     return { obs: { exists: true, upToDate: true, requeueAfterMs } };
   }
+  lockCleared(ctx, r, vmid);
   // Two runtimes' VMs for this resource here are settled before either moves, by the rule every
   // runtime keeps (the lowest VMID stays): moved away from its twin, a duplicate is one that no
   // site's check sees any more (fault search F35). Ours retired, the twin is followed (lostOnSource).

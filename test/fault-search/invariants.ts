@@ -405,15 +405,30 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
   return { converged: unsettled.length === 0, rounds, unsettled };
 }
 
+/** Per world: resources whose VM the operator unlocked -> how often they had been reconciled then. */
+const unlockedAt = new WeakMap<World, Map<string, number>>();
+
+/** The resources of both state files, each with its key in World.reconciles. */
+function everyResource(w: World): Array<{ r: ProxmoxVM; counted: string }> {
+  return [
+    ...w.store.listSync().map((r) => ({ r, counted: `main:${r.metadata.name}` })),
+    ...(w.otherStore?.listSync() ?? []).map((r) => ({ r, counted: `other:${r.metadata.name}` })),
+  ];
+}
+
 /**
  * The LockWithoutTask reports (src/vm/lock-holder.ts) whose VM still has the lock reported, each
  * checked against PVE: no task of the VM runs on its cluster (for `backup`, no vzdump at all). A
  * report while a worker lives would have an operator unlock under a running migration or backup.
- * (No lock is taken on a locked VM, so one still there is the one reported.)
+ * A report not written again since the operator unlocked its VM is left out: what the VM holds now
+ * (another lock taken since by a live worker) is not what it reported on; reconciled since, a
+ * resource whose report stands is checked again (one kept from before the unlock is a false one).
  */
 function lockReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> {
   const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> = [];
-  for (const r of [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]) {
+  const unlocked = unlockedAt.get(w) ?? new Map<string, number>();
+  unlockedAt.set(w, unlocked);
+  for (const { r, counted } of everyResource(w)) {
     const rd = getCondition(r, 'Ready');
     const sy = getCondition(r, 'Synced');
     const report =
@@ -423,6 +438,7 @@ function lockReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState
           ? sy
           : undefined;
     if (!report) continue;
+    if (unlocked.get(counted) === (w.reconciles.get(counted) ?? 0)) continue;
     const c = w.cluster(w.siteOf(r));
     const vmid = Number(externalName(r));
     const vm = c.state.vms.get(vmid);
@@ -466,6 +482,8 @@ function operatorUnlocks(w: World): void {
         }
       }
     delete vm.config.lock;
+    for (const { r: other, counted } of everyResource(w))
+      if (Number(externalName(other)) === vmid) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
     w.log(
       `  operator: ${removed.length ? `pvesm free ${removed.join(' ')}; ` : ''}qm unlock ${vmid} on ${vm.node} (${r.metadata.name} reported its lock '${lock}' held by no task)`,
     );

@@ -1061,6 +1061,21 @@ describe('fault-search regressions', () => {
     );
   });
 
+  it("F81: vm-c's `qm migrate` inside site-2 dies (LockWithoutTask reported), its manifest then goes to site-1, and the operator unlocks it in the settle -> the report is taken back as soon as the lock is seen gone: left standing while the move to site-1 held the VM's new `migrate` lock, it told an operator to unlock a running migration", async () => {
+    const onR1 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' } as const;
+    await runSchedule(
+      'token',
+      [new Apply('vm-c', onR1), new Apply('vm-b', onR1), new Apply('vm-a', onR1)],
+      [
+        new Reconcile('vm-c'),
+        new NodeMove('vm-c', undefined, 2),
+        new Apply('vm-c', { cpu: 1, memory: '1Gi' }),
+        new Converge('vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
   it("F74: vm-a's first reconcile fails (an outage) with its status on site-1, its manifest moves to site-2, where the other state file makes its VM, and this state file adopts that VM and dies before its status write -> the site written with the VMID is where the VM is looked for: the status, written before any VM, sent it to site-1, where another user's look-alike at that VMID refused the resource's move for good", async () => {
     await runSchedule(
       'password',

@@ -264,6 +264,9 @@ export class World {
     if (p) await p.kill();
   }
 
+  /** Reconciles so far per state file and resource (`main:vm-a`, `other:vm-a`). */
+  readonly reconciles = new Map<string, number>();
+
   /**
    * One reconcile of `name` by process `i`; the process is replaced if it crashed in it. A
    * request held by an `applied-late` fault would keep the reconcile waiting for the client's
@@ -278,6 +281,8 @@ export class World {
   ): Promise<ReconcileResult | undefined> {
     const p = this.proc(i);
     const key = keyOfName(name);
+    const counted = `${i === 2 ? 'other' : 'main'}:${name}`;
+    this.reconciles.set(counted, (this.reconciles.get(counted) ?? 0) + 1);
     // Time passes as the work queue would let it before this reconcile (at least a second).
     this.clock.tick(Math.max(1000, p.delayFor(key)));
     this.applyOverdueHolds();
