@@ -11,7 +11,7 @@ import { externalName } from '../engine/resource.ts';
 import { NotFoundError } from '../proxmox/index.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import { followTask, hook, type StepContext } from './context.ts';
-import { lockWithoutTask } from './lock-holder.ts';
+import { lockCleared, lockWithoutTask } from './lock-holder.ts';
 import { locate } from './lookup.ts';
 import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
 import { isPlaceholderLock } from './spec.ts';
@@ -80,6 +80,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
       true,
     );
   }
+  lockCleared(ctx, r, vmid);
   const status = await ctx.client.vmStatus(found.node, vmid);
   if (status.status === 'running') {
     setStep(r, 'Stopping');
