@@ -17,6 +17,7 @@ import {
   type Ctx,
   checkBridges,
   checkImagesAndTemplates,
+  checkLocks,
   checkNodes,
   checkPools,
   checkPrivileges,
@@ -153,6 +154,7 @@ async function checkSite(
       add({ id: 'ssh', status: 'fail', detail: site.sshProblem, fix: 'add the Secret with stringData.privateKey' });
     else if (site.ssh) for (const check of await checkSsh(c, site.ssh, nodes)) add(check);
     const pools = await checkPools(ctx);
+    await checkLocks(ctx);
     await checkPrivileges(ctx, {
       nodes,
       storages: [...storagesUsed],

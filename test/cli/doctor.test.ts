@@ -8,7 +8,7 @@ import { doctorMain } from '../../src/cli/doctor.ts';
 import type { DoctorReport } from '../../src/doctor/doctor.ts';
 import type { Profile, Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
-import { deadPort, ROOT_PASSWORD, sim, TOKEN_SECRET } from '../proxmox/helpers.ts';
+import { client, deadPort, NODE, ROOT_PASSWORD, sim, TOKEN_SECRET } from '../proxmox/helpers.ts';
 
 let dir: string;
 before(async () => {
@@ -373,6 +373,34 @@ describe('doctor', () => {
       assert.equal(d.status, 'fail');
       assert.match(d.detail, /connection refused/);
       assert.equal(check(r.json!, 'default', 'node ml110-01').status, 'ok');
+    });
+  });
+
+  it("locks: a VM whose migration's worker died warns with what to check and the qm unlock; a lock a running backup holds does not", async () => {
+    await withSim('8.4', async (s, config) => {
+      const { c } = client(s);
+      try {
+        for (const vmid of [801, 802])
+          await c.waitTask(await c.createVm(NODE, vmid, { name: `vm-${vmid}`, memory: 512 }));
+      } finally {
+        await c.close();
+      }
+      const site = s.cluster('site-1');
+      const quiet = await doctor(['--config', config, '--site', 'site-1', '-o', 'json']);
+      assert.equal(check(quiet.json!, 'site-1', 'locks').status, 'ok');
+      // What a `qm migrate` worker killed in its phase 1 leaves: the lock, and no task behind it.
+      site.state.vms.get(801)!.config.lock = 'migrate';
+      // Another user's backup job, its vzdump running.
+      const backup = site.addFault({ kind: 'lock', vmid: 802, lock: 'backup', flock: false });
+      const r = await doctor(['--config', config, '--site', 'site-1', '-o', 'json']);
+      site.removeFault(backup);
+      assert.equal(r.code, 0, 'a warning: the provider can work');
+      const locks = check(r.json!, 'site-1', 'locks');
+      assert.equal(locks.status, 'warn');
+      assert.match(locks.detail, /VM 801 \(vm-801\) on ml110-01 is locked \(migrate\) and no task holds it/);
+      assert.doesNotMatch(locks.detail, /802/);
+      assert.match(locks.fix!, /pvesm free VOLID/);
+      assert.match(locks.fix!, /qm unlock 801` on node ml110-01/);
     });
   });
 
