@@ -1,0 +1,96 @@
+/**
+ * The settle's operator and what it is told: LockWithoutTask reports (src/vm/lock-holder.ts),
+ * each checked against PVE after every command, and the `qm unlock` an operator runs for them in
+ * the settle (invariants.ts settle), with the migration's leftovers freed first.
+ */
+import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
+import { externalName, getCondition } from '../../src/engine/resource.ts';
+import type { SimCluster } from '../../src/sim/index.ts';
+import type { VmState } from '../../src/sim/state.ts';
+import { violated } from './violation.ts';
+import type { World } from './world.ts';
+
+/** Per world: resources whose VM the operator unlocked -> how often they had been reconciled then. */
+const unlockedAt = new WeakMap<World, Map<string, number>>();
+
+/** The resources of both state files, each with its key in World.reconciles. */
+function everyResource(w: World): Array<{ r: ProxmoxVM; counted: string }> {
+  return [
+    ...w.store.listSync().map((r) => ({ r, counted: `main:${r.metadata.name}` })),
+    ...(w.otherStore?.listSync() ?? []).map((r) => ({ r, counted: `other:${r.metadata.name}` })),
+  ];
+}
+
+/**
+ * The LockWithoutTask reports (src/vm/lock-holder.ts) whose VM still has the lock reported, each
+ * checked against PVE: no task of the VM runs on its cluster (for `backup`, no vzdump at all). A
+ * report while a worker lives would have an operator unlock under a running migration or backup.
+ * A report not written again since the operator unlocked its VM is left out: what the VM holds now
+ * (another lock taken since by a live worker) is not what it reported on; reconciled since, a
+ * resource whose report stands is checked again (one kept from before the unlock is a false one).
+ */
+export function lockReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> {
+  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> = [];
+  const unlocked = unlockedAt.get(w) ?? new Map<string, number>();
+  unlockedAt.set(w, unlocked);
+  for (const { r, counted } of everyResource(w)) {
+    const rd = getCondition(r, 'Ready');
+    const sy = getCondition(r, 'Synced');
+    const report =
+      rd?.reason === 'LockWithoutTask' && rd.status === 'False'
+        ? rd
+        : sy?.reason === 'LockWithoutTask'
+          ? sy
+          : undefined;
+    if (!report) continue;
+    if (unlocked.get(counted) === (w.reconciles.get(counted) ?? 0)) continue;
+    const c = w.cluster(w.siteOf(r));
+    const vmid = Number(externalName(r));
+    const vm = c.state.vms.get(vmid);
+    const lock = vm?.config.lock;
+    if (!vm || !lock || !report.message?.includes(`locked (${lock})`)) continue; // unlocked since
+    const holder = [...c.state.tasks.values()].find(
+      (t) => t.status === 'running' && (t.id === String(vmid) || (lock === 'backup' && t.type === 'vzdump')),
+    );
+    if (holder)
+      violated(
+        'lock reported without a task while one holds it',
+        `${r.metadata.name}: VM ${vmid} (lock: ${lock}) reported LockWithoutTask while ${holder.upid} runs`,
+      );
+    out.push({ r, c, vm, lock });
+  }
+  return out;
+}
+
+/**
+ * What an operator does with a LockWithoutTask report: `qm unlock` once the worker that took the
+ * lock is known dead (lockReports). A dead worker's lock that is never reported keeps its resource
+ * Locked for good: the settle does not converge, and the search fails.
+ */
+export function operatorUnlocks(w: World): void {
+  for (const { r, c, vm, lock } of lockReports(w)) {
+    const vmid = vm.vmid;
+    // What the report says to do first for a migration: the copies it left on the other nodes'
+    // own storages go (the VM's disks on such a storage are on its own node; a cloud-init volume
+    // keeps its name on the target, and a second migration there would find it taken).
+    const removed: string[] = [];
+    if (lock === 'migrate')
+      for (const [node, n] of c.state.nodes) {
+        if (node === vm.node) continue;
+        for (const st of n.storages.values()) {
+          if (st.shared) continue;
+          for (const [name, v] of st.volumes)
+            if (v.vmid === vmid) {
+              st.volumes.delete(name);
+              removed.push(`${node}:${v.volid}`);
+            }
+        }
+      }
+    delete vm.config.lock;
+    for (const { r: other, counted } of everyResource(w))
+      if (Number(externalName(other)) === vmid) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
+    w.log(
+      `  operator: ${removed.length ? `pvesm free ${removed.join(' ')}; ` : ''}qm unlock ${vmid} on ${vm.node} (${r.metadata.name} reported its lock '${lock}' held by no task)`,
+    );
+  }
+}
