@@ -8,7 +8,7 @@ import { authIdOf, type Credentials } from '../proxmox/auth.ts';
 import type { Capabilities } from '../proxmox/capabilities.ts';
 import type { PveClient } from '../proxmox/client.ts';
 import { PermissionError, UnavailableError } from '../proxmox/errors.ts';
-import { lockHolding, unlockAdvice, WORKER_LOCKS } from '../proxmox/lock-holders.ts';
+import { lockHolding, nodesToRead, unlockAdvice, WORKER_LOCKS } from '../proxmox/lock-holders.ts';
 import type { ClusterResource, NodeListEntry, StorageEntry, StorageVolume, VmListEntry } from '../proxmox/types.ts';
 import { type Check, type DoctorSite, msg } from './connection.ts';
 import type { VmNeeds } from './manifests.ts';
@@ -351,14 +351,14 @@ export async function checkImagesAndTemplates(ctx: Ctx, node: string, storages: 
  */
 export async function checkLocks(ctx: Ctx): Promise<void> {
   let vms: ClusterResource[];
-  let nodes: string[];
+  let nodes: string[] | undefined;
   try {
     const all = await ctx.c.clusterResources();
-    if (all.some((e) => e.type === 'node' && e.status !== 'online')) {
+    nodes = nodesToRead(all);
+    if (!nodes) {
       ctx.add({ id: 'locks', status: 'skip', detail: 'a node is not online: its workers cannot be seen' });
       return;
     }
-    nodes = all.filter((e) => e.type === 'node' && e.node).map((e) => e.node!);
     vms = all.filter((e) => (e.type === 'qemu' || e.type === 'lxc') && e.lock && WORKER_LOCKS.has(e.lock));
   } catch (e) {
     ctx.add({ id: 'locks', status: 'skip', detail: `cannot list VMs: ${msg(e)}` });

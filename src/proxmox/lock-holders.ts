@@ -15,7 +15,7 @@
  * is a worker's lock here.
  */
 import type { PveClient } from './client.ts';
-import type { TaskListEntry } from './types.ts';
+import type { ClusterResource, TaskListEntry } from './types.ts';
 
 /** Locks a worker holds while it runs. */
 export const WORKER_LOCKS: ReadonlySet<string> = new Set([
@@ -36,8 +36,17 @@ export interface EndedTask {
 export type LockHolding = { kind: 'held'; upid: string } | { kind: 'none'; last?: EndedTask } | { kind: 'unknown' };
 
 /**
- * What holds `lock` of VM `vmid` now, from the task lists of `nodes` (every node of the cluster,
- * online): a running task (its UPID), none (and the newest of the VM's tasks that ended, if any is
+ * The nodes whose task lists say what holds a lock, from a cluster's `/cluster/resources` entries:
+ * every node, or undefined while one is not online (its workers, if any run, cannot be seen).
+ */
+export function nodesToRead(entries: ClusterResource[]): string[] | undefined {
+  const nodes = entries.filter((e) => e.type === 'node');
+  if (nodes.some((n) => n.status !== 'online')) return undefined;
+  return nodes.map((n) => n.node ?? '').filter(Boolean);
+}
+
+/**
+ * What holds `lock` of VM `vmid` now, from the task lists of `nodes` (nodesToRead): a running task (its UPID), none (and the newest of the VM's tasks that ended, if any is
  * listed), or unknown (a list could not be read: its node's workers may be running).
  */
 export async function lockHolding(

@@ -10,7 +10,7 @@
 
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { getCondition } from '../engine/resource.ts';
-import { type LockHolding, lockHolding, unlockAdvice, WORKER_LOCKS } from '../proxmox/lock-holders.ts';
+import { type LockHolding, lockHolding, nodesToRead, unlockAdvice, WORKER_LOCKS } from '../proxmox/lock-holders.ts';
 import { ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
@@ -23,10 +23,8 @@ export const LOCK_CONFIRM_MS = 10_000;
  * node is not online (its workers may be running).
  */
 async function lockHolder(ctx: StepContext, vmid: number, lock: string): Promise<LockHolding> {
-  const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
-  if (nodes.some((n) => n.status !== 'online')) return { kind: 'unknown' };
-  const names = nodes.map((n) => n.node ?? '').filter(Boolean);
-  return lockHolding(ctx.client, names, vmid, lock);
+  const names = nodesToRead(listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes);
+  return names ? lockHolding(ctx.client, names, vmid, lock) : { kind: 'unknown' };
 }
 
 /**
