@@ -67,6 +67,15 @@ export type FaultSpec =
   | { kind: 'lock'; vmid: number; lock?: string; flock?: boolean }
   | { kind: 'node-offline'; node: string }
   /**
+   * The node loses power (a crash, a hard reset): it is offline as with `node-offline`, every
+   * worker running on it dies (as task action `die`: `unexpected status`, nothing cleaned up),
+   * every VM on it stops without a shutdown, and its SSH sessions are cut, its port closed. A
+   * request it was handling gets no answer. Removing the fault boots the node: online again with
+   * a new boot time, and pve-guests' `startall` runs (removes leftover backup locks, starts the
+   * `onboot` VMs that HA does not manage, in startup order).
+   */
+  | { kind: 'node-crash'; node: string }
+  /**
    * pvestatd on the node hangs (a storage it stats does not answer, a dead NFS mount): its VMs'
    * statistics in /cluster/resources (name, status, metrics) stay as of its last tick, and a VM
    * made since has none (`status: unknown`, no name); `lock` and `tags` still follow the config.
@@ -92,6 +101,11 @@ export interface ActiveFault {
   pathRe?: RegExp;
   release?: () => void;
   released: Promise<void>;
+  /**
+   * A `lock` fault whose worker died with its node (`node-crash`): its flock went with the
+   * process, and its removal leaves the config lock, as a dead worker does.
+   */
+  holderDied?: boolean;
   /** A task stall: set once a task reached it (held there until the fault is removed): for tests that step a worker. */
   reached?: boolean;
 }

@@ -49,6 +49,9 @@ export class Faults {
   unavailableMode: 'reset' | '503' = 'reset';
   /** Told when a node's `ssh-refused` state changes (the SSH listeners close or reopen). */
   onSshRefused: ((node: string) => void) | undefined;
+  /** Told when a node crashes (`node-crash` added) and when it boots again (the last one removed). */
+  onNodeCrash: ((node: string) => void) | undefined;
+  onNodeBoot: ((node: string) => void) | undefined;
   /** Starts the worker a `lock` fault stands for, running until `until` (set by the cluster: see HOLDER_TASK). */
   startHolder: ((node: string, type: string, id: string, until: Promise<void>) => void) | undefined;
   private closing = false;
@@ -98,6 +101,21 @@ export class Faults {
       case 'node-offline':
         this.c.nodes.get(spec.node)!.online = false;
         break;
+      case 'node-crash': {
+        const n = this.c.nodes.get(spec.node)!;
+        n.online = false;
+        if (!n.crashed) {
+          n.crashed = true;
+          n.crashes = (n.crashes ?? 0) + 1;
+          for (const f of this.active.values()) {
+            if (f.spec.kind !== 'lock' || this.c.vms.get(f.spec.vmid)?.node !== spec.node) continue;
+            f.holderDied = true;
+            f.release?.();
+          }
+          this.onNodeCrash?.(spec.node);
+        }
+        break;
+      }
       case 'stats-stalled':
         this.c.nodes.get(spec.node)!.statsStalled = true;
         break;
@@ -156,10 +174,18 @@ export class Faults {
         if (!(spec.ms >= 0)) bad('latency fault needs ms >= 0');
         if (spec.path) checkPath(spec.path);
         break;
-      case 'lock':
-        if (!this.c.vms.has(spec.vmid)) bad(`lock fault: VM ${spec.vmid} does not exist`);
+      case 'lock': {
+        const vm = this.c.vms.get(spec.vmid);
+        if (!vm) bad(`lock fault: VM ${spec.vmid} does not exist`);
+        // Its worker would run on a node that is down (a lock no worker holds is task action `die`'s).
+        else if (spec.lock && HOLDER_TASK[spec.lock] && this.c.nodes.get(vm.node)?.crashed)
+          bad(
+            `lock fault: VM ${spec.vmid}'s node '${vm.node}' is down: no ${HOLDER_TASK[spec.lock]} worker can run there`,
+          );
         break;
+      }
       case 'node-offline':
+      case 'node-crash':
       case 'stats-stalled':
         if (!this.c.nodes.has(spec.node)) bad(`${spec.kind} fault: no node '${spec.node}'`);
         break;
@@ -188,14 +214,23 @@ export class Faults {
     switch (spec.kind) {
       case 'lock': {
         const vm = this.c.vms.get(spec.vmid);
-        if (vm && spec.lock && vm.config.lock === spec.lock) delete vm.config.lock;
+        if (vm && spec.lock && vm.config.lock === spec.lock && !f.holderDied) delete vm.config.lock;
         break;
       }
       case 'node-offline':
-        if (![...this.active.values()].some((o) => o.spec.kind === 'node-offline' && o.spec.node === spec.node)) {
-          this.c.nodes.get(spec.node)!.online = true;
+      case 'node-crash': {
+        const n = this.c.nodes.get(spec.node)!;
+        const held = (kind: string) =>
+          [...this.active.values()].some((o) => o.spec.kind === kind && 'node' in o.spec && o.spec.node === spec.node);
+        if (n.crashed && !held('node-crash')) {
+          n.crashed = false;
+          n.online = !held('node-offline');
+          this.onNodeBoot?.(spec.node);
+        } else if (!n.crashed && !held('node-offline')) {
+          n.online = true;
         }
         break;
+      }
       case 'stats-stalled':
         if (![...this.active.values()].some((o) => o.spec.kind === 'stats-stalled' && o.spec.node === spec.node)) {
           this.c.nodes.get(spec.node)!.statsStalled = false;
@@ -216,8 +251,12 @@ export class Faults {
     return true;
   }
 
-  /** Whether an `ssh-refused` fault that cuts the open sessions holds the node's SSH port closed. */
+  /**
+   * Whether the node's open SSH sessions are cut: an `ssh-refused` fault that drops them, or a
+   * crash (whose port then takes connections and never answers, as an offline node's does).
+   */
   sshSessionsDropped(node: string): boolean {
+    if (this.c.nodes.get(node)?.crashed) return true;
     return [...this.active.values()].some(
       (f) => f.spec.kind === 'ssh-refused' && f.spec.node === node && f.spec.dropSessions === true,
     );

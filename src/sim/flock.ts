@@ -48,28 +48,41 @@ export class Flock {
    * flock(2), a shared request is granted while only shared holders hold the lock, even if an
    * exclusive request waits.
    */
-  acquire(timeoutMs: number, opts: { shared?: boolean } = {}): Promise<() => void> {
+  acquire(timeoutMs: number, opts: { shared?: boolean; signal?: AbortSignal } = {}): Promise<() => void> {
     const shared = opts.shared === true;
+    const signal = opts.signal;
+    // A waiter whose process is gone (a worker whose node crashed) stops waiting: rejects with the reason.
+    if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.grantable(shared)) {
       this.take(shared);
       return Promise.resolve(this.releaser(shared));
     }
     return new Promise((resolve, reject) => {
+      const leave = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        this.waiters = this.waiters.filter((x) => x !== w);
+      };
+      const onAbort = () => {
+        leave();
+        reject(signal?.reason);
+      };
       const w: Waiter = {
         shared,
         grant: () => {
-          clearTimeout(timer);
+          leave();
           this.take(shared);
           resolve(this.releaser(shared));
         },
       };
       const timer = setTimeout(
         () => {
-          this.waiters = this.waiters.filter((x) => x !== w);
+          leave();
           reject(new PveHttpError(500, this.timeoutMessage));
         },
         Math.max(this.clock.scaled(timeoutMs), timeoutMs / FLOCK_MAX_SPEED),
       );
+      signal?.addEventListener('abort', onAbort, { once: true });
       this.waiters.push(w);
     });
   }

@@ -12,6 +12,7 @@ import { Clock } from './clock.ts';
 import type { FaultSpec } from './fault-spec.ts';
 import { Faults } from './faults.ts';
 import { type CloudInitView, cloudInitView } from './guest-cloudinit.ts';
+import { bootNode, crashNode } from './node-power.ts';
 import type { Profile } from './profiles.ts';
 import { configCpus, configMemoryMiB } from './qemu-config.ts';
 import { registerEndpoint } from './remote-endpoints.ts';
@@ -359,6 +360,14 @@ export async function startSimulator(opts: SimulatorOptions = {}): Promise<Simul
       server.keepAliveTimeout = 5000;
       const sc = new SimCluster(state, server, Boolean(cert), faults, tasks);
       handler.controls = sc;
+      faults.onNodeCrash = (node) => {
+        crashNode(state, tasks, node);
+        sc.sshServers.get(node)?.sync();
+      };
+      faults.onNodeBoot = (node) => {
+        sc.sshServers.get(node)?.sync();
+        bootNode(state, tasks, node);
+      };
       for (const tok of tokens) {
         sc.addToken(tok.userid, tok.tokenid, { secret: tok.secret, privsep: false });
         // A user that exists only for this token gets full rights, so the token is usable as printed.

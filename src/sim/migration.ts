@@ -180,10 +180,13 @@ export abstract class AbstractMigration<O extends { vmid: number }> {
   /** Phase 2 failed: its cleanup ran instead of phase 3. */
   protected phase2errors = false;
 
+  /** The worker's abort: its flock waits end with it (a worker that dies with its node). */
+  protected readonly signal: AbortSignal;
   constructor(c: ClusterState, t: TaskHandle, o: O) {
     this.c = c;
     this.o = o;
     this.log = new MigrationLog(c, t);
+    this.signal = t.signal;
   }
 
   /** The checks and the connection to the target; whether the VM is running. */
@@ -196,7 +199,7 @@ export abstract class AbstractMigration<O extends { vmid: number }> {
 
   /** GuestHelpers::guest_migration_lock, then AbstractMigrate::migrate. */
   async run(): Promise<void> {
-    const unlockMigration = await this.c.migrationFlock(this.o.vmid).acquire(10_000);
+    const unlockMigration = await this.c.migrationFlock(this.o.vmid).acquire(10_000, { signal: this.signal });
     try {
       await this.migrate();
     } finally {
@@ -209,7 +212,7 @@ export abstract class AbstractMigration<O extends { vmid: number }> {
     let err: unknown;
     try {
       // lock_vm: the config's flock for the whole migration (AbstractMigrate.pm:152-227).
-      const unlock = await this.c.flock(this.o.vmid).acquire(10_000);
+      const unlock = await this.c.flock(this.o.vmid).acquire(10_000, { signal: this.signal });
       try {
         this.running = await this.prepare();
         try {

@@ -79,7 +79,11 @@ export class TunnelSession {
       async (t) => {
         this.t = t;
         t.log('mtunnel started');
-        await done;
+        // Until the source disconnects, or the worker dies with its node (the abort's reason).
+        await Promise.race([
+          done,
+          new Promise((_, reject) => t.signal.addEventListener('abort', () => reject(t.signal.reason), { once: true })),
+        ]);
         t.log('mtunnel exited');
       },
       () => {
@@ -119,7 +123,7 @@ export class TunnelSession {
     this.log(`received command '${cmd}'`);
     let unlock: (() => void) | undefined;
     try {
-      unlock = await this.c.flock(this.vmid).acquire(10_000);
+      unlock = await this.c.flock(this.vmid).acquire(10_000, this.t ? { signal: this.t.signal } : {});
       const vm = this.c.vms.get(this.vmid);
       if (!vm || vm.node !== this.node)
         die(`Configuration file 'nodes/${this.node}/qemu-server/${this.vmid}.conf' does not exist`);

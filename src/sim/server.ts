@@ -16,7 +16,7 @@ import type { FaultSpec } from './fault-spec.ts';
 import { FaultError, type Faults } from './faults.ts';
 import { uploadTmpName } from './routes/storage.ts';
 import { type HttpMethod, matchMethod, validateParams } from './schema/index.ts';
-import type { ClusterState } from './state.ts';
+import type { ClusterState, NodeState } from './state.ts';
 import type { TaskRunner } from './tasks.ts';
 
 export interface RouteCtx {
@@ -238,6 +238,8 @@ export class ApiHandler {
       path,
       ...(upload ? { upload } : {}),
     };
+    // The node whose daemon handles this request: if it crashes meanwhile, no answer ever comes.
+    let handledBy: { node: NodeState; crashes: number } | undefined;
     try {
       // Unknown or offline nodes fail before anything else touches them.
       const node = schemaMatch.pathParams.node;
@@ -249,6 +251,7 @@ export class ApiHandler {
             `hostname lookup '${node}' failed - failed to get address info for: ${node}: Name or service not known`,
           );
         if (!n.online) throw new PveHttpError(595, 'No route to host');
+        handledBy = { node: n, crashes: n.crashes ?? 0 };
       }
       route.perm?.(ctx);
       const v = validateParams(schemaMatch.schema, { ...raw, ...schemaMatch.pathParams });
@@ -257,9 +260,11 @@ export class ApiHandler {
       }
       ctx.params = v.params;
       const result = await route.handler(ctx);
+      if (handledBy && (handledBy.node.crashes ?? 0) !== handledBy.crashes) this.lost.add(res);
       if (result instanceof Envelope) return this.sendData(res, result.data, result.extra);
       return this.sendData(res, result === undefined ? null : result);
     } catch (e) {
+      if (handledBy && (handledBy.node.crashes ?? 0) !== handledBy.crashes) this.lost.add(res);
       if (e instanceof PveHttpError) {
         // A handler's 401 (login failure) keeps the JSON body; every 401 is delayed.
         if (e.status === 401) return this.afterAuthFailDelay(() => this.sendError(res, 401, e.message));

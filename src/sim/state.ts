@@ -41,6 +41,10 @@ export interface NodeState {
   memory: number;
   memoryUsed: number;
   online: boolean;
+  /** Down after a crash (the `node-crash` fault); `online` is false meanwhile. */
+  crashed?: boolean;
+  /** How many times the node crashed: a request it was handling across a crash gets no answer. */
+  crashes?: number;
   /** pvestatd hung (the `stats-stalled` fault): the node's VMs keep the statistics of its last tick. */
   statsStalled?: boolean;
   bootTime: number;

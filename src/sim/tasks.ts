@@ -150,29 +150,37 @@ export class TaskRunner {
       died = true;
       throw new WorkerDeath();
     };
+    // Killed from outside (its node crashed, killNode): the abort's reason is a WorkerDeath.
+    const killed = (): boolean => isWorkerDeath(abort.signal.reason);
     const handle: TaskHandle = {
       upid,
       signal: abort.signal,
       log: (line) => {
-        if (!died) task.log.push(line);
+        if (!died && !killed()) task.log.push(line);
       },
       warn: (line) => {
-        if (died) return;
+        if (died || killed()) return;
         warnings++;
         task.log.push(`WARN: ${line}`);
       },
       sleep: (ms) => handle.wait((signal) => c.clock.sleep(ms, signal)),
       wait: async (until) => {
-        if (died) die();
+        if (died || killed()) die();
         waits++;
         if (dieAtStep.some((f) => f.step === waits)) die();
-        const v = await until(abort.signal);
-        await this.faults.waitWhileStalled(faults, abort.signal, waits);
-        if (died) die();
+        let v: Awaited<ReturnType<typeof until>>;
+        try {
+          v = await until(abort.signal);
+          await this.faults.waitWhileStalled(faults, abort.signal, waits);
+        } catch (e) {
+          if (killed()) die();
+          throw e;
+        }
+        if (died || killed()) die();
         return v;
       },
       endOfWork: () => {
-        if (died || dieAtEnd) die();
+        if (died || killed() || dieAtEnd) die();
       },
     };
     c.tasks.set(upid, task);
@@ -189,18 +197,19 @@ export class TaskRunner {
       let ok = false;
       let ran = false;
       try {
-        if (dieAtStart) die();
+        // A worker forked on a node that crashed meanwhile (its handler ran on): the process is gone.
+        if (dieAtStart || c.nodes.get(node)?.crashed) die();
         if (failAtStart) throw new Error(failAtStart.message);
         ran = true;
         await worker(handle);
         await this.faults.waitWhileStalled(faults, abort.signal);
-        if (dieAtEnd) die();
+        if (dieAtEnd || killed()) die();
         if (failAtEnd) throw new Error(failAtEnd.message);
         task.exitstatus = warnings ? `WARNINGS: ${warnings}` : 'OK';
         task.log.push(warnings ? `TASK WARNINGS: ${warnings}` : 'TASK OK');
         ok = true;
       } catch (e) {
-        if (died || isWorkerDeath(e)) {
+        if (died || isWorkerDeath(e) || killed()) {
           // The process is gone: no final line, so the status reads as PVE reads such a log.
           died = true;
           task.exitstatus = UNEXPECTED_STATUS;
@@ -227,5 +236,13 @@ export class TaskRunner {
       }
     })();
     return upid;
+  }
+
+  /**
+   * Every worker running on `node` dies (the node crashed): each stops at once where it waits
+   * (a simulated step, a flock) with `unexpected status`, and its error paths never run.
+   */
+  killNode(node: string): void {
+    for (const t of this.c.runningTasks.get(node) ?? []) t.abort.abort(new WorkerDeath());
   }
 }

@@ -92,7 +92,8 @@ export const cloneRoute: Route = {
     }
     const loadAndCheck = (): ClonePlan => planClone(ctx, node, vmid, newid, target, storageId);
     /** The source's flock: shared for a stopped source, exclusive for a running one (:4738-4745). */
-    const lockSource = (src: VmState) => src.flock.acquire(1000, { shared: src.status !== 'running' });
+    const lockSource = (src: VmState, signal?: AbortSignal) =>
+      src.flock.acquire(1000, { shared: src.status !== 'running', ...(signal ? { signal } : {}) });
 
     if (!c.profile.cloneLocksInWorker) {
       // 6.4: flocks, checks and the temporary config in the handler; the worker inherits the flocks.
@@ -139,9 +140,9 @@ export const cloneRoute: Route = {
     loadAndCheck(); // early checks before forking/locking (:4747)
     return ctx.tasks.start(node, 'qmclone', String(vmid), auth, async (t) => {
       const src = loadVm(c, node, vmid);
-      const unlockSrc = await lockSource(src);
+      const unlockSrc = await lockSource(src, t.signal);
       try {
-        const unlockNew = await c.flock(newid).acquire(1000);
+        const unlockNew = await c.flock(newid).acquire(1000, { signal: t.signal });
         try {
           const plan = loadAndCheck();
           if (c.profile.profile === '9.2') t.log(`creating a clone of VM ${vmid} with ID ${newid}`);

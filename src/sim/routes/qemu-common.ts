@@ -82,8 +82,14 @@ export function loadVm(c: ClusterState, node: string, vmid: number): VmState {
  * regenerated the destroyed VM's cloud-init drive, a volume of a VM that no longer exists (found
  * by the fault search). Returns the unlock.
  */
-export async function lockVm(c: ClusterState, vm: VmState, node: string, timeoutMs: number): Promise<() => void> {
-  const unlock = await vm.flock.acquire(timeoutMs);
+export async function lockVm(
+  c: ClusterState,
+  vm: VmState,
+  node: string,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<() => void> {
+  const unlock = await vm.flock.acquire(timeoutMs, signal ? { signal } : {});
   if (c.vms.get(vm.vmid) !== vm || vm.node !== node) {
     unlock();
     die(`Configuration file 'nodes/${node}/qemu-server/${vm.vmid}.conf' does not exist`);

@@ -60,7 +60,7 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
   );
 
   const apply = async (t: TaskHandle | undefined): Promise<void> => {
-    const unlock = await lockVm(c, vm, node, 10_000);
+    const unlock = await lockVm(c, vm, node, 10_000, t?.signal);
     try {
       checkDigest(c, vm, params);
       // Only skiplock (root@pam) passes a lock, `delete=lock` included.
@@ -212,7 +212,7 @@ export const configRoutes: Route[] = [
       const disk = String(params.disk);
       const sizeArg = String(params.size);
       const work = async (t: TaskHandle | undefined): Promise<void> => {
-        const unlock = await held.flock.acquire(10_000);
+        const unlock = await held.flock.acquire(10_000, t ? { signal: t.signal } : {});
         try {
           // resize_vm loads the config once it holds the lock (qemu-server src/PVE/API2/Qemu.pm:6002-6004,
           // the worker :6068-6072, at e6352be): a VM destroyed while the task waited for the lock

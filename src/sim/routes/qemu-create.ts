@@ -89,7 +89,7 @@ export const createRoute: Route = {
       async (t) => {
         let unlock: () => void;
         try {
-          unlock = await flock.acquire(1000);
+          unlock = await flock.acquire(1000, { signal: t.signal });
         } catch (e) {
           if (!isWorkerDeath(e)) removePlaceholder();
           throw e;

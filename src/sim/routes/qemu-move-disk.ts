@@ -284,7 +284,7 @@ export const moveDiskRoute: Route = {
       die(`cannot move disk '${params.disk}', only configured disks can be moved to another storage`);
     loadAndCheckMove(ctx, node, storeid); // early checks before forking/locking
     return ctx.tasks.start(node, 'qmmove', String(vmid), auth, async (t) => {
-      const unlock = await c.flock(vmid).acquire(10_000);
+      const unlock = await c.flock(vmid).acquire(10_000, { signal: t.signal });
       try {
         await moveWorker(ctx, t, node, storeid);
       } finally {

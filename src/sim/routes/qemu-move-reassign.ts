@@ -101,9 +101,9 @@ export function reassignDisk(ctx: RouteCtx, node: string, vmid: number, targetVm
   requirePriv(c, auth, `/storage/${plan.volid.slice(0, plan.volid.indexOf(':'))}`, ['Datastore.AllocateSpace']);
   const { disk, targetDisk } = plan;
   return ctx.tasks.start(node, 'qmmove', `${vmid}-${disk}>${targetVmid}-${targetDisk}`, auth, async (t) => {
-    const unlockSrc = await c.flock(vmid).acquire(10_000);
+    const unlockSrc = await c.flock(vmid).acquire(10_000, { signal: t.signal });
     try {
-      const unlockDst = await c.flock(targetVmid).acquire(10_000);
+      const unlockDst = await c.flock(targetVmid).acquire(10_000, { signal: t.signal });
       try {
         const { src, dst, volid } = loadAndCheck(ctx, node, vmid, targetVmid);
         t.log(

@@ -195,7 +195,7 @@ export function vmStatus(c: ClusterState, vm: VmState): Record<string, unknown> 
  * from its `vmstate`; a `lock: backup` VM that still runs is resumed in its QEMU instance.
  */
 export async function startWorker(c: ClusterState, t: TaskHandle, vm: VmState, skiplock: boolean): Promise<void> {
-  const unlock = await lockVm(c, vm, vm.node, 10_000);
+  const unlock = await lockVm(c, vm, vm.node, 10_000, t.signal);
   try {
     if (vm.config.template === '1') throw new Error("you can't start a vm if it's a template");
     const suspended = vm.config.lock === 'suspended';
@@ -267,7 +267,7 @@ export const powerRoutes: Route[] = [
         const type = { start: 'qmstart', stop: 'qmstop', shutdown: 'qmshutdown', reboot: 'qmreboot' }[action];
         return ctx.tasks.start(node, type, String(vmid), auth, async (t) => {
           if (action === 'start') return startWorker(c, t, vm, skiplock);
-          const unlock = await vm.flock.acquire(10_000);
+          const unlock = await vm.flock.acquire(10_000, { signal: t.signal });
           try {
             checkLock(vm, skiplock);
             if (action === 'reboot') {

@@ -111,7 +111,7 @@ async function createSnapshot(
   saveVmstate: boolean,
   description: string | undefined,
 ): Promise<void> {
-  let unlock = await vm.flock.acquire(10_000);
+  let unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   let snap: SnapshotState;
   try {
     if (vm.config.template === '1') throw new Error("you can't take a snapshot if it's a template");
@@ -175,7 +175,7 @@ async function createSnapshot(
     if (d.vol) d.vol.snapshots = [...(d.vol.snapshots ?? []), name];
   }
   t.endOfWork();
-  unlock = await vm.flock.acquire(10_000);
+  unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   try {
     if (vm.config.lock !== 'snapshot') throw new Error('missing snapshot lock');
     const s = getSnapshot(vm, name);
@@ -190,7 +190,7 @@ async function createSnapshot(
 
 /** snapshot_delete (AbstractConfig.pm:922-1040), with `lock: snapshot-delete`. */
 async function deleteSnapshot(c: ClusterState, t: TaskHandle, vm: VmState, name: string): Promise<void> {
-  let unlock = await vm.flock.acquire(10_000);
+  let unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   let snap: SnapshotState;
   try {
     snap = getSnapshot(vm, name);
@@ -212,7 +212,7 @@ async function deleteSnapshot(c: ClusterState, t: TaskHandle, vm: VmState, name:
     if (d.vol?.snapshots) d.vol.snapshots = d.vol.snapshots.filter((x) => x !== name);
   }
   t.endOfWork();
-  unlock = await vm.flock.acquire(10_000);
+  unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   try {
     if (vm.config.lock !== 'snapshot-delete') throw new Error("encountered invalid lock, expected 'snapshot-delete'");
     getSnapshot(vm, name);
@@ -235,7 +235,7 @@ async function deleteSnapshot(c: ClusterState, t: TaskHandle, vm: VmState, name:
 
 /** snapshot_rollback (AbstractConfig.pm:1124-1215). */
 async function rollbackSnapshot(c: ClusterState, t: TaskHandle, vm: VmState, name: string): Promise<void> {
-  let unlock = await vm.flock.acquire(10_000);
+  let unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   let snap: SnapshotState;
   try {
     if (vm.config.template === '1') throw new Error("you can't rollback if vm is a template");
@@ -268,7 +268,7 @@ async function rollbackSnapshot(c: ClusterState, t: TaskHandle, vm: VmState, nam
     await t.sleep(DURATIONS.volumeSnapshot);
   }
   t.endOfWork();
-  unlock = await vm.flock.acquire(10_000);
+  unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   try {
     if (vm.config.lock !== 'rollback') throw new Error('got wrong lock');
     // __snapshot_apply_config: the section's config; description and unusedN stay.

@@ -59,7 +59,7 @@ async function suspendWorker(
   todisk: boolean,
   statestorage: string | undefined,
 ): Promise<void> {
-  let unlock = await vm.flock.acquire(10_000);
+  let unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   try {
     const backingUp = vm.config.lock === 'backup';
     if (!(skiplock || backingUp)) checkLock(vm, false);
@@ -79,7 +79,7 @@ async function suspendWorker(
   await t.sleep(DURATIONS.savevm);
   t.log('State saved, quitting');
   t.endOfWork();
-  unlock = await vm.flock.acquire(10_000);
+  unlock = await vm.flock.acquire(10_000, { signal: t.signal });
   try {
     if (vm.config.lock !== 'suspending') throw new Error('lock changed unexpectedly');
     // `quit`: the QEMU process ends; the guest's RAM (agent processes included) is in the volume.
@@ -143,7 +143,7 @@ export const suspendRoutes: Route[] = [
       return ctx.tasks.start(node, 'qmresume', String(vmid), auth, async (t) => {
         // A hibernated VM is started (vm_start with skiplock), which resumes from its state.
         if (toDiskSuspended) return startWorker(c, t, vm, skiplock);
-        const unlock = await vm.flock.acquire(10_000);
+        const unlock = await vm.flock.acquire(10_000, { signal: t.signal });
         try {
           if (vm.config.template === '1') throw new Error(`VM ${vmid} is a template and cannot be resumed!`);
           // query-status `running`: "job done, go home", before any lock check.

@@ -60,7 +60,7 @@ const vmRoutes: Route[] = [
         die(`unable to remove VM ${vmid} - used in HA resources and purge parameter not set.`);
       if (vm.status === 'running') die(`VM ${vmid} is running - destroy failed`);
       return ctx.tasks.start(node, 'qmdestroy', String(vmid), auth, async (t) => {
-        const unlock = await vm.flock.acquire(10_000);
+        const unlock = await vm.flock.acquire(10_000, { signal: t.signal });
         try {
           // destroy_vm (QemuServer.pm): a hibernated VM (`lock: suspended`) may be destroyed.
           if (vm.config.lock !== 'suspended') checkLock(vm, skiplock);

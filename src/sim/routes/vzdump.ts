@@ -29,7 +29,7 @@ import { DRIVE_KEY_RE, isCdrom, parseDrive } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState } from '../state.ts';
 import type { StorageState, Volume } from '../storage.ts';
-import type { TaskHandle } from '../tasks.ts';
+import { isWorkerDeath, type TaskHandle } from '../tasks.ts';
 import { DURATIONS } from './qemu-common.ts';
 import { bootVm } from './qemu-power.ts';
 
@@ -146,7 +146,7 @@ async function backupGuest(c: ClusterState, t: TaskHandle, node: string, job: Jo
     const running = vm ? vm.status === 'running' : c.containers.get(vmid)?.status === 'running';
     info(`status = ${running ? 'running' : 'stopped'}`);
     // lock_vm: set_lock under the config flock (AbstractConfig.pm check_lock's text).
-    const unlock = vm ? await vm.flock.acquire(10_000) : () => {};
+    const unlock = vm ? await vm.flock.acquire(10_000, { signal: t.signal }) : () => {};
     try {
       if (g.config.lock) throw new Error(`${g.type === 'qemu' ? 'VM' : 'CT'} is locked (${g.config.lock})`);
       g.config.lock = 'backup';
@@ -287,7 +287,8 @@ export const vzdumpRoutes: Route[] = [
         const lock = globalLock(c, node);
         if (lock.isHeld) t.log('INFO: trying to get global lock - waiting...');
         const wasHeld = lock.isHeld;
-        const release = await lock.acquire(Number(params.lockwait ?? 180) * 60_000).catch(() => {
+        const release = await lock.acquire(Number(params.lockwait ?? 180) * 60_000, { signal: t.signal }).catch((e) => {
+          if (isWorkerDeath(e)) throw e;
           throw new Error(`can't acquire lock '${LOCKFILE}' - got timeout`);
         });
         try {
