@@ -51,7 +51,7 @@ const NOTES: Record<string, string> = {
 
 | type | meaning |
 |---|---|
-| \`Ready\` | True (reason Available) when the VM runs, or is stopped as spec.forProvider.powerState asks, with nothing in flight. It is already True while the guest agent has not reported an address (status.atProvider.step WaitingForAgent). False with the reason otherwise: Creating, Unavailable, Locked (a task holds the VM's lock), LockWithoutTask (no task holds it: its worker died; the message says what to check before \`qm unlock\`), ... |
+| \`Ready\` | True (reason Available) when the VM runs, or is stopped as spec.forProvider.powerState asks, with nothing in flight. It is already True while the guest agent has not reported an address (status.atProvider.step WaitingForAgent). False with the reason otherwise: Creating, Unavailable, Locked (a task holds the VM's lock), LockWithoutTask (no task holds it: its worker died; the message says what to check before \`qm unlock\`), NodeOffline (its node is offline: its state is unknown, and nothing is sent to it, until the node is back), ... |
 | \`Synced\` | True (ReconcileSuccess) when the last reconcile worked; False with the error's reason (BridgeNotFound, ImageNotImportable, VMIDConflict, ...) and a message that names the fix |
 | \`PendingReboot\` | True (ChangesPending) while Proxmox VE holds changes of the running VM until its next boot (see spec.forProvider.rebootPolicy) |
 | \`CloudInit\` | False (UserDataPartiallyApplied) when spec.forProvider.userData has keys the Proxmox VE API cannot set |

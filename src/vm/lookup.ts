@@ -42,6 +42,16 @@ export async function locate(ctx: StepContext, vmid: number, fresh: boolean): Pr
 }
 
 /**
+ * Whether the bulk list shows `node` offline (crashed, powered off, cut off from the cluster):
+ * PVE then knows nothing current of its VMs (each listed `status: unknown`) and answers every
+ * request to the node `595 No route to host`.
+ */
+export async function nodeOffline(ctx: StepContext, node: string): Promise<boolean> {
+  const index = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory));
+  return index.nodes.find((n) => n.node === node)?.status === 'offline';
+}
+
+/**
  * VM `vmid` on `node` as a bulk-list entry, from its status (`status/current`: PVE's vmstatus, the
  * same fields as pvestatd's row the list shows, but current); undefined when it is not there, or
  * the read failed (the caller goes to the list instead; an aborted reconcile stops).

@@ -17,7 +17,7 @@ import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
 import { guestGate, observeGuest } from './guest.ts';
 import { knownOutcome, planAfter, plannedWait } from './known-outcome.ts';
 import { lockCleared, reportLock } from './lock-holder.ts';
-import { locate, type ObservedVm } from './lookup.ts';
+import { locate, nodeOffline, type ObservedVm } from './lookup.ts';
 import {
   clearPlaceholder,
   cloneSource,
@@ -146,6 +146,18 @@ async function settlePlaceholder(
   );
 }
 
+/** The VM's node is offline: Ready False (NodeOffline) until it is back; nothing is sent to it. */
+function onOfflineNode(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Observed {
+  atProvider(r).state = 'unknown';
+  ready(
+    r,
+    'False',
+    'NodeOffline',
+    `node ${found.node} of site ${ctx.site.name} is offline: the state of VM ${found.vmid} is unknown until it is back. A node that lost power boots with its VMs stopped (Proxmox starts only those with onboot); the provider then brings VM ${found.vmid} back to spec.forProvider.powerState`,
+  );
+  return { obs: { exists: true, upToDate: true } };
+}
+
 export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed> {
   const problems = validateSpec(r);
   if (problems.length) {
@@ -265,6 +277,10 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
     return { obs: { exists: false, upToDate: false } };
   }
   ctx.site.unreserve(r.metadata.uid, vmid);
+  // Its node is offline (a crash, a power cut, a partition): nothing of the VM can be read or
+  // changed until it is back, and the list's last word on it is not its state.
+  if (found.entry.status === 'unknown' && !r.metadata.deletionTimestamp && (await nodeOffline(ctx, found.node)))
+    return onOfflineNode(ctx, r, found);
   await noteNode(ctx, r, found.node, !observeOnly && !ctx.readOnly, found.entry.lock);
   // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;

@@ -1,0 +1,48 @@
+/**
+ * A Ready VM whose node goes offline (src/vm/observe.ts onOfflineNode): the bulk list shows the
+ * node `offline` and the VM `status: unknown`, so the resource is Ready False (NodeOffline), saying
+ * what becomes of the VM, and sends the node nothing; once a node that crashed is back, its VM is
+ * stopped (no `onboot`: its startall leaves it) and the provider starts it again.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Simulator } from '../../src/sim/index.ts';
+import { cond, Engine, NODE1, SITE1, startSim, vm } from './harness.ts';
+
+describe('a VM whose node goes offline', () => {
+  let sim: Simulator;
+  let eng: Engine;
+  before(async () => {
+    sim = await startSim();
+    eng = await new Engine(sim, { pollIntervalMs: 200 }).start();
+  });
+  after(async () => {
+    await eng.stop();
+    await sim.close();
+  });
+
+  it('crashed: Ready False NodeOffline with what happens next; booted: started again by the provider', async () => {
+    const c = sim.cluster(SITE1);
+    const key = eng.apply(vm('offline-1'));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    const crash = c.addFault({ kind: 'node-crash', node: NODE1 });
+    const down = await eng.waitFor(key, (x) => cond(x, 'Ready')?.reason === 'NodeOffline', 'NodeOffline');
+    assert.equal(cond(down, 'Ready')?.status, 'False');
+    assert.match(
+      cond(down, 'Ready')?.message ?? '',
+      new RegExp(`^node ${NODE1} of site ${SITE1} is offline: the state of VM ${vmid} is unknown until it is back`),
+    );
+    assert.equal(down.status?.atProvider?.state, 'unknown');
+    assert.equal(c.state.vms.get(vmid)?.status, 'stopped', 'the crash stopped it');
+    c.resetCounters();
+    c.removeFault(crash);
+    const up = await eng.waitReady(key);
+    assert.equal(up.status?.atProvider?.state, 'running');
+    assert.equal(c.state.vms.get(vmid)?.status, 'running');
+    const starts = [...c.state.tasks.values()].filter((t) => t.type === 'qmstart' && t.id === String(vmid));
+    assert.ok(
+      starts.some((t) => t.user !== 'root@pam' || t.tokenid),
+      `started by the provider's credentials: ${starts.map((t) => t.upid).join(', ')}`,
+    );
+  });
+});
