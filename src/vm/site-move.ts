@@ -110,7 +110,18 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       // target VMID is another one (another state file's, made there meanwhile): found by the
       // fault search (F20), where following it left the resource's own VM behind.
       if (movedHere(r, cfg.description, tctx.site.installation, move) && (!source || hereLock === 'migrate')) {
-        if (cfg.lock) return waiting(r, `VM ${move.vmid} is arriving on site ${move.to} (${cfg.lock})`, ctx);
+        if (cfg.lock) {
+          const arriving = `VM ${move.vmid} is arriving on site ${move.to} (${cfg.lock})`;
+          // The source still locked and no migration of it running: its worker died (its node
+          // crashed) with the copy half made. That dead lock is reported (once unlocked, the
+          // copy left at the target is: tunnelLeftover), not waited on for good.
+          if (!source || (await migrationRunning(ctx, move, true))) return waiting(r, arriving, ctx);
+          atProvider(r).step = 'MigratingToSite';
+          const at = { vmid, node: source.node, lock: 'migrate' };
+          return {
+            obs: { exists: true, upToDate: true, requeueAfterMs: await reportLock(ctx, r, at, 'Migrating', arriving) },
+          };
+        }
         if (source && (await migrationRunning(ctx, move, true)))
           return waiting(r, `the migration of VM ${vmid} to site ${move.to} is finishing`, ctx);
         const left = source !== undefined && (await leftBehind(ctx, r, vmid, source.node));
@@ -126,9 +137,19 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       if (!source) return lostOnSource(ctx, r, vmid);
       await noteNode(ctx, r, here.node, !ctx.readOnly, here.entry.lock);
       const lock = hereLock;
-      if (lock || (await migrationRunning(ctx, move)))
-        return waiting(r, `VM ${vmid} is being migrated to site ${move.to} (${lock ?? 'qmigrate'})`, ctx);
+      const sending = `VM ${vmid} is being migrated to site ${move.to} (${lock ?? 'qmigrate'})`;
+      // A lock no worker holds (the source's node crashed under the migration) is reported, not
+      // waited for: it stays until someone unlocks it (fault search, the twenty-first session).
+      if (lock) {
+        atProvider(r).step = 'MigratingToSite';
+        const requeueAfterMs = await reportLock(ctx, r, { vmid, node: here.node, lock }, 'Migrating', sending);
+        return { obs: { exists: true, upToDate: true, requeueAfterMs } };
+      }
+      lockCleared(ctx, r, vmid);
+      if (await migrationRunning(ctx, move)) return waiting(r, sending, ctx);
       if (there) {
+        const leftover = await tunnelLeftover(tctx, r, move, there);
+        if (leftover) return leftover;
         // Someone else's VM took the recorded VMID before ours got there: choose again.
         delete a.siteMove;
         return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
@@ -273,6 +294,39 @@ async function unfinishedHere(
   throw reason(
     'CreateInterrupted',
     `VM ${vmid} on node ${here.node} of site ${ctx.site.name} is left from a ${lock} of this resource whose worker died; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manualCleanup(here.node, vmid)} (the provider then creates the VM again)`,
+    true,
+  );
+}
+
+/**
+ * What a migration of ours whose source worker died left at the target VMID (the source's node
+ * crashed, or its worker was killed): the target's `mtunnel` made a `lock: create` placeholder
+ * (and, once the disks were sent, wrote the VM's config under `lock: migrate`), and its worker,
+ * seeing the source's connection close, ends "mtunnel exited unexpectedly" without cleaning up
+ * (qemu-server src/PVE/API2/Qemu.pm:7217-7222 at e6352be; only a `quit` with `cleanup`, :7102-7114,
+ * or no connection within 300 s, :7136-7151, destroys it). Its `qmtunnel` task, made with the
+ * target's credentials, says it is ours. Such a VM was taken for another user's, the move planned
+ * again onto a VMID it held for good (MigrationRefused), and the VM left to nobody (fault search,
+ * the twenty-first session). A token, which a remote migration's target needs, may not clear the
+ * lock: the fix is named, and the move is sent again once the VMID is free. Undefined: not ours.
+ */
+async function tunnelLeftover(
+  tctx: StepContext,
+  r: ProxmoxVM,
+  move: SiteMove,
+  there: ObservedVm,
+): Promise<SiteMoveObservation | undefined> {
+  const cfg = (await tctx.client.vmConfig(there.node, move.vmid)).values;
+  const lock = cfg.lock;
+  if (lock !== 'create' && lock !== 'migrate') return undefined;
+  const fate = await placeholderFate(tctx, r, move.vmid, there.node, undefined, true);
+  if (fate.kind === 'in-progress')
+    return waiting(r, `VM ${move.vmid} on site ${move.to} is still held by its migration tunnel (${lock})`, tctx);
+  if (fate.kind !== 'ours-interrupted' || fate.task.type !== 'qmtunnel') return undefined;
+  atProvider(r).step = 'MigratingToSite';
+  throw reason(
+    'CreateInterrupted',
+    `VM ${move.vmid} on node ${there.node} of site ${move.to} is left from a remote migration of this resource whose worker died (its tunnel, task ${fate.task.upid}, ended: ${fate.task.status ?? 'unknown'}); Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: on node ${there.node} run 'qm unlock ${move.vmid} && qm stop ${move.vmid} && qm destroy ${move.vmid} --purge' (an online migration's target may still run, waiting for the source; the provider then migrates VM ${move.fromVmid} again)`,
     true,
   );
 }

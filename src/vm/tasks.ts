@@ -57,13 +57,16 @@ export interface MakerTask {
 /**
  * The create or clone tasks that may have made the VM at `vmid` on `node`, newest first: `qmcreate`
  * tasks with that id on the VM's node, and — for a clone, whose task id is the source — `qmclone`
- * tasks of the template on `sourceNode`. Running and finished ones, from one task list each.
+ * tasks of the template on `sourceNode`; with `tunnel`, the `qmtunnel` tasks of that id on the node
+ * too (a remote migration's target: its `mtunnel` call makes the `lock: create` placeholder).
+ * Running and finished ones, from one task list each.
  */
 export async function makerTasks(
   ctx: StepContext,
   vmid: number,
   node: string,
   clone?: { vmid: number; node: string },
+  tunnel = false,
 ): Promise<MakerTask[]> {
   const out: MakerTask[] = [];
   const add = (list: Array<{ upid: string; type: string; starttime: number; endtime?: number; status?: string }>) => {
@@ -84,6 +87,7 @@ export async function makerTasks(
   add(await ctx.client.listTasks(node, { source: 'all', vmid, typefilter: 'qmcreate', limit: 50 }));
   if (clone)
     add(await ctx.client.listTasks(clone.node, { source: 'all', vmid: clone.vmid, typefilter: 'qmclone', limit: 50 }));
+  if (tunnel) add(await ctx.client.listTasks(node, { source: 'all', vmid, typefilter: 'qmtunnel', limit: 50 }));
   const unique = new Map(out.map((t) => [t.upid, t]));
   return [...unique.values()].sort((a, b) => b.starttime - a.starttime);
 }
