@@ -26,7 +26,6 @@ import {
   type Interruption,
   LoseState,
   Move,
-  NodeMove,
   OtherState,
   Prepare,
   Reconcile,
@@ -34,6 +33,7 @@ import {
   Restart,
   TwoWriters,
 } from './commands.ts';
+import { NodeCrash, NodeMove } from './node-commands.ts';
 import { type Edit, NAMES, NODE_OF, SITE2_NODES, SITES, type SiteName, type World, YEAR_MS } from './world.ts';
 
 const name = fc.constantFrom(...NAMES);
@@ -274,6 +274,8 @@ export interface Extras {
    * operator unlocks it once reported: invariants.ts operatorUnlocks), on site-2 (see faultArb).
    */
   migrateDie?: fc.Arbitrary<DrawnFault>;
+  /** The fourth search's node crash, on site-2 (see faultArb). */
+  nodeCrash?: fc.Arbitrary<DrawnFault>;
   /** Which kinds were looked for and not found (reported, never silently dropped). */
   missing: string[];
   /** The calls the request faults strike (BASE_CALLS, or NODE_CALLS for the fourth search). */
@@ -351,6 +353,13 @@ export async function probeFaultKinds(w: World, fourth = false): Promise<Extras>
       }));
     faults.push(dieArb);
   } else missing.push('task die');
+  // A crash: the node's API goes (595) and its workers with it; tried on site-1's one node.
+  const crashes =
+    fourth &&
+    (await behaves(w, { kind: 'node-crash', node: NODE_OF['site-1'] } as FaultSpec, async () => {
+      return (await w.foreignRequest('GET', `/nodes/${NODE_OF['site-1']}/status`)).status === 595;
+    }));
+  if (fourth && !crashes) missing.push('node-crash');
   return {
     faults,
     missing,
@@ -358,8 +367,24 @@ export async function probeFaultKinds(w: World, fourth = false): Promise<Extras>
     nodes: fourth ? NODE_NODES : BASE_NODES,
     ...(dieArb ? { die: dieArb } : {}),
     ...(dieArb && fourth ? { migrateDie } : {}),
+    ...(crashes ? { nodeCrash } : {}),
   };
 }
+
+/**
+ * A node of site-2 loses power for a few commands, then boots (its `startall` starts the VMs with
+ * `onboot`): every worker on it dies where it stands (a create's placeholder, a migration's lock
+ * and copies stay), its VMs stop, its SSH sessions are cut, a request it was handling gets no
+ * answer.
+ */
+const nodeCrash: fc.Arbitrary<DrawnFault> = fc
+  .tuple(fc.constantFrom(...SITE2_NODES), fc.integer({ min: 1, max: 3 }))
+  .map(([node, lastsFor]) => ({
+    label: `${node} crashes (its workers die, its VMs stop) and boots after the next ${lastsFor} command(s)`,
+    spec: { kind: 'node-crash', node } as FaultSpec,
+    lastsFor,
+    site: 'site-2' as const,
+  }));
 
 /** A `qmigrate` worker (inside a site or to another one) that dies at its start, its end or a step of its copy. */
 const migrateDie: fc.Arbitrary<DrawnFault> = fc
@@ -402,6 +427,8 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
     ...(extras.migrateDie && auth === 'password'
       ? [{ weight: 2, arbitrary: extras.migrateDie.map((f) => ({ ...f, site: 'site-2' as const })) }]
       : []),
+    // A crash's dead create leaves a placeholder only root@pam with a ticket may remove, as `die` does.
+    ...(extras.nodeCrash && auth === 'password' ? [{ weight: 2, arbitrary: extras.nodeCrash }] : []),
   );
 }
 
@@ -463,6 +490,11 @@ function commandKinds(extras: Extras, auth: 'password' | 'token', mix: Mix) {
       arbitrary: fc
         .tuple(name, fc.oneof(fc.constant('end' as const), fc.integer({ min: 2, max: 6 })))
         .map(([n, dies]) => new NodeMove(n, undefined, dies)),
+    },
+    // A node of site-2 crashes right after a reconcile of the resource, where its work is.
+    nodeCrash: {
+      weight: 2,
+      arbitrary: fc.tuple(name, fc.integer({ min: 1, max: 3 })).map(([n, lastsFor]) => new NodeCrash(n, lastsFor)),
     },
     prepare: {
       weight: 4,
@@ -594,10 +626,11 @@ export const nodeInitialArb = (): fc.Arbitrary<Apply[]> => initialArb(nodeEdit);
  * with its local disk) and between the sites, with the migration's request and task struck by the
  * faults (refused, its answer lost, applied late, failed, hung) and its steps interrupted (a
  * crash, another user, an edit, a delete, a second writer), among applies, reconciles, deletions,
- * restarts, a second state file and other users. Before it, every site had one node, and no
- * schedule had ever migrated a VM inside a cluster.
+ * restarts, a second state file and other users, and site-2's nodes crashing (a fault of its own
+ * kind, and right after a resource's reconcile: NodeCrash). Before it, every site had one node,
+ * and no schedule had ever migrated a VM inside a cluster.
  */
 export function nodeCommandsArb(extras: Extras, auth: 'password' | 'token', maxCommands: number, replayPath?: string) {
-  const kinds = ['nodeMove', 'interruptedMigrate', 'deadMigrate', ...MOVES_AMONG] as const;
+  const kinds = ['nodeMove', 'interruptedMigrate', 'deadMigrate', ...MOVES_AMONG, 'nodeCrash'] as const;
   return scheduleOf(extras, auth, kinds, maxCommands, replayPath, NODE_MIX);
 }

@@ -14,23 +14,14 @@ import { settled } from '../../src/local/resource-view.ts';
 import type { FaultSpec } from '../../src/sim/fault-spec.ts';
 import { markerUid, OWNER_TAG } from '../../src/vm/spec.ts';
 import { checkAlways } from './invariants.ts';
-import {
-  type Edit,
-  type Interrupt,
-  keyOfName,
-  type Name,
-  SITE,
-  SITE2_NODES,
-  type SiteName,
-  type World,
-} from './world.ts';
+import { type Edit, type Interrupt, keyOfName, type Name, SITE, type SiteName, type World } from './world.ts';
 
 /** What the schedule has done so far that decides which commands make sense. */
 export interface Model {
   applied: Set<Name>;
 }
 
-abstract class Step implements AsyncCommand<Model, World> {
+export abstract class Step implements AsyncCommand<Model, World> {
   check(_m: Readonly<Model>): boolean {
     return true;
   }
@@ -46,7 +37,7 @@ abstract class Step implements AsyncCommand<Model, World> {
 }
 
 /** A step on a resource the schedule has applied (drawn for one that was not, it is skipped). */
-abstract class OnApplied extends Step {
+export abstract class OnApplied extends Step {
   readonly name: Name;
   constructor(name: Name) {
     super();
@@ -57,7 +48,7 @@ abstract class OnApplied extends Step {
   }
 }
 
-const showEdit = (e: Edit) =>
+export const showEdit = (e: Edit) =>
   `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}${e.site && e.site !== SITE ? ` site=${e.site}` : ''}${e.site === 'site-2' && e.node ? ` node=${e.node}` : ''}${e.replacePolicy ? ` replacePolicy=${e.replacePolicy}` : ''}`;
 
 /** The user deletes the resource's manifest (from both state files: see Delete). */
@@ -108,54 +99,6 @@ export class Prepare extends Step {
   }
   toString(): string {
     return `${this.process === 0 ? 'the' : "the other state file's"} process prepares ${this.name} ${showEdit(this.edit)} ahead of its create`;
-  }
-}
-
-/**
- * A user moves the resource to the other node of site-2 (the fourth search's topology): its last
- * manifest, on site-2, with the node it does not name. On site-2 a migration inside the cluster
- * (`qm migrate`, its local disk copied); from site-1 a move to that site and node. With `what`, a
- * reconcile follows at once, interrupted where it sends the migration (`update-migrate`): drawn
- * apart, the two seldom met (no interruption there in `npm test`'s 100 schedules).
- */
-export class NodeMove extends OnApplied {
-  readonly what: Interruption | undefined;
-  /** The `qm migrate` worker this move sends on site-2 dies at its end or Nth wait (its lock stays). */
-  readonly dies: 'end' | number | undefined;
-  constructor(name: Name, what?: Interruption, dies?: 'end' | number) {
-    super(name);
-    this.what = what;
-    this.dies = dies;
-  }
-  protected async act(_m: Model, w: World): Promise<void> {
-    const last = w.lastEdit.get(this.name) ?? { cpu: 1, memory: '1Gi' };
-    const from = last.site === 'site-2' ? (last.node ?? SITE2_NODES[0]) : SITE2_NODES[0];
-    const edit: Edit = { ...last, site: 'site-2', node: from === SITE2_NODES[0] ? SITE2_NODES[1] : SITE2_NODES[0] };
-    w.log(`  (as ${showEdit(edit)})`);
-    w.apply(this.name, edit);
-    if (this.what)
-      await w.reconcile(
-        this.name,
-        0,
-        interruptAt(w, this.name, { where: { step: 'update-migrate' }, what: this.what }),
-      );
-    if (this.dies !== undefined) {
-      // Only while this reconcile's migration runs: a site-1 VM's move to site-2 runs its
-      // `qmigrate` on site-1, out of the fault's reach.
-      const when = typeof this.dies === 'number' ? { step: this.dies } : { at: 'end' as const };
-      const ref = w.addFault('site-2', { kind: 'task', type: 'qmigrate', action: 'die', count: 1, ...when });
-      await w.reconcile(this.name, 0);
-      await w.quiesce();
-      w.removeFault(ref);
-    }
-  }
-  toString(): string {
-    const then = this.what ? `, then reconcile it (at update-migrate: ${showInterruption(this.what)})` : '';
-    const dies =
-      this.dies === undefined
-        ? ''
-        : `, then reconcile it (its qmigrate worker dies at its ${typeof this.dies === 'number' ? `wait ${this.dies}` : 'end'}, leaving lock: migrate)`;
-    return `move ${this.name} to the other node of site-2 (its last manifest, the node changed)${then}${dies}`;
   }
 }
 
@@ -260,6 +203,8 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.config.lock || destroying) {
         return w.log(`  foreign: ${name} has no unlocked VM to back up`);
       }
+      // No vzdump starts on a node that is down.
+      if (c.state.nodes.get(vm.node)?.crashed) return w.log(`  foreign: ${name}'s VM is on ${vm.node}, which is down`);
       w.addFault(site, { kind: 'lock', vmid, lock: 'backup', flock: false });
       return w.log(`  foreign: backup of VM ${site}/${vmid} running`);
     }
@@ -337,7 +282,7 @@ export type Interruption =
   /** The other provider process reconciles the same resource meanwhile (an old leader still at work). */
   | { kind: 'writer' };
 
-function showInterruption(i: Interruption): string {
+export function showInterruption(i: Interruption): string {
   switch (i.kind) {
     case 'crash':
       return 'the process crashes';
@@ -353,7 +298,7 @@ function showInterruption(i: Interruption): string {
 }
 
 /** What a reconcile of `name` runs when it gets to `at.where`: the interruption `at.what`. */
-function interruptAt(
+export function interruptAt(
   w: World,
   name: Name,
   at: { where: { step: string } | { nth: number }; what: Interruption },

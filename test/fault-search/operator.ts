@@ -1,16 +1,20 @@
 /**
- * The settle's operator and what it is told: LockWithoutTask reports (src/vm/lock-holder.ts),
- * each checked against PVE after every command, and the `qm unlock` an operator runs for them in
- * the settle (invariants.ts settle), with the migration's leftovers freed first.
+ * The settle's operator and what it is told: LockWithoutTask reports (src/vm/lock-holder.ts) and
+ * CreateInterrupted reports of this resource's own dead create or clone (src/vm/observe.ts
+ * settlePlaceholder, with token credentials, which may not clear such a lock), each checked against
+ * PVE after every command, and what an operator runs for them in the settle (invariants.ts
+ * settle): the `qm unlock`, with the migration's leftovers freed first, and the report's
+ * `qm unlock && qm destroy --purge` of the placeholder.
  */
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
 import type { SimCluster } from '../../src/sim/index.ts';
+import { freeVmVolumes } from '../../src/sim/routes/qemu-drives.ts';
 import type { VmState } from '../../src/sim/state.ts';
 import { violated } from './violation.ts';
 import type { World } from './world.ts';
 
-/** Per world: resources whose VM the operator unlocked -> how often they had been reconciled then. */
+/** Per world: resources whose VM the operator unlocked or destroyed -> how often they had been reconciled then. */
 const unlockedAt = new WeakMap<World, Map<string, number>>();
 
 /** The resources of both state files, each with its key in World.reconciles. */
@@ -91,6 +95,66 @@ export function operatorUnlocks(w: World): void {
       if (Number(externalName(other)) === vmid) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
     w.log(
       `  operator: ${removed.length ? `pvesm free ${removed.join(' ')}; ` : ''}qm unlock ${vmid} on ${vm.node} (${r.metadata.name} reported its lock '${lock}' held by no task)`,
+    );
+  }
+}
+
+/** A report of this resource's own create or clone whose worker died: the VM, its node and its lock. */
+const DEAD_PLACEHOLDER =
+  /VM (\d+) on node (\S+?)(?: of site (\S+))? is left from a (create|clone|remote migration) of this resource whose worker died/;
+
+/**
+ * The CreateInterrupted reports of a placeholder of the resource's own create or clone whose worker
+ * died (with token credentials the provider may not clear its lock), each checked against PVE: the
+ * VM is still that placeholder, and no task of it runs (else the operator would destroy a VM under
+ * a live create). A report not written again since the operator acted is left out (the VMID may
+ * hold the provider's next create by then).
+ */
+export function placeholderReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; what: string }> {
+  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; what: string }> = [];
+  const acted = unlockedAt.get(w) ?? new Map<string, number>();
+  unlockedAt.set(w, acted);
+  for (const { r, counted } of everyResource(w)) {
+    const report = [getCondition(r, 'Ready'), getCondition(r, 'Synced')].find(
+      (cond) => cond?.reason === 'CreateInterrupted' && DEAD_PLACEHOLDER.test(cond.message ?? ''),
+    );
+    if (!report) continue;
+    if (acted.get(counted) === (w.reconciles.get(counted) ?? 0)) continue;
+    const [, vmidText, node, site, what = ''] = DEAD_PLACEHOLDER.exec(report.message ?? '')!;
+    // A remote migration's target: `lock: create` from its mtunnel call, `migrate` once its config came.
+    const locks = what === 'remote migration' ? ['create', 'migrate'] : [what];
+    const c = w.cluster((site as ReturnType<World['siteOf']> | undefined) ?? w.siteOf(r));
+    const vmid = Number(vmidText);
+    const vm = c.state.vms.get(vmid);
+    const lock = vm?.config.lock;
+    if (!vm || vm.node !== node || !lock || !locks.includes(lock)) continue; // gone or finished since
+    const worker = [...c.state.tasks.values()].find((t) => t.status === 'running' && t.id === String(vmid));
+    if (worker)
+      violated(
+        'placeholder reported dead while its worker runs',
+        `${r.metadata.name}: VM ${vmid} (lock: ${lock}) reported CreateInterrupted while ${worker.upid} runs`,
+      );
+    // What the report says to run must work: `qm destroy` refuses a running VM.
+    if (vm.status === 'running' && !/qm stop/.test(report.message ?? ''))
+      violated(
+        "a report's fix that cannot work",
+        `${r.metadata.name}: VM ${vmid} runs, and the fix it reports does not stop it: ${report.message}`,
+      );
+    out.push({ r, c, vm, what });
+  }
+  return out;
+}
+
+/** What an operator does with such a report: what it says, `qm unlock <vmid> && [qm stop <vmid> &&] qm destroy <vmid> --purge`. */
+export function operatorDestroysPlaceholders(w: World): void {
+  for (const { r, c, vm, what } of placeholderReports(w)) {
+    vm.status = 'stopped';
+    const freed = freeVmVolumes(c.state, vm, true);
+    c.state.vms.delete(vm.vmid);
+    for (const { r: other, counted } of everyResource(w))
+      if (other.metadata.name === r.metadata.name) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
+    w.log(
+      `  operator: qm unlock ${vm.vmid} && qm destroy ${vm.vmid} --purge on ${vm.node}${freed.length ? ` (freed ${freed.join(' ')})` : ''} (${r.metadata.name} reported its ${what}'s worker dead, lock: ${vm.config.lock})`,
     );
   }
 }

@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import type fc from 'fast-check';
 import {
   Apply,
   Converge,
@@ -15,15 +16,17 @@ import {
   Foreign,
   Heal,
   LoseState,
+  type Model,
   Move,
-  NodeMove,
   OtherState,
   Reconcile,
   Replace,
   Restart,
   TwoWriters,
 } from './commands.ts';
+import { NodeMove } from './node-commands.ts';
 import { runSchedule } from './runner.ts';
+import type { World } from './world.ts';
 
 const LOCK_TIMEOUT = "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout";
 const vmA = new Apply('vm-a', { cpu: 1, memory: '1Gi' });
@@ -36,6 +39,21 @@ const site2Outage = new Fault(
   1,
   'site-2',
 );
+
+/**
+ * Not a drawn command: lets the worker a site-2 stall fault waits for get there, so that a crash
+ * that follows finds it there (a stall is held only once its wait is reached).
+ */
+const untilStalled: fc.AsyncCommand<Model, World> = {
+  check: () => true,
+  async run(_m, w) {
+    w.log('> (the worker runs on until its stall holds it)');
+    const held = () => [...w.cluster('site-2').faults.active.values()].some((f) => f.reached);
+    for (let i = 0; i < 5000 && !held(); i++) await new Promise((resolve) => setTimeout(resolve, 1));
+    assert.ok(held(), 'the stall was never reached');
+  },
+  toString: () => 'until the stall holds its worker',
+};
 
 describe('fault-search regressions', () => {
   it('F1: a create refused by PVE (five times: the backoff outlasts the 10 s bulk-list cache), then another user takes the persisted VMID -> a new VMID, not a permanent VMIDConflict', async () => {
@@ -1330,3 +1348,194 @@ async function revertDuringStep3(task: 'qmstop' | 'qmdestroy', powerState: 'runn
     { strict: true },
   );
 }
+
+/**
+ * A node of site-2 that loses power (the `node-crash` fault, drawn by the fourth search since the
+ * twenty-first session): its workers die where they stand, its VMs stop, and it boots after a
+ * command, its `startall` starting only VMs with `onboot`.
+ */
+describe('fault-search regressions: a node crash', () => {
+  const crash = (node: string, lastsFor = 1) =>
+    new Fault(
+      `${node} crashes (its workers die, its VMs stop) and boots after the next ${lastsFor} command(s)`,
+      { kind: 'node-crash', node },
+      lastsFor,
+      'site-2',
+    );
+  const onR1 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' } as const;
+
+  it("vm-a's create on r630-01 hangs and the node crashes under it (the qmcreate worker dies, its `lock: create` placeholder stays), then boots -> the provider's dead placeholder is removed and the VM made again; one VM, Ready", async () => {
+    const { journal } = await runSchedule(
+      'password',
+      [new Apply('vm-a', onR1)],
+      [
+        new Fault(
+          'task qmcreate hangs until healed',
+          { kind: 'task', type: 'qmcreate', action: 'stall' },
+          undefined,
+          'site-2',
+        ),
+        new Reconcile('vm-a'),
+        untilStalled,
+        crash('r630-01'),
+        new Reconcile('vm-a'),
+        new Heal(0),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+    assert.ok(
+      journal.some((l) =>
+        /operator: qm unlock 100 && qm destroy 100 --purge on r630-01 .*vm-a reported its create's worker dead/.test(l),
+      ),
+      journal.join('\n'),
+    );
+  });
+
+  it('vm-a is Ready on r630-01, which crashes (the VM stops without a shutdown) and boots -> the provider starts it again (no `onboot`: startall leaves it)', async () => {
+    const { journal } = await runSchedule(
+      'password',
+      [new Apply('vm-a', onR1)],
+      [new Converge('vm-a'), crash('r630-01', 2), new Reconcile('vm-a'), new Reconcile('vm-a'), new Reconcile('vm-a')],
+      { strict: true, nodes: true },
+    );
+    // Started again by the provider after the boot, not by startall.
+    const boot = journal.findIndex((l) => /fault site-2#\d+ is over/.test(l));
+    assert.ok(boot > 0 && journal.slice(boot).some((l) => /step=Starting/.test(l)), journal.join('\n'));
+  });
+
+  it("another user's backup of vm-a runs on r630-01 when it crashes (the vzdump dies, `lock: backup` stays) -> at the boot startall removes that lock, not the provider, and vm-a is started again", async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-a', onR1)],
+      [
+        new Converge('vm-a'),
+        new Foreign('backup', 'vm-a'),
+        crash('r630-01'),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+  });
+
+  it('no backup is started on a node while it is down (a lock fault there would be a lock no worker holds from its start)', async () => {
+    const { journal } = await runSchedule(
+      'password',
+      [new Apply('vm-a', onR1)],
+      [new Converge('vm-a'), crash('r630-01'), new Foreign('backup', 'vm-a'), new Reconcile('vm-a')],
+      { strict: true, nodes: true },
+    );
+    assert.ok(
+      journal.some((l) => /foreign: vm-a's VM is on r630-01, which is down/.test(l)),
+      journal.join('\n'),
+    );
+  });
+
+  it('vm-a migrates from r630-01 to r630-02 and r630-01 crashes mid-copy (the qmigrate worker dies, `lock: migrate` stays) -> reported LockWithoutTask; the operator cleans up and unlocks, and the move is made', async () => {
+    const { journal } = await runSchedule(
+      'password',
+      [new Apply('vm-a', onR1)],
+      [
+        new Converge('vm-a'),
+        new Fault(
+          'task qmigrate hangs until healed',
+          { kind: 'task', type: 'qmigrate', action: 'stall', step: 3 },
+          undefined,
+          'site-2',
+        ),
+        new NodeMove('vm-a'),
+        new Reconcile('vm-a'),
+        untilStalled,
+        crash('r630-01'),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+    assert.ok(
+      journal.some((l) => /operator: .*qm unlock 100 on r630-01 \(vm-a reported its lock 'migrate'/.test(l)),
+      journal.join('\n'),
+    );
+  });
+});
+
+/**
+ * F82: a move of vm-a from site-2 to site-1 whose source node (r630-01) crashes while its
+ * `qmigrate` worker runs, at three points: the target's tunnel placeholder made (`lock: create`),
+ * the source locked too (`lock: migrate`), and the VM's config sent to the target (`lock: migrate`
+ * there, with the marker). PVE's mtunnel then ends "mtunnel exited unexpectedly" and cleans up
+ * nothing. The leftover was taken for another user's VM (MigrationRefused for good, a VM nobody
+ * owned), and a source locked by the dead worker was waited on for good.
+ */
+describe('fault-search regressions: F82, a remote migration whose source node crashes', () => {
+  const onR1 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' } as const;
+  const crashAt = async (step: number): Promise<string[]> => {
+    const { journal } = await runSchedule(
+      'token',
+      [new Apply('vm-a', onR1)],
+      [
+        new Converge('vm-a'),
+        new Fault(
+          `task qmigrate hangs at wait ${step}`,
+          { kind: 'task', type: 'qmigrate', action: 'stall', step },
+          undefined,
+          'site-2',
+        ),
+        new Move('vm-a'),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+        untilStalled,
+        new Fault(
+          'r630-01 crashes (its workers die, its VMs stop) and boots after the next 1 command(s)',
+          { kind: 'node-crash', node: 'r630-01' },
+          1,
+          'site-2',
+        ),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+      ],
+      { strict: true, nodes: true },
+    );
+    return journal;
+  };
+  const destroyed = (lock: string) =>
+    new RegExp(
+      `operator: qm unlock 100 && qm destroy 100 --purge on ml110-01 .*vm-a reported its remote migration's worker dead, lock: ${lock}`,
+    );
+  const unlocked = /operator: qm unlock 100 on r630-01 \(vm-a reported its lock 'migrate'/;
+
+  it("at the tunnel's placeholder (`lock: create` on site-1) -> reported as this resource's leftover with its fix; once cleared, the move is made", async () => {
+    const journal = await crashAt(2);
+    assert.ok(
+      journal.some((l) => destroyed('create').test(l)),
+      journal.join('\n'),
+    );
+    assert.ok(!journal.some((l) => unlocked.test(l)), journal.join('\n'));
+  });
+
+  it('the source locked too (`lock: migrate`) -> the dead lock reported (LockWithoutTask), then the leftover; the move is made', async () => {
+    const journal = await crashAt(4);
+    assert.ok(
+      journal.some((l) => unlocked.test(l)),
+      journal.join('\n'),
+    );
+    assert.ok(
+      journal.some((l) => destroyed('create').test(l)),
+      journal.join('\n'),
+    );
+  });
+
+  it("the config sent (site-1's copy `lock: migrate` with the marker) -> not waited on as arriving: the source's dead lock reported, then the copy; the move is made", async () => {
+    const journal = await crashAt(14);
+    assert.ok(
+      journal.some((l) => unlocked.test(l)),
+      journal.join('\n'),
+    );
+    assert.ok(
+      journal.some((l) => destroyed('migrate').test(l)),
+      journal.join('\n'),
+    );
+  });
+});

@@ -5,6 +5,7 @@
  * and the run's journal, so a shrunk counterexample explains itself.
  */
 import fc from 'fast-check';
+import { UNEXPECTED_STATUS } from '../../src/sim/tasks.ts';
 import type { Apply, Model } from './commands.ts';
 import { checkFinal, InvariantViolation, settle } from './invariants.ts';
 import { World } from './world.ts';
@@ -35,11 +36,24 @@ export interface MoveStats {
   nodeInterrupted: number;
   /** Locks of dead workers reported (LockWithoutTask) and unlocked by the settle's operator. */
   unlocked: number;
+  /** Node crashes (the fourth search), and workers that died (a crash, a `die` fault) on either cluster. */
+  crashes: number;
+  diedWorkers: number;
 }
 
 /** No moves yet: the sum a search starts from. */
 export function noMoves(): MoveStats {
-  return { sent: 0, migrated: 0, failed: 0, interrupted: 0, nodeSent: 0, nodeInterrupted: 0, unlocked: 0 };
+  return {
+    sent: 0,
+    migrated: 0,
+    failed: 0,
+    interrupted: 0,
+    nodeSent: 0,
+    nodeInterrupted: 0,
+    unlocked: 0,
+    crashes: 0,
+    diedWorkers: 0,
+  };
 }
 
 function moveStats(w: World): MoveStats {
@@ -47,6 +61,8 @@ function moveStats(w: World): MoveStats {
   for (const c of w.sim.clusters) {
     out.sent += c.counters()['POST /nodes/{node}/qemu/{vmid}/remote_migrate'] ?? 0;
     out.nodeSent += c.counters()['POST /nodes/{node}/qemu/{vmid}/migrate'] ?? 0;
+    for (const n of c.state.nodes.values()) out.crashes += n.crashes ?? 0;
+    for (const t of c.state.tasks.values()) if (t.exitstatus === UNEXPECTED_STATUS) out.diedWorkers++;
     for (const t of c.state.tasks.values())
       if (t.type === 'qmigrate' && t.status === 'stopped') {
         if (t.exitstatus === 'OK') out.migrated++;
