@@ -626,7 +626,7 @@ export const nodeInitialArb = (): fc.Arbitrary<Apply[]> => initialArb(nodeEdit);
  * with its local disk) and between the sites, with the migration's request and task struck by the
  * faults (refused, its answer lost, applied late, failed, hung) and its steps interrupted (a
  * crash, another user, an edit, a delete, a second writer), among applies, reconciles, deletions,
- * restarts, a second state file and other users, and site-2's nodes crashing (a fault of its own
+ * restarts, a second state file and other users, and nodes crashing (site-2's as a fault of its own
  * kind, and right after a resource's reconcile: NodeCrash). Before it, every site had one node,
  * and no schedule had ever migrated a VM inside a cluster.
  */

@@ -1,11 +1,11 @@
 /**
- * The fourth search's commands on site-2's nodes: a user's move of a resource to the other node
+ * The fourth search's commands on nodes: a user's move of a resource to the other node of site-2
  * (`qm migrate` inside the cluster, its worker interrupted or dying), and a node that loses power
  * under a resource's reconcile. See commands.ts for the rest of a schedule's commands.
  */
 import { getCondition } from '../../src/engine/resource.ts';
 import { type Interruption, interruptAt, type Model, OnApplied, showEdit, showInterruption } from './commands.ts';
-import { type Edit, type Name, SITE2_NODES, type World } from './world.ts';
+import { type Edit, type Name, NODE_OF, SITE2_NODES, type SiteName, type World } from './world.ts';
 
 /**
  * A user moves the resource to the other node of site-2 (the fourth search's topology): its last
@@ -56,10 +56,11 @@ export class NodeMove extends OnApplied {
 }
 
 /**
- * A node of site-2 loses power right after a reconcile of the resource, for the next `lastsFor`
- * commands: the node its VM is on, or is being made or moved on (where a request or task of that
- * reconcile is in flight, or a step of it is due). Drawn apart, a crash seldom met the resource's
- * own work on that node (91 crashes in 2,180 schedules, most of them on idle nodes).
+ * A node loses power right after a reconcile of the resource, for the next `lastsFor` commands:
+ * the node its VM is on, or is being made or moved on (where a request or task of that reconcile
+ * is in flight, or a step of it is due): site-1's one node (every create there, a move's source)
+ * or one of site-2's two. Drawn apart, a crash seldom met the resource's own work on that node
+ * (91 crashes in 2,180 schedules, most of them on idle nodes).
  */
 export class NodeCrash extends OnApplied {
   readonly lastsFor: number;
@@ -72,19 +73,20 @@ export class NodeCrash extends OnApplied {
     const r = w.store.listSync().find((x) => x.metadata.name === this.name);
     const at = r?.status?.atProvider;
     const last = w.lastEdit.get(this.name);
+    const site: SiteName = at?.site === 'site-2' || (!at?.site && last?.site === 'site-2') ? 'site-2' : 'site-1';
     const node =
-      at?.site === 'site-2' && typeof at.node === 'string'
-        ? at.node
-        : last?.site === 'site-2'
-          ? (last.node ?? SITE2_NODES[0])
-          : SITE2_NODES[0];
-    const ref = w.addFault('site-2', { kind: 'node-crash', node });
+      site === 'site-1'
+        ? NODE_OF['site-1']
+        : at?.site === 'site-2' && typeof at.node === 'string'
+          ? at.node
+          : (last?.node ?? SITE2_NODES[0]);
+    const ref = w.addFault(site, { kind: 'node-crash', node });
     // (+1: this command's own end counts one.)
     w.expiring.set(ref, this.lastsFor + 1);
     const ready = r && getCondition(r, 'Ready');
     w.log(`  ${node} crashes (${this.name}: step ${at?.step ?? '-'}, Ready ${ready?.reason ?? '-'})`);
   }
   toString(): string {
-    return `reconcile ${this.name}, then its node of site-2 crashes and boots after the next ${this.lastsFor} command(s)`;
+    return `reconcile ${this.name}, then its node crashes and boots after the next ${this.lastsFor} command(s)`;
   }
 }
