@@ -74,12 +74,17 @@ export class NodeCrash extends OnApplied {
     const at = r?.status?.atProvider;
     const last = w.lastEdit.get(this.name);
     const site: SiteName = at?.site === 'site-2' || (!at?.site && last?.site === 'site-2') ? 'site-2' : 'site-1';
+    // (A status written during a move may name the site before the node: a node of that site is taken.)
+    const onSite2 = (n: unknown): n is string =>
+      typeof n === 'string' && (SITE2_NODES as readonly string[]).includes(n);
     const node =
       site === 'site-1'
         ? NODE_OF['site-1']
-        : at?.site === 'site-2' && typeof at.node === 'string'
+        : onSite2(at?.node)
           ? at.node
-          : (last?.node ?? SITE2_NODES[0]);
+          : onSite2(last?.node)
+            ? last.node
+            : SITE2_NODES[0];
     const ref = w.addFault(site, { kind: 'node-crash', node });
     // (+1: this command's own end counts one.)
     w.expiring.set(ref, this.lastsFor + 1);
