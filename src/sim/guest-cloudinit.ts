@@ -153,6 +153,18 @@ export function stopGuest(c: ClusterState, vm: VmState): void {
   vm.cloudInit = undefined;
 }
 
+/**
+ * The VM's QEMU process is gone (a stop, a shutdown, a hibernation's quit, a migration's source, a
+ * crash): the guest stops, and with it its agent and its addresses.
+ */
+export function powerOff(c: ClusterState, vm: VmState): void {
+  stopGuest(c, vm);
+  vm.status = 'stopped';
+  vm.paused = false;
+  vm.agentReadyAt = 0;
+  vm.guest.interfaces = [];
+}
+
 /** The status of the run as `cloud-init status` reads it (status.py get_status_details). */
 export function statusDetails(c: ClusterState, vm: VmState, now = c.clock.now()): StatusDetails {
   const run = vm.cloudInit;

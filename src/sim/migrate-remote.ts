@@ -22,7 +22,7 @@
  * phases and the progress lines are shared with the in-cluster worker (migration.ts).
  */
 import { die } from './errors.ts';
-import { stopGuest } from './guest-cloudinit.ts';
+import { powerOff } from './guest-cloudinit.ts';
 import { baseName } from './migrate-local.ts';
 import { checkLocalResources, type LocalVolume, scanVolumes } from './migrate-scan.ts';
 import { AbstractMigration, type IdMap, mapId, message, storageCheckEnabled } from './migration.ts';
@@ -328,11 +328,7 @@ export class RemoteMigration extends AbstractMigration<RemoteMigrateOpts> {
     }
     // "always stop local VM with nocheck, since config is moved already"
     if (vm.status === 'running') {
-      stopGuest(c, vm);
-      vm.status = 'stopped';
-      vm.paused = false;
-      vm.agentReadyAt = 0;
-      vm.guest.interfaces = [];
+      powerOff(c, vm);
     }
     try {
       await this.cmd('unlock', {}, (tvm) => tunnel.unlock(tvm));

@@ -13,7 +13,7 @@
  */
 
 import type { AuthInfo } from './auth.ts';
-import { stopGuest } from './guest-cloudinit.ts';
+import { powerOff } from './guest-cloudinit.ts';
 import { startWorker } from './routes/qemu-power.ts';
 import type { ClusterState, TaskState, VmState } from './state.ts';
 import type { TaskHandle, TaskRunner } from './tasks.ts';
@@ -28,11 +28,7 @@ export function crashNode(c: ClusterState, tasks: TaskRunner, node: string): voi
   tasks.killNode(node);
   for (const vm of c.vms.values()) {
     if (vm.node !== node || vm.status !== 'running') continue;
-    stopGuest(c, vm);
-    vm.status = 'stopped';
-    vm.paused = false;
-    vm.agentReadyAt = 0;
-    vm.guest.interfaces = [];
+    powerOff(c, vm);
   }
   for (const ct of c.containers.values()) if (ct.node === node) ct.status = 'stopped';
 }

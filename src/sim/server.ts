@@ -240,6 +240,7 @@ export class ApiHandler {
     };
     // The node whose daemon handles this request: if it crashes meanwhile, no answer ever comes.
     let handledBy: { node: NodeState; crashes: number } | undefined;
+    const crashedMeanwhile = () => handledBy !== undefined && (handledBy.node.crashes ?? 0) !== handledBy.crashes;
     try {
       // Unknown or offline nodes fail before anything else touches them.
       const node = schemaMatch.pathParams.node;
@@ -260,11 +261,11 @@ export class ApiHandler {
       }
       ctx.params = v.params;
       const result = await route.handler(ctx);
-      if (handledBy && (handledBy.node.crashes ?? 0) !== handledBy.crashes) this.lost.add(res);
+      if (crashedMeanwhile()) this.lost.add(res);
       if (result instanceof Envelope) return this.sendData(res, result.data, result.extra);
       return this.sendData(res, result === undefined ? null : result);
     } catch (e) {
-      if (handledBy && (handledBy.node.crashes ?? 0) !== handledBy.crashes) this.lost.add(res);
+      if (crashedMeanwhile()) this.lost.add(res);
       if (e instanceof PveHttpError) {
         // A handler's 401 (login failure) keeps the JSON body; every 401 is delayed.
         if (e.status === 401) return this.afterAuthFailDelay(() => this.sendError(res, 401, e.message));

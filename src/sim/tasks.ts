@@ -150,22 +150,22 @@ export class TaskRunner {
       died = true;
       throw new WorkerDeath();
     };
-    // Killed from outside (its node crashed, killNode): the abort's reason is a WorkerDeath.
-    const killed = (): boolean => isWorkerDeath(abort.signal.reason);
+    // Dead by a fault, or killed from outside (its node crashed, killNode: the abort's reason).
+    const dead = (): boolean => died || isWorkerDeath(abort.signal.reason);
     const handle: TaskHandle = {
       upid,
       signal: abort.signal,
       log: (line) => {
-        if (!died && !killed()) task.log.push(line);
+        if (!dead()) task.log.push(line);
       },
       warn: (line) => {
-        if (died || killed()) return;
+        if (dead()) return;
         warnings++;
         task.log.push(`WARN: ${line}`);
       },
       sleep: (ms) => handle.wait((signal) => c.clock.sleep(ms, signal)),
       wait: async (until) => {
-        if (died || killed()) die();
+        if (dead()) die();
         waits++;
         if (dieAtStep.some((f) => f.step === waits)) die();
         let v: Awaited<ReturnType<typeof until>>;
@@ -173,14 +173,14 @@ export class TaskRunner {
           v = await until(abort.signal);
           await this.faults.waitWhileStalled(faults, abort.signal, waits);
         } catch (e) {
-          if (killed()) die();
+          if (dead()) die();
           throw e;
         }
-        if (died || killed()) die();
+        if (dead()) die();
         return v;
       },
       endOfWork: () => {
-        if (died || killed() || dieAtEnd) die();
+        if (dead() || dieAtEnd) die();
       },
     };
     c.tasks.set(upid, task);
@@ -203,13 +203,13 @@ export class TaskRunner {
         ran = true;
         await worker(handle);
         await this.faults.waitWhileStalled(faults, abort.signal);
-        if (dieAtEnd || killed()) die();
+        if (dieAtEnd || dead()) die();
         if (failAtEnd) throw new Error(failAtEnd.message);
         task.exitstatus = warnings ? `WARNINGS: ${warnings}` : 'OK';
         task.log.push(warnings ? `TASK WARNINGS: ${warnings}` : 'TASK OK');
         ok = true;
       } catch (e) {
-        if (died || isWorkerDeath(e) || killed()) {
+        if (dead() || isWorkerDeath(e)) {
           // The process is gone: no final line, so the status reads as PVE reads such a log.
           died = true;
           task.exitstatus = UNEXPECTED_STATUS;

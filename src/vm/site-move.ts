@@ -64,6 +64,21 @@ function waiting(r: ProxmoxVM, message: string, ctx: StepContext): SiteMoveObser
   return { obs: { exists: true, upToDate: true, requeueAfterMs: ctx.taskPollMs } };
 }
 
+/**
+ * `waiting` for a VM of the move that is locked: the lock reported as one no worker holds
+ * (LockWithoutTask, lock-holder.ts) once that is so, and looked at again when its report says.
+ */
+async function waitingOnLock(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  at: { vmid: number; node: string; lock: string },
+  message: string,
+): Promise<SiteMoveObservation> {
+  atProvider(r).step = 'MigratingToSite';
+  const requeueAfterMs = await reportLock(ctx, r, at, 'Migrating', message);
+  return { obs: { exists: true, upToDate: true, requeueAfterMs } };
+}
+
 /** Whether a config at the target is this resource's VM after the move (its marker may name the old VMID). */
 function movedHere(r: ProxmoxVM, description: string | undefined, installation: string, move: SiteMove): boolean {
   const m = parseMarker(description);
@@ -102,25 +117,21 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       here && hereCfg && ownershipOf(r, hereCfg, { installation: ctx.site.installation, vmid }).kind === 'ours'
         ? here
         : undefined;
-    if (there) {
-      const cfg = (await tctx.client.vmConfig(there.node, move.vmid)).values;
+    const thereCfg = there && (await tctx.client.vmConfig(there.node, move.vmid)).values;
+    if (there && thereCfg) {
       // Only a migration's result has arrived: PVE destroys the source once the target is unlocked,
       // or leaves it locked `migrate` when that fails (QemuMigrate.pm:835-837, :1906-1909). Our
       // source still there without that lock was not migrated, and a VM of this identity at the
       // target VMID is another one (another state file's, made there meanwhile): found by the
       // fault search (F20), where following it left the resource's own VM behind.
-      if (movedHere(r, cfg.description, tctx.site.installation, move) && (!source || hereLock === 'migrate')) {
-        if (cfg.lock) {
-          const arriving = `VM ${move.vmid} is arriving on site ${move.to} (${cfg.lock})`;
+      if (movedHere(r, thereCfg.description, tctx.site.installation, move) && (!source || hereLock === 'migrate')) {
+        if (thereCfg.lock) {
+          const arriving = `VM ${move.vmid} is arriving on site ${move.to} (${thereCfg.lock})`;
           // The source still locked and no migration of it running: its worker died (its node
           // crashed) with the copy half made. That dead lock is reported (once unlocked, the
           // copy left at the target is: tunnelLeftover), not waited on for good.
           if (!source || (await migrationRunning(ctx, move, true))) return waiting(r, arriving, ctx);
-          atProvider(r).step = 'MigratingToSite';
-          const at = { vmid, node: source.node, lock: 'migrate' };
-          return {
-            obs: { exists: true, upToDate: true, requeueAfterMs: await reportLock(ctx, r, at, 'Migrating', arriving) },
-          };
+          return waitingOnLock(ctx, r, { vmid, node: source.node, lock: 'migrate' }, arriving);
         }
         if (source && (await migrationRunning(ctx, move, true)))
           return waiting(r, `the migration of VM ${vmid} to site ${move.to} is finishing`, ctx);
@@ -140,15 +151,11 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
       const sending = `VM ${vmid} is being migrated to site ${move.to} (${lock ?? 'qmigrate'})`;
       // A lock no worker holds (the source's node crashed under the migration) is reported, not
       // waited for: it stays until someone unlocks it (fault search, the twenty-first session).
-      if (lock) {
-        atProvider(r).step = 'MigratingToSite';
-        const requeueAfterMs = await reportLock(ctx, r, { vmid, node: here.node, lock }, 'Migrating', sending);
-        return { obs: { exists: true, upToDate: true, requeueAfterMs } };
-      }
+      if (lock) return waitingOnLock(ctx, r, { vmid, node: here.node, lock }, sending);
       lockCleared(ctx, r, vmid);
       if (await migrationRunning(ctx, move)) return waiting(r, sending, ctx);
       if (there) {
-        const leftover = await tunnelLeftover(tctx, r, move, there);
+        const leftover = await tunnelLeftover(tctx, r, move, there, thereCfg?.lock);
         if (leftover) return leftover;
         // Someone else's VM took the recorded VMID before ours got there: choose again.
         delete a.siteMove;
@@ -204,10 +211,8 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
   // snippet follows it, in case the move to the other site is refused or fails.
   await noteNode(ctx, r, here.node, !ctx.readOnly, here.entry.lock);
   if (cfg.lock) {
-    atProvider(r).step = 'MigratingToSite';
     const waits = `VM ${vmid} is locked (${cfg.lock}); the move to site ${tctx.site.name} waits`;
-    const requeueAfterMs = await reportLock(ctx, r, { vmid, node: here.node, lock: cfg.lock }, 'Migrating', waits);
-    return { obs: { exists: true, upToDate: true, requeueAfterMs } };
+    return waitingOnLock(ctx, r, { vmid, node: here.node, lock: cfg.lock }, waits);
   }
   lockCleared(ctx, r, vmid);
   // Two runtimes' VMs for this resource here are settled before either moves, by the rule every
@@ -315,9 +320,8 @@ async function tunnelLeftover(
   r: ProxmoxVM,
   move: SiteMove,
   there: ObservedVm,
+  lock: string | undefined,
 ): Promise<SiteMoveObservation | undefined> {
-  const cfg = (await tctx.client.vmConfig(there.node, move.vmid)).values;
-  const lock = cfg.lock;
   if (lock !== 'create' && lock !== 'migrate') return undefined;
   const fate = await placeholderFate(tctx, r, move.vmid, there.node, undefined, true);
   if (fate.kind === 'in-progress')

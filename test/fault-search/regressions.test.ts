@@ -40,6 +40,17 @@ const site2Outage = new Fault(
   'site-2',
 );
 
+/** vm-a's manifest on site-2's r630-01 (the fourth search's topology). */
+const onR1 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' } as const;
+/** A site-2 node's crash, as the search draws it, booting after `lastsFor` commands. */
+const crash = (node: string, lastsFor = 1) =>
+  new Fault(
+    `${node} crashes (its workers die, its VMs stop) and boots after the next ${lastsFor} command(s)`,
+    { kind: 'node-crash', node },
+    lastsFor,
+    'site-2',
+  );
+
 /**
  * Not a drawn command: lets the worker a site-2 stall fault waits for get there, so that a crash
  * that follows finds it there (a stall is held only once its wait is reached).
@@ -1080,7 +1091,6 @@ describe('fault-search regressions', () => {
   });
 
   it("F81: vm-c's `qm migrate` inside site-2 dies (LockWithoutTask reported), its manifest then goes to site-1, and the operator unlocks it in the settle -> the report is taken back as soon as the lock is seen gone: left standing while the move to site-1 held the VM's new `migrate` lock, it told an operator to unlock a running migration", async () => {
-    const onR1 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' } as const;
     await runSchedule(
       'token',
       [new Apply('vm-c', onR1), new Apply('vm-b', onR1), new Apply('vm-a', onR1)],
@@ -1355,15 +1365,6 @@ async function revertDuringStep3(task: 'qmstop' | 'qmdestroy', powerState: 'runn
  * command, its `startall` starting only VMs with `onboot`.
  */
 describe('fault-search regressions: a node crash', () => {
-  const crash = (node: string, lastsFor = 1) =>
-    new Fault(
-      `${node} crashes (its workers die, its VMs stop) and boots after the next ${lastsFor} command(s)`,
-      { kind: 'node-crash', node },
-      lastsFor,
-      'site-2',
-    );
-  const onR1 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' } as const;
-
   it("vm-a's create on r630-01 hangs and the node crashes under it (the qmcreate worker dies, its `lock: create` placeholder stays), then boots -> the provider's dead placeholder is removed and the VM made again; one VM, Ready", async () => {
     const { journal } = await runSchedule(
       'password',
@@ -1470,7 +1471,6 @@ describe('fault-search regressions: a node crash', () => {
  * owned), and a source locked by the dead worker was waited on for good.
  */
 describe('fault-search regressions: F82, a remote migration whose source node crashes', () => {
-  const onR1 = { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' } as const;
   const crashAt = async (step: number): Promise<string[]> => {
     const { journal } = await runSchedule(
       'token',
@@ -1487,12 +1487,7 @@ describe('fault-search regressions: F82, a remote migration whose source node cr
         new Reconcile('vm-a'),
         new Reconcile('vm-a'),
         untilStalled,
-        new Fault(
-          'r630-01 crashes (its workers die, its VMs stop) and boots after the next 1 command(s)',
-          { kind: 'node-crash', node: 'r630-01' },
-          1,
-          'site-2',
-        ),
+        crash('r630-01'),
         new Reconcile('vm-a'),
         new Reconcile('vm-a'),
       ],

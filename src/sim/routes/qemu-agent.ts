@@ -10,7 +10,7 @@
  */
 import { requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
-import { guestHostname, settleGuest, stopGuest } from '../guest-cloudinit.ts';
+import { guestHostname, powerOff, settleGuest } from '../guest-cloudinit.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
 import type { Route, RouteCtx } from '../server.ts';
 import type { ClusterState, VmState } from '../state.ts';
@@ -199,7 +199,8 @@ const COMMANDS: Record<string, Command> = {
     // guest-shutdown closes the channel without an answer (QMPClient $qga_allow_close_cmds), so
     // the result is undef; the guest powers off: QEMU exits, the VM is stopped.
     result: (c, vm) => {
-      powerOffGuest(c, vm);
+      // The guest stops (a shutdown from inside): as a `qmshutdown` ends, without its task.
+      powerOff(c, vm);
       return null;
     },
   },
@@ -226,15 +227,6 @@ const COMMANDS: Record<string, Command> = {
   'get-users': { method: 'GET', perm9: AUDIT, result: () => [] },
   'get-timezone': { method: 'GET', perm9: AUDIT, result: () => ({ zone: 'UTC', offset: 0 }) },
 };
-
-/** The guest stops (a shutdown from inside): as a `qmshutdown` ends, without its task. */
-function powerOffGuest(c: ClusterState, vm: VmState): void {
-  stopGuest(c, vm);
-  vm.status = 'stopped';
-  vm.paused = false;
-  vm.agentReadyAt = 0;
-  vm.guest.interfaces = [];
-}
 
 function interfaces(vm: VmState): unknown {
   return [

@@ -5,7 +5,7 @@
 
 import { applyCloudinit, cloudinitDrive } from '../cloudinit.ts';
 import { die } from '../errors.ts';
-import { stopGuest } from '../guest-cloudinit.ts';
+import { powerOff, stopGuest } from '../guest-cloudinit.ts';
 import { startCloudInit } from '../guest-cloudinit-run.ts';
 import {
   configCpus,
@@ -282,11 +282,7 @@ export const powerRoutes: Route[] = [
             // (forceStop on a paused VM: the handler's "stop instead of shutdown" warning goes to
             // the API daemon's log, not the task's.)
             await t.sleep(action === 'stop' || forceStopPaused ? DURATIONS.stop : DURATIONS.shutdown);
-            stopGuest(c, vm);
-            vm.status = 'stopped';
-            vm.paused = false;
-            vm.agentReadyAt = 0;
-            vm.guest.interfaces = [];
+            powerOff(c, vm);
             applyPending(vm);
           } finally {
             unlock();

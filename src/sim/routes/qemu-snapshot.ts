@@ -25,7 +25,7 @@
 
 import { requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
-import { stopGuest } from '../guest-cloudinit.ts';
+import { powerOff } from '../guest-cloudinit.ts';
 import { configMemoryMiB, DRIVE_KEY_RE, isCdrom, parseDrive, typedConfig, UNUSED_KEY_RE } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, SnapshotState, VmState } from '../state.ts';
@@ -252,11 +252,7 @@ async function rollbackSnapshot(c: ClusterState, t: TaskHandle, vm: VmState, nam
     if (vm.status === 'running') {
       // __snapshot_rollback_vm_stop: vm_stop with a 5 s timeout.
       await t.sleep(DURATIONS.stop);
-      stopGuest(c, vm);
-      vm.status = 'stopped';
-      vm.paused = false;
-      vm.agentReadyAt = 0;
-      vm.guest.interfaces = [];
+      powerOff(c, vm);
     }
     vm.config.lock = 'rollback';
   } finally {

@@ -11,7 +11,7 @@
 
 import { isRootUser, requirePriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
-import { stopGuest } from '../guest-cloudinit.ts';
+import { powerOff } from '../guest-cloudinit.ts';
 import { configMemoryMiB } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, VmState } from '../state.ts';
@@ -83,11 +83,7 @@ async function suspendWorker(
   try {
     if (vm.config.lock !== 'suspending') throw new Error('lock changed unexpectedly');
     // `quit`: the QEMU process ends; the guest's RAM (agent processes included) is in the volume.
-    stopGuest(c, vm);
-    vm.status = 'stopped';
-    vm.paused = false;
-    vm.agentReadyAt = 0;
-    vm.guest.interfaces = [];
+    powerOff(c, vm);
     vm.config.lock = 'suspended';
   } finally {
     unlock();

@@ -24,7 +24,7 @@ import { hasPriv, isRootUser, requirePriv } from '../auth.ts';
 import { copyStep, storageLink } from '../bandwidth.ts';
 import { paramError } from '../errors.ts';
 import { Flock } from '../flock.ts';
-import { stopGuest } from '../guest-cloudinit.ts';
+import { powerOff } from '../guest-cloudinit.ts';
 import { DRIVE_KEY_RE, isCdrom, parseDrive } from '../qemu-config.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState } from '../state.ts';
@@ -160,11 +160,7 @@ async function backupGuest(c: ClusterState, t: TaskHandle, node: string, job: Jo
     if (vm && running && mode === 'stop') {
       info('stopping virtual guest');
       await t.sleep(DURATIONS.shutdown);
-      stopGuest(c, vm);
-      vm.status = 'stopped';
-      vm.paused = false;
-      vm.agentReadyAt = 0;
-      vm.guest.interfaces = [];
+      powerOff(c, vm);
       restart = true;
     } else if (vm && running && mode === 'suspend' && !vm.paused) {
       info('suspending guest');
