@@ -21,6 +21,7 @@ import { die, PveHttpError, paramError } from './errors.ts';
 import { copyGuestDisk } from './guest-state.ts';
 import { allocNamed, storageFormats } from './migration.ts';
 import { DRIVE_KEY_RE, isCdrom, parseDrive } from './qemu-config.ts';
+import { checkCfsQuorum } from './quorum.ts';
 import type { RemoteApi, SimEndpoint } from './remote-endpoints.ts';
 import { checkBridges, checkConfigPerms } from './routes/qemu-common.ts';
 import { freeVmVolumes } from './routes/qemu-drives.ts';
@@ -285,6 +286,7 @@ export function openTunnel(
     requirePriv(c, auth, '/', ['Sys.Incoming']);
     for (const sid of storages) checkStorageAccessMigrate({ c, auth }, sid, node, 'storages');
     for (const b of bridges) if (!n.bridges.has(b)) die(`bridge '${b}' does not exist`);
+    checkCfsQuorum(c); // on the target cluster, before create_and_lock_config (:6709)
     let unlock: () => void;
     try {
       unlock = await c.flock(vmid).acquire(5000);

@@ -195,6 +195,8 @@ export class ClusterState {
   readonly pools = new Map<string, PoolState>();
   /** Containers from the topology (the simulator manages no container lifecycle). */
   readonly containers = new Map<number, ContainerState>();
+  /** A corosync QDevice votes for the cluster (the topology's `qdevice`): see quorum.ts. */
+  readonly qdevice: boolean;
   readonly repoid: string;
   /** SHA-256 fingerprint of the API certificate (`ssl_fingerprint` in /nodes). */
   sslFingerprint = '';
@@ -215,6 +217,7 @@ export class ClusterState {
 
   constructor(t: TopologyCluster, profile: Profile, clock: Clock, seed: number) {
     this.name = t.name;
+    this.qdevice = t.qdevice === true;
     this.profile = PROFILES[profile];
     this.clock = clock;
     this.rng = new Rng(seed);

@@ -92,6 +92,11 @@ export interface TopologyCluster {
   listen: string;
   profile?: Profile;
   nodes: TopologyNode[];
+  /**
+   * A corosync QDevice votes for the cluster (always reachable): a two-node cluster keeps its
+   * quorum with one node down. Without one, it loses quorum (see ClusterState.quorate).
+   */
+  qdevice?: boolean;
 }
 export interface Topology {
   clusters: TopologyCluster[];
@@ -352,7 +357,8 @@ export function parseTopology(text: string, file: string): Topology {
           );
       });
     });
-    return { name, listen, ...(profile ? { profile } : {}), nodes };
+    const qdevice = flag([...cp, 'qdevice'], c.qdevice);
+    return { name, listen, ...(profile ? { profile } : {}), nodes, ...(qdevice ? { qdevice } : {}) };
   });
   if (problems.length) throw new TopologyError(sortByPosition(problems, file).join('\n'));
   return { clusters };

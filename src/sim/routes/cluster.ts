@@ -2,6 +2,7 @@
 import { hasAnyPriv, hasPriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
+import { quorate } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, NodeState } from '../state.ts';
 import { MiB, type StorageState } from '../storage.ts';
@@ -174,7 +175,7 @@ export const clusterRoutes: Route[] = [
     handler: ({ c }) => {
       const nodes = [...c.nodes.values()];
       return [
-        { type: 'cluster', id: 'cluster', name: c.name, nodes: nodes.length, quorate: 1, version: 1 },
+        { type: 'cluster', id: 'cluster', name: c.name, nodes: nodes.length, quorate: quorate(c) ? 1 : 0, version: 1 },
         ...nodes.map((n, i) => ({
           type: 'node',
           id: `node/${n.name}`,

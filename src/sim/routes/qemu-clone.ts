@@ -43,6 +43,7 @@ import {
   printNic,
   UNUSED_KEY_RE,
 } from '../qemu-config.ts';
+import { checkCfsQuorum } from '../quorum.ts';
 import type { Route, RouteCtx } from '../server.ts';
 import type { VmState } from '../state.ts';
 import { MiB, type Volume } from '../storage.ts';
@@ -168,6 +169,8 @@ function planClone(
   storageId: string | undefined,
 ): ClonePlan {
   const { c, params } = ctx;
+  // In the handler and again in the worker, after the target storage's checks (:4469).
+  checkCfsQuorum(c);
   const src = loadVm(c, node, vmid);
   checkLock(src, false);
   const full = params.full === undefined ? src.config.template !== '1' : Boolean(params.full);

@@ -9,6 +9,7 @@
 import { hasPriv } from '../auth.ts';
 import { applyCloudinit, cloudinitPending, dumpCloudinit } from '../cloudinit.ts';
 import { die } from '../errors.ts';
+import { checkConfigWrite } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import { checkLock, loadVm, lockVm, vmPerm } from './qemu-common.ts';
 
@@ -30,6 +31,10 @@ export const cloudinitRoutes: Route[] = [
       const unlock = await lockVm(c, vm, String(params.node), 10_000);
       try {
         checkLock(vm, false);
+        // apply_cloudinit_config writes the drive, then the config (Cloudinit.pm:727-734): without
+        // quorum that write fails. Refused here before the drive is written (its new medium would
+        // reach the guest only at its next boot, which the refusal's caller retries before).
+        checkConfigWrite(c, vm.node, vm.vmid);
         try {
           applyCloudinit(c, vm);
         } catch (e) {

@@ -17,6 +17,7 @@ import {
   typedConfig,
   UNUSED_KEY_RE,
 } from '../qemu-config.ts';
+import { checkConfigWrite } from '../quorum.ts';
 import type { Route, RouteCtx } from '../server.ts';
 import { formatSize, GiB, MiB, type Volume } from '../storage.ts';
 import type { TaskHandle } from '../tasks.ts';
@@ -68,6 +69,10 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
       const running = vm.status === 'running';
       const fastCloudinit = c.profile.cloudinitFastplug;
       const created: Volume[] = [];
+      // update_vm's $updatefn writes the config after each option (:2290-2500): without quorum the
+      // first write fails. Deletes and reverts come first; a new disk is allocated before its
+      // write (create_disks), and stays on its storage, referenced by nothing.
+      if (del.length || revert.length) checkConfigWrite(c, node, vmid);
       for (const k of revert) {
         delete vm.pending[k];
         vm.pendingDelete.delete(k);
@@ -108,6 +113,7 @@ async function updateConfig(ctx: RouteCtx, async: boolean): Promise<string | nul
         }
       }
       const drives = await executeDrives(c, t ?? syncHandle(c), node, vmid, plans, created);
+      checkConfigWrite(c, node, vmid);
       for (const [k, raw] of Object.entries(set)) {
         const value = drives[k] ?? (DRIVE_KEY_RE.test(k) ? raw : normalizeValue(c, k, raw, true));
         const live =
@@ -231,6 +237,9 @@ export const configRoutes: Route[] = [
           const amount = Math.round(Number(m[2]) * unit);
           const newSize = m[1] ? vol.size + amount : amount;
           if (newSize < vol.size) throw new Error('shrinking disks is not supported');
+          // "return if $size == $newsize" (:6050): the size is the volume's, not the config's, so a
+          // config that a failed write left at the old size stays so (`qm disk rescan` mends it).
+          if (newSize === vol.size) return;
           const s = c.storage(node, vol.storage)!;
           const grow = newSize - vol.size;
           if (!vol.parent && grow > s.avail)
@@ -242,6 +251,8 @@ export const configRoutes: Route[] = [
               `  Size of logical volume pve/${vol.volname} changed from ${formatSize(vol.size)} to ${formatSize(newSize)}.`,
             );
           vol.size = newSize;
+          // The volume has grown; the config's write comes after it (:6063-6066).
+          checkConfigWrite(c, node, vmid);
           setOpt(d.p, 'size', formatSize(newSize));
           vm.config[disk] = printDrive(vol.volid, d, newSize);
           if (t) await t.sleep(DURATIONS.config);

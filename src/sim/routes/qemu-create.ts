@@ -24,6 +24,7 @@
 import { requirePriv } from '../auth.ts';
 import { die } from '../errors.ts';
 import { DRIVE_KEY_RE } from '../qemu-config.ts';
+import { checkCfsQuorum, checkConfigWrite, quorate } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import type { Volume } from '../storage.ts';
 import { isWorkerDeath } from '../tasks.ts';
@@ -46,6 +47,7 @@ export const createRoute: Route = {
     const node = String(params.node);
     const vmid = Number(params.vmid);
     if (params.archive !== undefined) die('restore from backup archives is not supported by the simulator');
+    checkCfsQuorum(c); // (:1289, before the pool and permission checks)
     const pool = params.pool as string | undefined;
     checkPoolExists(c, pool);
     if (pool !== undefined) requirePriv(c, auth, `/pool/${pool}`, ['VM.Allocate'], { bare: true });
@@ -106,12 +108,17 @@ export const createRoute: Route = {
           final.meta = `creation-qemu=${c.profile.qemuVersion},ctime=${ctime}`;
           // A `die` at `end` strikes here: disks made, config still the placeholder.
           t.endOfWork();
+          // write_config (:1541): refused on a read-only pmxcfs (quorum.ts).
+          checkConfigWrite(c, node, vmid);
           vm.config = final;
           vm.guestAgent = imageGuestAgent(c, node, plans, final.boot);
         } catch (e) {
           if (isWorkerDeath(e)) throw e;
           for (const v of created) c.freeVolume(node, v.volid);
-          removePlaceholder();
+          // The unlink of the config (:1601-1605) fails on a read-only pmxcfs, and is only warned
+          // about: the placeholder stays, `lock: create`, its task failed (not died).
+          if (quorate(c)) removePlaceholder();
+          else t.warn('failed to remove config file: Permission denied');
           const msg = e instanceof Error ? e.message : String(e);
           throw new Error(`${emsg} ${msg}`);
         } finally {

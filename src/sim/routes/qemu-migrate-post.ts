@@ -25,6 +25,7 @@ import { die, paramError } from '../errors.ts';
 import { LocalMigration } from '../migrate-local.ts';
 import { type IdMap, parseIdMap, storageCheckEnabled } from '../migration.ts';
 import { DRIVE_KEY_RE, parseDrive } from '../qemu-config.ts';
+import { checkCfsQuorum } from '../quorum.ts';
 import type { Route, RouteCtx } from '../server.ts';
 import type { ClusterState, VmState } from '../state.ts';
 import { checkLock, loadVm, vmPerm } from './qemu-common.ts';
@@ -75,6 +76,7 @@ export const migratePostRoute: Route = {
     const vmid = Number(params.vmid);
     const target = String(params.target);
     if (target === node) paramError({ target: 'target is local node.' });
+    checkCfsQuorum(c); // (:5569, before the target node's check)
     if (!c.nodes.has(target)) die(`no such cluster node '${target}'`);
     const root = isRootUser(auth);
     for (const p of ['force', 'migration_type', 'migration_network'])

@@ -20,6 +20,7 @@
  */
 import { die } from '../errors.ts';
 import { DRIVE_KEY_RE, getOpt, isCdrom, isCloudinit, parseDrive, parseProp } from '../qemu-config.ts';
+import { checkCfsQuorum } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, VmState } from '../state.ts';
 import type { StorageState } from '../storage.ts';
@@ -192,6 +193,7 @@ export const migrateRoutes: Route[] = [
     perm: vmPerm('VM.Migrate'),
     handler: ({ c, params }) => {
       const node = String(params.node);
+      checkCfsQuorum(c); // migrate_vm_precondition, first thing (:5397)
       const vm = loadVm(c, node, Number(params.vmid));
       // "try to detect errors early"
       checkLock(vm, false);

@@ -17,6 +17,7 @@ import {
   parseDrive,
   parseNic,
 } from '../qemu-config.ts';
+import { checkCfsQuorum } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, VmState } from '../state.ts';
 import { MiB } from '../storage.ts';
@@ -252,6 +253,8 @@ export const powerRoutes: Route[] = [
         const node = String(params.node);
         const vmid = Number(params.vmid);
         const skiplock = checkSkiplock(auth, params);
+        // vm_start checks quorum before it looks at the VM (:3627); stop and shutdown write no config.
+        if (action === 'start') checkCfsQuorum(c);
         const vm = loadVm(c, node, vmid);
         // vm_shutdown / vm_reboot: a paused VM would get the ACPI request only once resumed.
         let forceStopPaused = false;

@@ -19,6 +19,7 @@ import { requirePriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
 import { RemoteMigration } from '../migrate-remote.ts';
 import { parseIdMap } from '../migration.ts';
+import { checkCfsQuorum } from '../quorum.ts';
 import { parseRemote, RemoteApi, RemoteError } from '../remote-endpoints.ts';
 import type { Route } from '../server.ts';
 import { checkLock, loadVm, vmPerm } from './qemu-common.ts';
@@ -42,6 +43,7 @@ export const remoteMigrateRoute: Route = {
     const node = String(params.node);
     const vmid = Number(params.vmid);
     const targetVmid = (params['target-vmid'] as number | undefined) ?? vmid;
+    checkCfsQuorum(c); // (:5741, before the VM is loaded)
     const vm = loadVm(c, node, vmid);
     checkLock(vm, false);
     if (vm.haManaged)

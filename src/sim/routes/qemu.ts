@@ -9,6 +9,7 @@
 import { hasPriv } from '../auth.ts';
 import { die } from '../errors.ts';
 import { DRIVE_KEY_RE, isCdrom, isCloudinit, parseDrive } from '../qemu-config.ts';
+import { checkConfigWrite } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { agentRoutes } from './qemu-agent.ts';
@@ -73,6 +74,9 @@ const vmRoutes: Route[] = [
           for (const volid of freeVmVolumes(c, vm, Boolean(params['destroy-unreferenced-disks']))) {
             t.log(`  Logical volume "${volid.split(':')[1]}" successfully removed.`);
           }
+          // destroy_vm writes `lock: destroyed` once the disks are gone (QemuServer.pm:1921-1925):
+          // without quorum that fails, and the config stays, naming volumes that are gone.
+          checkConfigWrite(c, node, vmid);
           if (params.purge) for (const p of c.pools.values()) p.members.delete(`qemu/${vmid}`);
           c.vms.delete(vmid);
         } finally {
@@ -100,6 +104,7 @@ const vmRoutes: Route[] = [
         if (vm.status === 'running') die("you can't convert a VM to template if VM is running");
         // `template: 1` is written first, then template_create renames the disks.
         const renameDisks = async (t: TaskHandle) => {
+          checkConfigWrite(c, node, vmid);
           vm.config.template = '1';
           await t.sleep(DURATIONS.template);
           for (const [k, v] of Object.entries(vm.config)) {
@@ -126,6 +131,7 @@ const vmRoutes: Route[] = [
         if (c.profile.profile === '6.4') {
           // qemu-server 6.4-2 (c948e143): the handler writes `template: 1` under the flock, forks
           // the worker for the disks and returns nothing (`returns => { type => 'null' }`).
+          checkConfigWrite(c, node, vmid);
           vm.config.template = '1';
           ctx.tasks.start(node, 'qmtemplate', String(vmid), auth, renameDisks);
           return null;
