@@ -13,6 +13,9 @@
  *   `can't lock file ... got timeout`     lock-timeout (retryable)
  *   `VM N already exists`, `config file already exists`                              already-exists
  *   `checksum mismatch`                   conflict (retryable after a re-read)
+ *   `cluster not ready - no quorum?`, `cfs-lock ... error: no quorum!`, a write to /etc/pve refused
+ *   (`Permission denied`)                   no-quorum (retryable: the cluster refuses writes until a
+ *                                         majority of its nodes is back)
  *   501                                   not-implemented
  *   network errors, 502/503/504, 595/596/599                                         unavailable (retryable)
  *   TLS verification / fingerprint mismatch                                          tls
@@ -29,6 +32,7 @@ export type PveErrorKind =
   | 'lock-timeout'
   | 'already-exists'
   | 'conflict'
+  | 'no-quorum'
   | 'not-implemented'
   | 'unavailable'
   | 'tls'
@@ -196,6 +200,19 @@ export class ConflictError extends PveError {
   }
 }
 
+/**
+ * The cluster has no quorum: pmxcfs holds /etc/pve read-only, so Proxmox refuses creates, starts,
+ * clones, migrations (`check_cfs_quorum`, pve-cluster src/PVE/Cluster.pm:121-132) and every config
+ * write (file_set_contents' open fails, pve-common src/PVE/File.pm:49-60) until a majority of the
+ * cluster's votes is back. Retryable: nothing in the request is wrong.
+ */
+export class NoQuorumError extends PveError {
+  constructor(ctx: ErrorContext, reason: string) {
+    super({ ...ctx, kind: 'no-quorum', retryable: true, reason });
+    this.name = 'NoQuorumError';
+  }
+}
+
 export class NotImplementedError extends PveError {
   constructor(ctx: ErrorContext, reason: string) {
     super({ ...ctx, kind: 'not-implemented', retryable: false, reason });
@@ -253,7 +270,11 @@ export class TaskFailedError extends PveError {
     super({
       ...ctx,
       kind: 'task-failed',
-      retryable: causeKind === 'locked' || causeKind === 'lock-timeout' || causeKind === 'unavailable',
+      retryable:
+        causeKind === 'locked' ||
+        causeKind === 'lock-timeout' ||
+        causeKind === 'unavailable' ||
+        causeKind === 'no-quorum',
       reason: exitStatus,
       detail: `${what} failed: ${exitStatus}`,
     });
@@ -307,6 +328,7 @@ interface MessageClass {
 
 /** Classify a PVE error text (a 500 reason or a task exit status). Undefined: no specific class. */
 export function classifyMessage(text: string): MessageClass | undefined {
+  if (isNoQuorum(text)) return { kind: 'no-quorum', make: (c, r) => new NoQuorumError(c, r) };
   let m = /VM is locked \(([^)]+)\)/.exec(text);
   if (m) {
     const lock = m[1]!;
@@ -358,6 +380,18 @@ export function classifyMessage(text: string): MessageClass | undefined {
     return { kind: 'unavailable', make: (c, r) => new UnavailableError(c, r, { requestSent: true }) };
   }
   return undefined;
+}
+
+/**
+ * Whether a PVE error text says the cluster has no quorum: check_cfs_quorum's die, a cfs lock
+ * refused for it (Cluster.pm:671), or a write to /etc/pve that the read-only pmxcfs refused (only
+ * quorum makes pmxcfs refuse root a write).
+ */
+export function isNoQuorum(text: string): boolean {
+  return (
+    /cluster not ready - no quorum\?|cfs-lock '[^']*' error: no quorum!/.test(text) ||
+    /'\/etc\/pve\/[^']*' - Permission denied/.test(text)
+  );
 }
 
 /** Statuses that mean "the cluster (or the node behind the proxy) is not reachable now". */

@@ -43,6 +43,7 @@ export const PERMANENT_REASONS: ReadonlySet<string> = new Set([
   'PasswordInSnippetRefused',
   'SshHostKeyMismatch',
   'SshAuthenticationFailed',
+  'DiskSizeStale',
 ]);
 
 export function reason(r: string, msg: string, retryable = false): ReasonedError {
@@ -124,11 +125,25 @@ export function credentialProblem(site: string, e: unknown): unknown {
 }
 
 /** A Proxmox client error as a reason with its fix. */
+/**
+ * A refusal for want of quorum (errors.ts NoQuorumError, or a task's exit status that says so):
+ * retried at the normal backoff, nothing in the spec being wrong, with what a person checks and
+ * does meanwhile.
+ */
+export function noQuorum(site: string, message: string): ReasonedError {
+  return reason(
+    'NoQuorum',
+    `${message}. Site ${site}'s Proxmox cluster has no quorum: /etc/pve is read-only, so Proxmox refuses creates, starts, clones, migrations and config changes until the nodes that are up hold a majority of its votes again; the provider retries until then. Check: pvecm status on a node that is up. Fix: bring the missing node back; for a node gone for good, pvecm expected <votes of the nodes up> on a node that is up, once the missing one is surely off (two nodes that both think they have quorum corrupt /etc/pve)`,
+    true,
+  );
+}
+
 export function explain(site: string, e: unknown): Error {
   if (e instanceof ReasonedError) return e;
   if (e instanceof PveError) {
     if (e.kind === 'locked' || e.kind === 'lock-timeout') return reason('Locked', e.message, true);
     if (e.kind === 'unavailable' || e.kind === 'timeout') return reason('Unavailable', e.message, true);
+    if (e.kind === 'no-quorum') return noQuorum(site, e.message);
     if (e.kind === 'permission')
       return reason('PermissionDenied', `${e.message}. Fix: grant the privilege to the credentials of site ${site}`);
     if (e.kind === 'authentication')

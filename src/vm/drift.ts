@@ -19,6 +19,7 @@ import {
   diskBytes,
   diskOptions,
   driveSize,
+  driveVolume,
   memoryBytes,
   parseNetValue,
   parseUserData,
@@ -56,6 +57,8 @@ export interface Change {
   del?: string[];
   disk?: string;
   size?: string;
+  /** resize: the disk's volume (`local-lvm:vm-100-disk-0`), whose own size tells a stale config (update.ts). */
+  volume?: string;
   /** The node of the VM (for destroy-placeholder, which comes before status.atProvider.node is trusted). */
   node?: string;
   /** retire-duplicate: the duplicate's VMID (this resource's own, or a stray twin's). */
@@ -184,6 +187,7 @@ export function changes(
         why: `growing scsi0 to ${Math.round(wantDisk / GiB)}G`,
         disk: 'scsi0',
         size: `${Math.round(wantDisk / GiB)}G`,
+        volume: driveVolume(d0),
       });
     }
     if (size !== undefined && size > wantDisk + GiB / 2) {
@@ -215,7 +219,13 @@ export function changes(
     }
     const size = driveSize(cur);
     if (size !== undefined && size < bytes)
-      out.push({ kind: 'resize', why: `growing ${slot}`, disk: slot, size: `${Math.ceil(bytes / GiB)}G` });
+      out.push({
+        kind: 'resize',
+        why: `growing ${slot}`,
+        disk: slot,
+        size: `${Math.ceil(bytes / GiB)}G`,
+        volume: driveVolume(cur),
+      });
   }
   // Power state last: the VM starts with its final config.
   const power = fp.powerState ?? 'running';

@@ -139,9 +139,16 @@ async function settlePlaceholder(
   if ((await ctx.client.capabilities()).rootTicket) return clearPlaceholder(r, vmid, lock, found.node);
   const task =
     fate.kind === 'ours-interrupted' ? ` (task ${fate.task.upid} ended: ${fate.task.status ?? 'unknown'})` : '';
+  // A task that failed removes its placeholder (qemu-server Qemu.pm:1601-1605) unless the unlink
+  // fails, as on a read-only /etc/pve (no quorum): it left the placeholder, its worker did not die.
+  const status = fate.kind === 'ours-interrupted' ? fate.task.status : undefined;
+  const how =
+    status && status !== 'unexpected status'
+      ? 'whose task failed and left it (its cleanup could not remove the config file, as when the cluster had no quorum)'
+      : 'whose worker died';
   throw reason(
     'CreateInterrupted',
-    `VM ${vmid} on node ${found.node} is left from a ${lock} of this resource whose worker died${task}; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manual}`,
+    `VM ${vmid} on node ${found.node} is left from a ${lock} of this resource ${how}${task}; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manual}`,
     true,
   );
 }

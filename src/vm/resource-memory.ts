@@ -57,6 +57,8 @@ export interface ResourceMemory {
   uptimeAt?: number;
   /** When this process sent the VM's start (its clock): the boot's first ask waits as long (guest-timing.ts). */
   startSentAt?: number;
+  /** The last resize this process sent (update.ts staleDiskSize): the same one planned again is looked into. */
+  resizeSent?: { vmid: number; disk: string; size: string };
   /**
    * The last look at what holds the VM's lock (lock-holder.ts): which lock at which VMID, when
    * (the site's clock), since when no task held it, and the LockWithoutTask message once confirmed.

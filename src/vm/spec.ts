@@ -290,6 +290,12 @@ export function parsePveSize(s: string | undefined): number | undefined {
 }
 
 /** The size of a drive value (`local-lvm:vm-100-disk-0,iothread=1,size=20G`), in bytes. */
+/** A drive's volume: its first field, or its `file=` (`local-lvm:vm-100-disk-0`). */
+export function driveVolume(value: string): string {
+  const first = value.split(',')[0] ?? '';
+  return first.includes('=') ? (/(?:^|,)file=([^,]+)/.exec(value)?.[1] ?? '') : first;
+}
+
 export function driveSize(value: string): number | undefined {
   return parsePveSize(/(?:^|,)size=([^,]+)/.exec(value)?.[1]);
 }

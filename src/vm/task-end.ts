@@ -5,9 +5,10 @@
  * resource goes from there. A task still running is followed (its end wakes the resource).
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { isNoQuorum } from '../proxmox/errors.ts';
 import { parseUpid } from '../proxmox/upid.ts';
 import { adoptElsewhere, adoptOwn } from './adoption.ts';
-import { atProvider, reason } from './conditions.ts';
+import { atProvider, noQuorum, reason } from './conditions.ts';
 import { followTask, type StepContext } from './context.ts';
 import { isLockContention } from './limits.ts';
 import { locate, type ObservedVm } from './lookup.ts';
@@ -85,6 +86,8 @@ export async function observeTaskEnd(
       // failed task left: nothing (create again), our VM (complete it), or a placeholder (settle it).
       a.step = 'Failed';
       const msg = withoutSecrets(ctx, done.error.message);
+      // Refused for want of quorum (a write to /etc/pve in the worker): not the resource's failure.
+      if (isNoQuorum(msg)) throw noQuorum(ctx.site.name, msg);
       const locked = /VM is locked|got timeout/.test(msg);
       const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
       if (creating) err.createFailure = true;

@@ -7,6 +7,7 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import { followTask, hook, type StepContext, slotWait, slotWake } from './context.ts';
+import { checkStaleDiskSize, resizeSent } from './disk-size.ts';
 import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
@@ -72,7 +73,9 @@ export async function applyChange(
         return { requeueAfterMs: slotWait(ctx) };
       }
       try {
+        await checkStaleDiskSize(ctx, node, vmid, change);
         upid = (await ctx.client.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;
+        resizeSent(ctx, vmid, change);
       } catch (e) {
         // Refused, or its answer lost: no task of ours to wait for, so the slot goes back now (a
         // lost answer leaves at worst one resize running outside the limit, never a slot held).
