@@ -29,7 +29,9 @@ export function quorate(c: ClusterState): boolean {
 
 /** PVE::Cluster::check_cfs_quorum: the handlers that need quorum die before anything else. */
 export function checkCfsQuorum(c: ClusterState): void {
-  if (!quorate(c)) die('cluster not ready - no quorum?');
+  if (quorate(c)) return;
+  c.quorumRefusals++;
+  die('cluster not ready - no quorum?');
 }
 
 /**
@@ -38,6 +40,7 @@ export function checkCfsQuorum(c: ClusterState): void {
  */
 export function checkConfigWrite(c: ClusterState, node: string, vmid: number): void {
   if (quorate(c)) return;
+  c.quorumRefusals++;
   // (The worker's pid: any; one taken from the seeded random stream would shift every later draw.)
   const pid = 4096 + (vmid % 28672);
   throw new Error(

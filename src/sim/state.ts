@@ -197,6 +197,8 @@ export class ClusterState {
   readonly containers = new Map<number, ContainerState>();
   /** A corosync QDevice votes for the cluster (the topology's `qdevice`): see quorum.ts. */
   readonly qdevice: boolean;
+  /** Requests and workers refused for want of quorum (quorum.ts), for the tests' accounts. */
+  quorumRefusals = 0;
   readonly repoid: string;
   /** SHA-256 fingerprint of the API certificate (`ssl_fingerprint` in /nodes). */
   sslFingerprint = '';

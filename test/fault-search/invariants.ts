@@ -15,7 +15,14 @@ import type { SimCluster } from '../../src/sim/index.ts';
 import type { VmState } from '../../src/sim/state.ts';
 import { heldVmids } from '../../src/vm/connector.ts';
 import { markerUid, ownerKey, parseMarker } from '../../src/vm/spec.ts';
-import { lockReports, operatorDestroysPlaceholders, operatorUnlocks, placeholderReports } from './operator.ts';
+import {
+  diskSizeReports,
+  lockReports,
+  operatorDestroysPlaceholders,
+  operatorRescans,
+  operatorUnlocks,
+  placeholderReports,
+} from './operator.ts';
 import { SITE_TTL_MS } from './process.ts';
 import { violated } from './violation.ts';
 import { FOREIGN_USER, type Name, type SiteName, type World } from './world.ts';
@@ -185,6 +192,7 @@ function changedKeys(a: Record<string, string>, b: Record<string, string>): stri
 export function checkAlways(w: World): void {
   lockReports(w);
   placeholderReports(w);
+  diskSizeReports(w);
   for (const r of [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]) {
     const site = r.status?.atProvider?.site as SiteName | undefined;
     if (!site) continue;
@@ -381,6 +389,7 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     for (const r of w.otherStore?.listSync() ?? []) await w.reconcile(r.metadata.name as Name, 2, undefined, true);
     operatorUnlocks(w);
     operatorDestroysPlaceholders(w);
+    operatorRescans(w);
     rounds++;
     // One line per round (identical rounds collapse into one with a count).
     // Both state files' resources on one line: identical rounds collapse, and a failure's journal

@@ -4,13 +4,16 @@
  * settlePlaceholder, with token credentials, which may not clear such a lock), each checked against
  * PVE after every command, and what an operator runs for them in the settle (invariants.ts
  * settle): the `qm unlock`, with the migration's leftovers freed first, and the report's
- * `qm unlock && qm destroy --purge` of the placeholder.
+ * `qm unlock && qm destroy --purge` of the placeholder. And DiskSizeStale reports (src/vm/disk-size.ts:
+ * a resize grew the volume but its config write failed, no quorum or a dead worker), each checked
+ * against PVE too, for which the operator runs `qm disk rescan`.
  */
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
 import type { SimCluster } from '../../src/sim/index.ts';
 import { freeVmVolumes } from '../../src/sim/routes/qemu-drives.ts';
 import type { VmState } from '../../src/sim/state.ts';
+import { formatSize } from '../../src/sim/storage.ts';
 import { violated } from './violation.ts';
 import type { World } from './world.ts';
 
@@ -99,9 +102,9 @@ export function operatorUnlocks(w: World): void {
   }
 }
 
-/** A report of this resource's own create or clone whose worker died: the VM, its node and its lock. */
+/** A report of this resource's own create or clone whose worker died (or whose task failed and left it): the VM, its node and its lock. */
 const DEAD_PLACEHOLDER =
-  /VM (\d+) on node (\S+?)(?: of site (\S+))? is left from a (create|clone|remote migration) of this resource whose worker died/;
+  /VM (\d+) on node (\S+?)(?: of site (\S+))? is left from a (create|clone|remote migration) of this resource whose (?:worker died|task failed and left it)/;
 
 /**
  * The CreateInterrupted reports of a placeholder of the resource's own create or clone whose worker
@@ -155,6 +158,63 @@ export function operatorDestroysPlaceholders(w: World): void {
       if (other.metadata.name === r.metadata.name) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
     w.log(
       `  operator: qm unlock ${vm.vmid} && qm destroy ${vm.vmid} --purge on ${vm.node}${freed.length ? ` (freed ${freed.join(' ')})` : ''} (${r.metadata.name} reported its ${what}'s worker dead, lock: ${vm.config.lock})`,
+    );
+  }
+}
+
+/** A DiskSizeStale report: the disk, its VM, the size its volume has, the volume and the node. */
+const STALE_SIZE =
+  /(\S+) of VM (\d+) is (\S+) on its storage \(([^)]+)\), but its config still shows .*Fix: qm disk rescan --vmid \d+ on node (\S+),/;
+
+/**
+ * The DiskSizeStale reports whose VM's config still shows less than its volume holds, each checked
+ * against PVE: the volume is as large as reported, and no resize of the VM runs (one running would
+ * write the config itself). A report not written again since the operator acted is left out.
+ */
+export function diskSizeReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; disk: string }> {
+  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; disk: string }> = [];
+  const acted = unlockedAt.get(w) ?? new Map<string, number>();
+  unlockedAt.set(w, acted);
+  for (const { r, counted } of everyResource(w)) {
+    const report = getCondition(r, 'Synced');
+    if (report?.reason !== 'DiskSizeStale') continue;
+    if (acted.get(counted) === (w.reconciles.get(counted) ?? 0)) continue;
+    const m = STALE_SIZE.exec(report.message ?? '');
+    if (!m) {
+      violated('a DiskSizeStale report without its fix', `${r.metadata.name}: ${report.message}`);
+      continue;
+    }
+    const [, disk = '', vmidText, , volid = '', node = ''] = m;
+    const c = w.cluster(w.siteOf(r));
+    const vm = c.state.vms.get(Number(vmidText));
+    const drive = vm?.config[disk];
+    if (!vm || vm.node !== node || !drive?.startsWith(`${volid},`)) continue; // gone or moved since
+    const volume = c.state.volume(node, volid);
+    const configured = /(?:^|,)size=([^,]+)/.exec(drive)?.[1];
+    if (!volume || configured === formatSize(volume.size)) continue; // rescanned or resized since
+    const resize = [...c.state.tasks.values()].find(
+      (t) => t.status === 'running' && t.type === 'resize' && t.id === String(vm.vmid),
+    );
+    if (resize)
+      violated(
+        'disk size reported stale while a resize runs',
+        `${r.metadata.name}: VM ${vm.vmid} ${disk} reported DiskSizeStale while ${resize.upid} runs`,
+      );
+    out.push({ r, c, vm, disk });
+  }
+  return out;
+}
+
+/** What an operator does with such a report: `qm disk rescan --vmid <vmid>`, the volume's size into the config. */
+export function operatorRescans(w: World): void {
+  for (const { r, c, vm, disk } of diskSizeReports(w)) {
+    const drive = vm.config[disk]!;
+    const volume = c.state.volume(vm.node, drive.split(',')[0]!)!;
+    vm.config[disk] = drive.replace(/(^|,)size=[^,]+/, `$1size=${formatSize(volume.size)}`);
+    for (const { r: other, counted } of everyResource(w))
+      if (other.metadata.name === r.metadata.name) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
+    w.log(
+      `  operator: qm disk rescan --vmid ${vm.vmid} on ${vm.node} (${r.metadata.name} reported ${disk}'s size stale)`,
     );
   }
 }

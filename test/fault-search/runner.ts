@@ -39,6 +39,9 @@ export interface MoveStats {
   /** Node crashes (the fourth search), and workers that died (a crash, a `die` fault) on either cluster. */
   crashes: number;
   diedWorkers: number;
+  /** Requests and workers refused for want of quorum (a two-node site with a node down), and stale disk sizes rescanned by the operator. */
+  quorumRefusals: number;
+  rescans: number;
 }
 
 /** No moves yet: the sum a search starts from. */
@@ -53,6 +56,8 @@ export function noMoves(): MoveStats {
     unlocked: 0,
     crashes: 0,
     diedWorkers: 0,
+    quorumRefusals: 0,
+    rescans: 0,
   };
 }
 
@@ -62,6 +67,7 @@ function moveStats(w: World): MoveStats {
     out.sent += c.counters()['POST /nodes/{node}/qemu/{vmid}/remote_migrate'] ?? 0;
     out.nodeSent += c.counters()['POST /nodes/{node}/qemu/{vmid}/migrate'] ?? 0;
     for (const n of c.state.nodes.values()) out.crashes += n.crashes ?? 0;
+    out.quorumRefusals += c.state.quorumRefusals;
     for (const t of c.state.tasks.values()) if (t.exitstatus === UNEXPECTED_STATUS) out.diedWorkers++;
     for (const t of c.state.tasks.values())
       if (t.type === 'qmigrate' && t.status === 'stopped') {
@@ -72,6 +78,7 @@ function moveStats(w: World): MoveStats {
   out.interrupted = w.journal.filter((l) => /^ {2}at update-(reserve-site-move|remote-migrate):/.test(l)).length;
   out.nodeInterrupted = w.journal.filter((l) => /^ {2}at update-migrate:/.test(l)).length;
   out.unlocked = w.journal.filter((l) => /^ {2}operator: .*qm unlock/.test(l)).length;
+  out.rescans = w.journal.filter((l) => /^ {2}operator: qm disk rescan/.test(l)).length;
   return out;
 }
 
