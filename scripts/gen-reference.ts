@@ -52,7 +52,7 @@ const NOTES: Record<string, string> = {
 | type | meaning |
 |---|---|
 | \`Ready\` | True (reason Available) when the VM runs, or is stopped as spec.forProvider.powerState asks, with nothing in flight. It is already True while the guest agent has not reported an address (status.atProvider.step WaitingForAgent). False with the reason otherwise: Creating, Unavailable, Locked (a task holds the VM's lock), LockWithoutTask (no task holds it: its worker died; the message says what to check before \`qm unlock\`), NodeOffline (its node is offline: its state is unknown, and nothing is sent to it, until the node is back), ... |
-| \`Synced\` | True (ReconcileSuccess) when the last reconcile worked; False with the error's reason (BridgeNotFound, ImageNotImportable, VMIDConflict, ...) and a message that names the fix |
+| \`Synced\` | True (ReconcileSuccess) when the last reconcile worked; False with the error's reason (BridgeNotFound, ImageNotImportable, VMIDConflict, ...) and a message that names the fix. NoQuorum: the site's cluster lost quorum (a node of a two-node cluster down, no QDevice), so Proxmox VE refuses creates, starts and config changes; retried until the nodes are back. DiskSizeStale: a disk's volume is larger than its config says (a resize whose config write failed); \`qm disk rescan\` mends it |
 | \`PendingReboot\` | True (ChangesPending) while Proxmox VE holds changes of the running VM until its next boot (see spec.forProvider.rebootPolicy) |
 | \`CloudInit\` | False (UserDataPartiallyApplied) when spec.forProvider.userData has keys the Proxmox VE API cannot set |
 | \`DiskShrinkRefused\` | True (ShrinkNotSupported) when spec.forProvider.disk is smaller than the boot disk, which Proxmox VE cannot shrink |

@@ -33,6 +33,7 @@ import {
   msg,
 } from './connection.ts';
 import type { VmNeeds } from './manifests.ts';
+import { checkQuorum } from './quorum.ts';
 import { checkSsh } from './ssh.ts';
 
 export interface SiteReport {
@@ -142,6 +143,7 @@ async function checkSite(
     );
     const ctx: Ctx = { site, c, caps, add, needs, secrets };
     const nodes = await checkNodes(ctx);
+    await checkQuorum(ctx);
     const storagesUsed = new Set<string>();
     const bridgesUsed = new Set<string>();
     for (const node of nodes) {

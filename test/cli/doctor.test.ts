@@ -7,8 +7,10 @@ import { after, before, describe, it } from 'node:test';
 import { doctorMain } from '../../src/cli/doctor.ts';
 import type { DoctorReport } from '../../src/doctor/doctor.ts';
 import type { Profile, Simulator } from '../../src/sim/index.ts';
+import { startSimulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { client, deadPort, NODE, ROOT_PASSWORD, sim, TOKEN_SECRET } from '../proxmox/helpers.ts';
+import { twoNodeTopology } from '../vm/harness.ts';
 
 let dir: string;
 before(async () => {
@@ -414,6 +416,31 @@ describe('doctor', () => {
       assert.match(n.detail, /offline/);
       s.cluster('site-2').faults.remove(fid);
     });
+  });
+
+  it('quorum: a two-node cluster with a node down fails the quorum check with the fix; with both up it passes', async () => {
+    const s = await startSimulator({
+      topology: twoNodeTopology('doctor-quorum.yaml'),
+      speed: 1000,
+      ephemeralPorts: true,
+      authFailDelayMs: 0,
+      rootPassword: ROOT_PASSWORD,
+      tokens: [`root@pam!provider=${TOKEN_SECRET}`],
+    });
+    try {
+      const config = await file('pc-quorum.yaml', providerConfigYaml(s));
+      const ok = await doctor(['--config', config, '--site', 'site-1', '-o', 'json']);
+      assert.match(check(ok.json!, 'site-1', 'quorum').detail, /^cluster site-1 is quorate: 2 of 2 nodes online$/);
+      s.cluster('site-1').addFault({ kind: 'node-crash', node: 'pve-b' });
+      const r = await doctor(['--config', config, '--site', 'site-1', '-o', 'json']);
+      assert.equal(r.code, 1);
+      const q = check(r.json!, 'site-1', 'quorum');
+      assert.equal(q.status, 'fail');
+      assert.match(q.detail, /has no quorum: 1 of 2 nodes online \(down: pve-b\)\. \/etc\/pve is read-only/);
+      assert.match(q.fix!, /bring pve-b back .*pvecm expected/);
+    } finally {
+      await s.close();
+    }
   });
 
   it('usage errors exit 2; a broken config exits 1 naming file:line', async () => {
