@@ -173,7 +173,7 @@ export interface Extras {
   die?: fc.Arbitrary<DrawnFault>;
   /**
    * The fourth search's `qm migrate` worker that dies (its `lock: migrate` stays; the settle's
-   * operator unlocks it once reported: invariants.ts operatorUnlocks), on site-2 (see faultArb).
+   * operator unlocks it once reported: operator.ts operatorUnlocks), on site-2 (see faultArb).
    */
   migrateDie?: fc.Arbitrary<DrawnFault>;
   /** The fourth search's node crash, on site-2 (see faultArb). */

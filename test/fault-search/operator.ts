@@ -2,8 +2,8 @@
  * The settle's operator and what it is told: LockWithoutTask reports (src/vm/lock-holder.ts) and
  * CreateInterrupted reports of this resource's own dead create or clone (src/vm/observe.ts
  * settlePlaceholder, with token credentials, which may not clear such a lock), each checked against
- * PVE after every command, and what an operator runs for them in the settle (invariants.ts
- * settle): the `qm unlock`, with the migration's leftovers freed first, and the report's
+ * PVE after every command, and what an operator runs for them in the settle (settle.ts): the
+ * `qm unlock`, with the migration's leftovers freed first, and the report's
  * `qm unlock && qm destroy --purge` of the placeholder. And DiskSizeStale reports (src/vm/disk-size.ts:
  * a resize grew the volume but its config write failed, no quorum or a dead worker), each checked
  * against PVE too, for which the operator runs `qm disk rescan`.

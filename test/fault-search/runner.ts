@@ -7,7 +7,8 @@
 import fc from 'fast-check';
 import { UNEXPECTED_STATUS } from '../../src/sim/tasks.ts';
 import type { Apply, Model } from './commands.ts';
-import { checkFinal, InvariantViolation, settle } from './invariants.ts';
+import { checkFinal, InvariantViolation } from './invariants.ts';
+import { settle } from './settle.ts';
 import { World } from './world.ts';
 
 /** Lines of the journal kept in a failure's message (the end of the run is what matters). */
