@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
+import type { TaskState } from '../../src/sim/state.ts';
 import { raw } from '../helpers/sim.ts';
 import { clusterHead, data, finish, nodeHead, post, start, startSim } from './migration-helpers.ts';
 
@@ -133,6 +134,26 @@ describe('sim: quorum', () => {
     assert.ok(created.log.includes('WARN: failed to remove config file: Permission denied'), created.log.join('\n'));
     assert.equal((await config(url, 120)).lock, 'create');
     assert.equal(sc.state.volume('pve1', 'local-lvm:vm-120-disk-0'), undefined, 'its disk was freed');
+  });
+
+  it('a node that boots while the other is still down: its startall waits for the quorum, then starts its onboot VMs', async () => {
+    await makeVm(url, 140);
+    assert.equal((await raw(url, 'PUT', '/nodes/pve1/qemu/140/config', { form: { onboot: '1' } })).status, 200);
+    const a = sc.addFault({ kind: 'node-crash', node: 'pve1' });
+    sc.addFault({ kind: 'node-crash', node: 'pve2' });
+    sc.removeFault(a); // pve1 boots; pve2 is still down
+    let startall: TaskState | undefined;
+    while (!startall?.log.includes('waiting for quorum ...')) {
+      startall = [...sc.state.tasks.values()].findLast((t) => t.node === 'pve1' && t.type === 'startall');
+      await new Promise((r) => setImmediate(r));
+    }
+    assert.equal(startall.status, 'running');
+    assert.equal(sc.state.vms.get(140)?.status, 'stopped', 'nothing started without quorum');
+    sc.clearFaults(); // pve2 boots: quorum
+    await startall.done;
+    assert.equal(startall.exitstatus, 'OK', startall.log.join('\n'));
+    assert.ok(startall.log.includes('got quorum'), startall.log.join('\n'));
+    assert.ok(startall.log.includes('Starting VM 140'), startall.log.join('\n'));
   });
 
   it('with a QDevice, one node down keeps the quorum', async () => {
