@@ -22,9 +22,12 @@ export const LOCK_CONFIRM_MS = 10_000;
  * What holds `lock` of VM `vmid` now (lockHolding), over every node of the site; unknown while a
  * node is not online (its workers may be running).
  */
-async function lockHolder(ctx: StepContext, vmid: number, lock: string): Promise<LockHolding> {
-  const names = nodesToRead(listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes);
-  return names ? lockHolding(ctx.client, names, vmid, lock) : { kind: 'unknown' };
+async function lockHolder(ctx: StepContext, vmid: number, lock: string): Promise<LockHolding & { unseen?: string[] }> {
+  const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
+  const names = nodesToRead(nodes);
+  if (names) return lockHolding(ctx.client, names, vmid, lock);
+  const unseen = nodes.filter((n) => n.type === 'node' && n.status !== 'online').map((n) => n.node ?? '');
+  return { kind: 'unknown', unseen };
 }
 
 /**
@@ -52,7 +55,7 @@ export async function lockWithoutTask(
   if (same && now - look.at < LOCK_CONFIRM_MS && look.message === undefined) return undefined;
   const holder = await lockHolder(ctx, vmid, lock);
   if (holder.kind !== 'none') {
-    ctx.memory.lockLook = { lock, vmid, at: now };
+    ctx.memory.lockLook = { lock, vmid, at: now, ...(holder.unseen?.length ? { unseen: holder.unseen } : {}) };
     return undefined;
   }
   if (!same || look.unheldSince === undefined) {
@@ -80,8 +83,20 @@ export async function reportLock(
   waiting: string,
 ): Promise<number> {
   const orphaned = await lockWithoutTask(ctx, at.vmid, at.node, at.lock);
-  ready(r, 'False', orphaned ? 'LockWithoutTask' : reason, orphaned ?? waiting);
+  ready(r, 'False', orphaned ? 'LockWithoutTask' : reason, orphaned ?? `${waiting}${unseenNodes(ctx, at)}`);
   return orphaned ? LOCK_CONFIRM_MS : ctx.taskPollMs;
+}
+
+/**
+ * Why a worker's lock is waited on with no verdict: a node that is not online hides its task list,
+ * and the lock's worker may be one of its (a migration's runs on the source node). Said, so that
+ * an operator knows where to look, and that a crash there killed the worker.
+ */
+function unseenNodes(ctx: StepContext, at: { vmid: number; lock: string }): string {
+  const look = ctx.memory.lockLook;
+  if (!look?.unseen?.length || look.vmid !== at.vmid || look.lock !== at.lock) return '';
+  const nodes = look.unseen.join(', ');
+  return `; whether a task still holds the lock cannot be seen while node ${nodes} is offline (its tasks cannot be read; a worker there died if the node crashed, and its lock then stays until someone runs qm unlock): looked at again once it is back`;
 }
 
 /**

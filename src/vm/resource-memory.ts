@@ -63,7 +63,15 @@ export interface ResourceMemory {
    * The last look at what holds the VM's lock (lock-holder.ts): which lock at which VMID, when
    * (the site's clock), since when no task held it, and the LockWithoutTask message once confirmed.
    */
-  lockLook?: { lock: string; vmid: number; at: number; unheldSince?: number; message?: string };
+  lockLook?: {
+    lock: string;
+    vmid: number;
+    at: number;
+    unheldSince?: number;
+    message?: string;
+    /** Nodes not online at the last look: their task lists, where the lock's worker may run, cannot be read. */
+    unseen?: string[];
+  };
   /** The changes a full observe planned after the one being made (see known-outcome.ts). */
   planned?: PlannedChanges;
   /** The bulk list as this resource sees it after its last mutation (see SiteContext.ownView). */

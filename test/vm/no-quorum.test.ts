@@ -4,7 +4,8 @@
  * (Synced False, NoQuorum, retried, nothing of the spec blamed) and converges once it is back.
  * A resize whose config write was refused grew the volume all the same, and a resize to that size
  * again writes nothing (Qemu.pm:6050): the provider reports the stale config (DiskSizeStale, with
- * `qm disk rescan`) instead of resizing for good.
+ * `qm disk rescan`) instead of resizing for good. A lock whose worker may run on a node that is down
+ * says so (whether a task holds it cannot be seen until the node is back).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -92,5 +93,21 @@ describe('a site without quorum', () => {
     c.state.vms.delete(vmid);
     const made = await eng.waitReady(key);
     assert.equal(ownedBy(c, made.metadata.uid).length, 1);
+  });
+
+  it('a lock whose worker may run on a node that is down: Locked, naming that node (LockWithoutTask once it is back: lock-holder.ts)', async () => {
+    const key = eng.apply(vm('quorum-lock', { node: 'pve-a' }));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    // What a `qm migrate` to pve-b whose worker died leaves: the lock, and no task behind it.
+    c.state.vms.get(vmid)!.config.lock = 'migrate';
+    const crash = c.addFault({ kind: 'node-crash', node: 'pve-b' });
+    const locked = await eng.waitFor(key, (r) => cond(r, 'Ready')?.reason === 'Locked', 'Locked');
+    assert.match(
+      cond(locked, 'Ready')?.message ?? '',
+      /whether a task still holds the lock cannot be seen while node pve-b is offline/,
+    );
+    c.removeFault(crash);
+    delete c.state.vms.get(vmid)!.config.lock;
+    await eng.waitReady(key);
   });
 });
