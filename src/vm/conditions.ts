@@ -124,7 +124,6 @@ export function credentialProblem(site: string, e: unknown): unknown {
   return e;
 }
 
-/** A Proxmox client error as a reason with its fix. */
 /**
  * A refusal for want of quorum (errors.ts NoQuorumError, or a task's exit status that says so):
  * retried at the normal backoff, nothing in the spec being wrong, with what a person checks and
@@ -138,6 +137,7 @@ export function noQuorum(site: string, message: string): ReasonedError {
   );
 }
 
+/** A Proxmox client error as a reason with its fix. */
 export function explain(site: string, e: unknown): Error {
   if (e instanceof ReasonedError) return e;
   if (e instanceof PveError) {

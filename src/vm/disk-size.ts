@@ -29,7 +29,7 @@ export async function checkStaleDiskSize(ctx: StepContext, node: string, vmid: n
   if (!volume || want === undefined || volume.size < want) return;
   throw reason(
     'DiskSizeStale',
-    `${change.disk} of VM ${vmid} is ${change.size} on its storage (${change.volume}), but its config still shows the size it had before: a resize grew the volume and its write of the config failed (no quorum, or its worker died). Resizing again changes nothing (Proxmox compares with the volume). Fix: qm disk rescan --vmid ${vmid} on node ${node}, which writes the volume's size into the config`,
+    `${change.disk} of VM ${vmid} is ${change.size} or more on its storage (${change.volume}), but its config still shows the size it had before: a resize grew the volume and its write of the config failed (no quorum, or its worker died). Resizing again changes nothing (Proxmox compares with the volume). Fix: qm disk rescan --vmid ${vmid} on node ${node}, which writes the volume's size into the config`,
   );
 }
 

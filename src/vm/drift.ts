@@ -57,7 +57,7 @@ export interface Change {
   del?: string[];
   disk?: string;
   size?: string;
-  /** resize: the disk's volume (`local-lvm:vm-100-disk-0`), whose own size tells a stale config (update.ts). */
+  /** resize: the disk's volume (`local-lvm:vm-100-disk-0`), whose own size tells a stale config (disk-size.ts). */
   volume?: string;
   /** The node of the VM (for destroy-placeholder, which comes before status.atProvider.node is trusted). */
   node?: string;

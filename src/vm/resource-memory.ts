@@ -57,7 +57,7 @@ export interface ResourceMemory {
   uptimeAt?: number;
   /** When this process sent the VM's start (its clock): the boot's first ask waits as long (guest-timing.ts). */
   startSentAt?: number;
-  /** The last resize this process sent (update.ts staleDiskSize): the same one planned again is looked into. */
+  /** The last resize this process sent (disk-size.ts): the same one planned again is looked into. */
   resizeSent?: { vmid: number; disk: string; size: string };
   /**
    * The last look at what holds the VM's lock (lock-holder.ts): which lock at which VMID, when

@@ -164,7 +164,7 @@ export function operatorDestroysPlaceholders(w: World): void {
 
 /** A DiskSizeStale report: the disk, its VM, the size its volume has, the volume and the node. */
 const STALE_SIZE =
-  /(\S+) of VM (\d+) is (\S+) on its storage \(([^)]+)\), but its config still shows .*Fix: qm disk rescan --vmid \d+ on node (\S+),/;
+  /(\S+) of VM (\d+) is (\S+) or more on its storage \(([^)]+)\), but its config still shows .*Fix: qm disk rescan --vmid \d+ on node (\S+),/;
 
 /**
  * The DiskSizeStale reports whose VM's config still shows less than its volume holds, each checked

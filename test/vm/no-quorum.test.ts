@@ -57,7 +57,9 @@ describe('a site without quorum', () => {
     const stale = await eng.waitSynced(key, 'DiskSizeStale');
     assert.match(
       cond(stale, 'Synced')?.message ?? '',
-      new RegExp(`scsi0 of VM ${vmid} is 16G on its storage .*Fix: qm disk rescan --vmid ${vmid} on node pve-a`),
+      new RegExp(
+        `scsi0 of VM ${vmid} is 16G or more on its storage .*Fix: qm disk rescan --vmid ${vmid} on node pve-a`,
+      ),
     );
     const resizes = () =>
       [...c.state.tasks.values()].filter((t) => t.type === 'resize' && t.id === String(vmid)).length;
