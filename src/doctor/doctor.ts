@@ -17,7 +17,6 @@ import {
   type Ctx,
   checkBridges,
   checkImagesAndTemplates,
-  checkLocks,
   checkNodes,
   checkPools,
   checkPrivileges,
@@ -32,6 +31,7 @@ import {
   type DoctorSite,
   msg,
 } from './connection.ts';
+import { checkLocks } from './locks.ts';
 import type { VmNeeds } from './manifests.ts';
 import { checkQuorum } from './quorum.ts';
 import { checkSsh } from './ssh.ts';
