@@ -13,6 +13,7 @@ import { SimulatedCrash } from '../../src/engine/types.ts';
 import { settled } from '../../src/local/resource-view.ts';
 import type { FaultSpec } from '../../src/sim/fault-spec.ts';
 import { markerUid, OWNER_TAG } from '../../src/vm/spec.ts';
+import { foreignCreate, foreignRequest } from './foreign.ts';
 import { checkAlways } from './invariants.ts';
 import { type Edit, type Interrupt, keyOfName, type Name, SITE, type SiteName, type World } from './world.ts';
 
@@ -169,18 +170,18 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
   switch (what) {
     case 'next-id':
     case 'look-alike': {
-      const next = await w.foreignRequest('GET', '/cluster/nextid', undefined, site);
+      const next = await foreignRequest(w, 'GET', '/cluster/nextid', undefined, site);
       const vmid = Number(next.data);
       if (next.status !== 200 || !Number.isInteger(vmid)) return w.log(`  foreign: no nextid (HTTP ${next.status})`);
       // A look-alike: the same name and our tag, but not our marker (someone copied our VM by hand).
       const extra: Record<string, string> =
         what === 'look-alike' ? { name, tags: OWNER_TAG, description: `copy of ${name}` } : {};
-      return w.foreignCreate(vmid, extra, site);
+      return foreignCreate(w, vmid, extra, site);
     }
     case 'take-persisted-vmid': {
       const vmid = Number(r ? externalName(r) : undefined);
       if (!Number.isInteger(vmid) || c.state.vms.has(vmid)) return w.log(`  foreign: ${name} holds no free VMID`);
-      return w.foreignCreate(vmid, {}, site);
+      return foreignCreate(w, vmid, {}, site);
     }
     case 'take-move-vmid': {
       // The VMID a recorded move reserved on the target exists only in the provider's status and
@@ -189,7 +190,7 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       const to = move?.to as SiteName | undefined;
       if (!move || !to || w.cluster(to).state.vms.has(move.vmid))
         return w.log(`  foreign: ${name} has no move whose target VMID is free`);
-      return w.foreignCreate(move.vmid, {}, to);
+      return foreignCreate(w, move.vmid, {}, to);
     }
     case 'backup': {
       // vzdump: it sets `lock: backup` in our VM's config and drops it when done (no flock meanwhile).
@@ -216,7 +217,7 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.status !== 'running') {
         return w.log(`  foreign: ${name} has no running VM to stop`);
       }
-      const res = await w.foreignRequest('POST', `/nodes/${vm.node}/qemu/${vmid}/status/stop`, {}, site);
+      const res = await foreignRequest(w, 'POST', `/nodes/${vm.node}/qemu/${vmid}/status/stop`, {}, site);
       return w.log(`  foreign: stop of VM ${site}/${vmid} (HTTP ${res.status})`);
     }
     case 'destroy': {
@@ -235,7 +236,7 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
         durationMs: 2_000,
         count: 1,
       });
-      const res = await w.foreignRequest('DELETE', `/nodes/${vm.node}/qemu/${vmid}`, undefined, site);
+      const res = await foreignRequest(w, 'DELETE', `/nodes/${vm.node}/qemu/${vmid}`, undefined, site);
       return w.log(`  foreign: destroy of VM ${site}/${vmid} (HTTP ${res.status})`);
     }
     case 'migrate': {
@@ -246,7 +247,8 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       const target = [...c.state.nodes.keys()].find((n) => n !== vm?.node);
       if (!r || !vm || !target || markerUid(vm.config.description) !== r.metadata.uid || vm.config.lock)
         return w.log(`  foreign: ${name} has no unlocked VM to migrate inside its site`);
-      const res = await w.foreignRequest(
+      const res = await foreignRequest(
+        w,
         'POST',
         `/nodes/${vm.node}/qemu/${vmid}/migrate`,
         { target, 'with-local-disks': '1', ...(vm.status === 'running' ? { online: '1' } : {}) },

@@ -10,6 +10,7 @@
  */
 import fc from 'fast-check';
 import type { FaultSpec } from '../../src/sim/fault-spec.ts';
+import { foreignCreate, foreignRequest } from './foreign.ts';
 import { NODE_OF, SITE2_NODES, SITES, type SiteName, type World, YEAR_MS } from './world.ts';
 
 const site = fc.constantFrom(...SITES);
@@ -213,7 +214,7 @@ export async function probeFaultKinds(w: World, fourth = false): Promise<Extras>
   const faults: fc.Arbitrary<DrawnFault>[] = [];
   const missing: string[] = [];
   const version = { method: 'GET', path: '/version' };
-  const lost = async () => (await w.foreignRequest('GET', '/version')).status === 0;
+  const lost = async () => (await foreignRequest(w, 'GET', '/version')).status === 0;
   if (await behaves(w, { kind: 'reply-lost', ...version, count: 1 } as FaultSpec, lost)) {
     faults.push(
       fc.tuple(callOf(calls), fc.integer({ min: 1, max: 2 })).map(([c, count]) => ({
@@ -240,7 +241,7 @@ export async function probeFaultKinds(w: World, fourth = false): Promise<Extras>
   } else missing.push('applied-late');
   const die = { kind: 'task', type: 'qmcreate', action: 'die', at: 'start', count: 1 } as FaultSpec;
   const leavesPlaceholder = async () => {
-    await w.foreignCreate(990);
+    await foreignCreate(w, 990);
     await w.quiesce();
     const vm = w.site.state.vms.get(990);
     return vm?.config.lock === 'create';
@@ -259,7 +260,7 @@ export async function probeFaultKinds(w: World, fourth = false): Promise<Extras>
   const crashes =
     fourth &&
     (await behaves(w, { kind: 'node-crash', node: NODE_OF['site-1'] } as FaultSpec, async () => {
-      return (await w.foreignRequest('GET', `/nodes/${NODE_OF['site-1']}/status`)).status === 595;
+      return (await foreignRequest(w, 'GET', `/nodes/${NODE_OF['site-1']}/status`)).status === 595;
     }));
   if (fourth && !crashes) missing.push('node-crash');
   return {

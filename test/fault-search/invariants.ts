@@ -13,6 +13,7 @@ import type { SimCluster } from '../../src/sim/index.ts';
 import type { VmState } from '../../src/sim/state.ts';
 import { heldVmids } from '../../src/vm/connector.ts';
 import { markerUid, ownerKey, parseMarker } from '../../src/vm/spec.ts';
+import { creatorOf, foreignBaselines } from './foreign.ts';
 import { diskSizeReports, lockReports, placeholderReports } from './operator.ts';
 import type { SettleResult } from './settle.ts';
 import { violated } from './violation.ts';
@@ -122,7 +123,7 @@ function deadTunnelLeftover(w: World, t: Placed): boolean {
   return (
     (lock === 'create' || lock === 'migrate') &&
     !taskRuns(t.c, 'qmtunnel', t.vm.vmid) &&
-    w.creatorOf(t.site, t.vm.vmid)?.type === 'qmtunnel'
+    creatorOf(w, t.site, t.vm.vmid)?.type === 'qmtunnel'
   );
 }
 
@@ -139,7 +140,7 @@ function unrecordedCreate(w: World, uid: string, vms: Placed[]): Placed | undefi
   const p = extra[0]!;
   // Made for this very resource (the other one may be another incarnation's, which it adopted).
   if (markerUid(p.vm.config.description) !== uid) return undefined;
-  const by = w.creatorOf(p.site, p.vm.vmid);
+  const by = creatorOf(w, p.site, p.vm.vmid);
   return !p.vm.config.lock && (by?.type === 'qmcreate' || by?.type === 'qmclone') ? p : undefined;
 }
 
@@ -217,7 +218,7 @@ export function checkAlways(w: World): void {
     if (![...(storage?.volumes.values() ?? [])].some((v) => v.volid === volid))
       violated('snippet missing', `${describeVm(p)} names ${volid}, which is not on node ${p.vm.node}`);
   }
-  for (const f of w.foreignBaselines()) {
+  for (const f of foreignBaselines(w)) {
     const c = w.cluster(f.site);
     const vm = c.state.vms.get(f.vmid);
     if (!vm) violated('foreign VM deleted', `VM ${f.site}/${f.vmid} of ${FOREIGN_USER} (or the template) is gone`);
@@ -354,7 +355,7 @@ export function checkFinal(w: World, s: SettleResult): void {
     // A migration target is `lock: create` until its config arrives, then `lock: migrate`.
     if (markerUid(vm.config.description) || (lock !== 'create' && lock !== 'clone' && lock !== 'migrate')) continue;
     // The other user never clones nor migrates; a create placeholder is ours unless its qmcreate task was theirs.
-    const by = w.creatorOf(p.site, vm.vmid);
+    const by = creatorOf(w, p.site, vm.vmid);
     if (by?.user === FOREIGN_USER && by.type === 'qmcreate') continue;
     if (lock === 'migrate' && by?.type !== 'qmtunnel') continue;
     const creator =

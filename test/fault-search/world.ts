@@ -21,12 +21,12 @@ import type { FaultSpec } from '../../src/sim/fault-spec.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
 import { heldVmids } from '../../src/vm/connector.ts';
 import { startTestSim } from '../helpers/sim.ts';
+import { observeForeign } from './foreign.ts';
 import {
   type Edit,
   keyOfName,
   manifest,
   type Name,
-  NODE_OF,
   nodeTopology,
   SITE,
   SITES,
@@ -136,7 +136,7 @@ export class World {
   readonly expiring = new Map<FaultRef, number>();
   /** Held `applied-late` requests: fault -> when (run clock) the hold began. */
   readonly heldSince = new Map<FaultRef, number>();
-  private readonly seenTasks = new Set<string>();
+  readonly seenTasks = new Set<string>();
   /** What dead processes left running (a reconcile waiting for a held request). */
   private readonly dangling: Promise<unknown>[] = [];
 
@@ -151,7 +151,7 @@ export class World {
       // The templates are someone else's VMs too: cloning from them must not change them.
       for (const vm of c.state.vms.values()) this.foreign.set(`${site}/${vm.vmid}`, { site, vmid: vm.vmid });
     }
-    this.observeForeign();
+    observeForeign(this);
   }
 
   /** `nodes`: site-2 has two nodes (manifests.ts nodeTopology), for the fourth search's moves between them. */
@@ -326,7 +326,7 @@ export class World {
   }
 
   /** Requests held so far by `applied-late` faults that hold until healed. */
-  private heldCount(): number {
+  heldCount(): number {
     let n = 0;
     for (const c of this.sim.clusters)
       for (const f of c.faults.active.values()) {
@@ -337,7 +337,7 @@ export class World {
   }
 
   /** Resolves (undefined) once another request is held; never, if `signal` aborts first. */
-  private async untilHeld(before: number, signal: AbortSignal): Promise<undefined> {
+  async untilHeld(before: number, signal: AbortSignal): Promise<undefined> {
     while (!signal.aborted) {
       if (this.heldCount() > before) return undefined;
       await new Promise((r) => setTimeout(r, 2));
@@ -402,102 +402,6 @@ export class World {
     return keep;
   }
 
-  /** A request of the other user, through the API of `site` with its own token. */
-  async foreignRequest(
-    method: string,
-    path: string,
-    form?: Record<string, string>,
-    site: SiteName = SITE,
-  ): Promise<{ status: number; data: unknown }> {
-    // A request held by an `applied-late` fault: the other user's tool gives up at once (it is
-    // applied later, when healed), instead of waiting for fetch's five-minute timeout.
-    const gaveUp = new AbortController();
-    const stop = new AbortController();
-    void this.untilHeld(this.heldCount(), stop.signal).then(() => gaveUp.abort());
-    try {
-      const res = await fetch(`${this.cluster(site).url}/api2/json${path}`, {
-        method,
-        headers: {
-          Authorization: FOREIGN_AUTH,
-          ...(form ? { 'Content-Type': 'application/x-www-form-urlencoded' } : {}),
-        },
-        ...(form ? { body: new URLSearchParams(form).toString() } : {}),
-        signal: gaveUp.signal,
-      });
-      const text = await res.text();
-      return { status: res.status, data: text ? (JSON.parse(text) as { data: unknown }).data : null };
-    } catch {
-      // Connection reset (outage, lost answer) or given up: it did not happen, or nobody can tell.
-      return { status: 0, data: null };
-    } finally {
-      stop.abort();
-    }
-  }
-
-  /** The other user creates a VM (`qm create` over the API). Whether it worked is read from PVE itself. */
-  async foreignCreate(vmid: number, extra: Record<string, string> = {}, site: SiteName = SITE): Promise<void> {
-    const res = await this.foreignRequest(
-      'POST',
-      `/nodes/${NODE_OF[site]}/qemu`,
-      {
-        vmid: String(vmid),
-        name: `ops-${vmid}`,
-        cores: '1',
-        memory: '512',
-        net0: 'virtio,bridge=vmbr0',
-        scsi0: 'local-lvm:1',
-        ...extra,
-      },
-      site,
-    );
-    this.log(`  foreign create ${site}/${vmid}: HTTP ${res.status}`);
-    this.observeForeign();
-  }
-
-  /** Which VMs the other user made (from PVE's task list), and their state once their create ended. */
-  observeForeign(): void {
-    for (const site of SITES)
-      for (const t of this.cluster(site).state.tasks.values()) {
-        if (t.user !== FOREIGN_USER || t.type !== 'qmcreate' || this.seenTasks.has(t.upid)) continue;
-        this.seenTasks.add(t.upid);
-        this.foreign.set(`${site}/${t.id}`, { site, vmid: Number(t.id), upid: t.upid });
-      }
-    for (const f of this.foreign.values()) {
-      if (f.baseline || f.vanished) continue;
-      const st = this.cluster(f.site).state;
-      const t = f.upid ? st.tasks.get(f.upid) : undefined;
-      if (t && t.status === 'running') continue;
-      const vm = st.vms.get(f.vmid);
-      if (!vm) f.vanished = true;
-      else f.baseline = { digest: st.digest(vm), status: vm.status, config: { ...vm.config, ...vm.pending } };
-    }
-  }
-
-  /** The other user's VMs whose create has ended, with what they looked like then. */
-  foreignBaselines(): Array<{
-    site: SiteName;
-    vmid: number;
-    digest: string;
-    status: string;
-    config: Record<string, string>;
-  }> {
-    return [...this.foreign.values()].flatMap((f) =>
-      f.baseline ? [{ site: f.site, vmid: f.vmid, ...f.baseline }] : [],
-    );
-  }
-
-  /**
-   * Who created the VM at `vmid` on `site`: the user of its last qmcreate or qmclone task, or of
-   * the `qmtunnel` task of a remote migration that made it there; undefined when no task says.
-   */
-  creatorOf(site: SiteName, vmid: number): { user: string; type: string } | undefined {
-    let by: { user: string; type: string } | undefined;
-    for (const t of this.cluster(site).state.tasks.values())
-      if ((t.type === 'qmcreate' || t.type === 'qmclone' || t.type === 'qmtunnel') && t.id === String(vmid))
-        by = { user: t.user, type: t.type };
-    return by;
-  }
-
   /**
    * Let the simulator's workers run until every task has ended, except those held by a stall
    * or lock fault (bounded: a task that never ends only costs this wait, never decides the outcome).
@@ -511,7 +415,7 @@ export class World {
       if (!busy || Date.now() > deadline) break;
       await new Promise((r) => setTimeout(r, 2));
     }
-    this.observeForeign();
+    observeForeign(this);
   }
 
   /**
