@@ -8,6 +8,8 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName, policyAllows } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
+import { UnavailableError } from '../proxmox/errors.ts';
+import { parseUpid } from '../proxmox/upid.ts';
 import { adoptElsewhere, adoptOwn } from './adoption.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
@@ -153,6 +155,23 @@ async function settlePlaceholder(
   );
 }
 
+/**
+ * The node of our task in flight is offline: its end cannot be read until it is back (a task whose
+ * node crashed died with it; what it left is judged then, as any ended task's). Ready False
+ * (NodeOffline); nothing else is done meanwhile, as for a task still running. Before, the failed
+ * read of the task's status was a bare ReconcileError ("No route to host").
+ */
+function onOfflineTaskNode(ctx: StepContext, r: ProxmoxVM, vmid: number, node: string, task: string): Observed {
+  atProvider(r).state = 'unknown';
+  ready(
+    r,
+    'False',
+    'NodeOffline',
+    `node ${node} of site ${ctx.site.name} is offline: the end of task ${task} (VM ${vmid}) cannot be read until it is back; a task whose node crashed died with it, and what it left is looked at then`,
+  );
+  return { obs: { exists: true, upToDate: true } };
+}
+
 /** The VM's node is offline: Ready False (NodeOffline) until it is back; nothing is sent to it. */
 function onOfflineNode(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Observed {
   atProvider(r).state = 'unknown';
@@ -230,7 +249,12 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   /** Our task failed on a VM that is not there any more (task-end.ts). */
   let vmGone = false;
   if (task) {
-    const ended = await observeTaskEnd(ctx, r, vmid, task, observeOnly);
+    const ended = await observeTaskEnd(ctx, r, vmid, task, observeOnly).catch(async (e: unknown) => {
+      // The task's node does not answer: offline (a crash, a partition), its task's end is unknown.
+      const node = parseUpid(task)?.node;
+      if (!(e instanceof UnavailableError) || !node || !(await nodeOffline(ctx, node))) throw e;
+      return { observed: onOfflineTaskNode(ctx, r, vmid, node, task) };
+    });
     if ('observed' in ended) return ended.observed;
     ({ endedOk, vmGone } = ended);
     if (ended.adopted) {

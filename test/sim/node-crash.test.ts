@@ -3,7 +3,8 @@
  * where they stand (a simulated step or a flock wait) without their error paths, stops its VMs
  * without a shutdown, goes offline and cuts its SSH; a request it was handling gets no answer.
  * Its boot runs pve-guests' `startall`: leftover backup locks removed, `onboot` VMs started in
- * `startup` order, a start that fails (a dead migration's lock) logged.
+ * `startup` order, a start that fails (a dead migration's lock) logged. A resize killed between
+ * its two steps leaves the volume grown and the config at the old size, as PVE's does.
  *
  * Deterministic: stall faults hold workers where the crash finds them; tasks are awaited by
  * polling their status.
@@ -108,6 +109,22 @@ describe('sim: node-crash', () => {
     c.removeFault(lock);
     assert.equal(await pending, 'no answer');
     c.removeFault(crash);
+    await waitTask(url, NODE, await startallTask(c));
+  });
+
+  it('a resize killed after the volume grew, before the config was written: the volume keeps its size, the config its old one', async () => {
+    await createVmAndWait(url, { vmid: '505', name: 'crash-5', scsi0: 'local-lvm:1' });
+    // Held in the block resize, after the volume grew (its step is the task's time).
+    c.addFault({ kind: 'task', type: 'resize', id: '505', action: 'stall', step: 1 });
+    const r = await raw(url, 'PUT', `/nodes/${NODE}/qemu/505/resize`, { form: { disk: 'scsi0', size: '4G' } });
+    const task = c.state.tasks.get(data<string>(r))!;
+    while (![...c.faults.active.values()].some((f) => f.reached)) await new Promise((res) => setImmediate(res));
+    const crash = c.addFault({ kind: 'node-crash', node: NODE });
+    await task.done;
+    assert.equal(task.exitstatus, 'unexpected status');
+    c.removeFault(crash);
+    assert.equal(c.state.volume(NODE, 'local-lvm:vm-505-disk-0')?.size, 4 * 1024 ** 3);
+    assert.match(String((await vmConfig(url, 505)).scsi0), /size=1G/);
     await waitTask(url, NODE, await startallTask(c));
   });
 

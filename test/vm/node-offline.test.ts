@@ -2,7 +2,8 @@
  * A Ready VM whose node goes offline (src/vm/observe.ts onOfflineNode): the bulk list shows the
  * node `offline` and the VM `status: unknown`, so the resource is Ready False (NodeOffline), saying
  * what becomes of the VM, and sends the node nothing; once a node that crashed is back, its VM is
- * stopped (no `onboot`: its startall leaves it) and the provider starts it again.
+ * stopped (no `onboot`: its startall leaves it) and the provider starts it again. A resize whose
+ * worker died with the node after the volume grew is reported (DiskSizeStale), not sent for good.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -43,6 +44,24 @@ describe('a VM whose node goes offline', () => {
     assert.ok(
       starts.some((t) => t.user !== 'root@pam' || t.tokenid),
       `started by the provider's credentials: ${starts.map((t) => t.upid).join(', ')}`,
+    );
+  });
+
+  it('a resize whose worker died with its node after the volume grew: DiskSizeStale after the boot, not a resize for good', async () => {
+    const c = sim.cluster(SITE1);
+    const key = eng.apply(vm('offline-resize', { disk: '8Gi' }));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    c.addFault({ kind: 'task', type: 'resize', id: String(vmid), action: 'stall', step: 1 });
+    eng.apply(vm('offline-resize', { disk: '16Gi' }));
+    while (![...c.faults.active.values()].some((f) => f.reached)) await new Promise((r) => setTimeout(r, 5));
+    const crash = c.addFault({ kind: 'node-crash', node: NODE1 });
+    for (const [id, f] of c.faults.active) if (f.spec.kind === 'task') c.removeFault(id);
+    await eng.waitFor(key, (x) => cond(x, 'Ready')?.reason === 'NodeOffline', 'NodeOffline');
+    c.removeFault(crash);
+    const stale = await eng.waitSynced(key, 'DiskSizeStale');
+    assert.match(
+      cond(stale, 'Synced')?.message ?? '',
+      new RegExp(`Fix: qm disk rescan --vmid ${vmid} on node ${NODE1}`),
     );
   });
 });

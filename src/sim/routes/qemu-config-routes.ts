@@ -251,11 +251,12 @@ export const configRoutes: Route[] = [
               `  Size of logical volume pve/${vol.volname} changed from ${formatSize(vol.size)} to ${formatSize(newSize)}.`,
             );
           vol.size = newSize;
-          // The volume has grown; the config's write comes after it (:6063-6066).
+          // The volume has grown (the task's time is the block resize's); the config's write comes
+          // after it (:6059-6066): a worker killed meanwhile, or a write refused, leaves it stale.
+          if (t) await t.sleep(DURATIONS.config);
           checkConfigWrite(c, node, vmid);
           setOpt(d.p, 'size', formatSize(newSize));
           vm.config[disk] = printDrive(vol.volid, d, newSize);
-          if (t) await t.sleep(DURATIONS.config);
         } finally {
           unlock();
         }
