@@ -88,6 +88,15 @@ export async function observeTaskEnd(
       const msg = withoutSecrets(ctx, done.error.message);
       // Refused for want of quorum (a write to /etc/pve in the worker): not the resource's failure.
       if (isNoQuorum(msg)) throw noQuorum(ctx.site.name, msg);
+      // A worker killed before it ended (a node crash or restart, an OOM kill: PVE reads its task
+      // `unexpected status`) was not refused: what it left is looked at again, and `apply` waits,
+      // where TaskFailed stopped it. A create's dead worker leaves its placeholder, settled apart.
+      if (!creating && /\bunexpected status\b/.test(msg))
+        throw reason(
+          'TaskDied',
+          `${msg}: its worker was killed before it ended (a node crash or restart, an OOM kill); what it left is looked at again`,
+          true,
+        );
       const locked = /VM is locked|got timeout/.test(msg);
       const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
       if (creating) err.createFailure = true;

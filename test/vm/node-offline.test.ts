@@ -59,6 +59,9 @@ describe('a VM whose node goes offline', () => {
     await eng.waitFor(key, (x) => cond(x, 'Ready')?.reason === 'NodeOffline', 'NodeOffline');
     c.removeFault(crash);
     const stale = await eng.waitSynced(key, 'DiskSizeStale');
+    const reasons = eng.attemptsOf(key).map((x) => x.reason);
+    assert.ok(reasons.includes('TaskDied'), `the dead resize read as such: ${reasons.join(', ')}`);
+    assert.ok(!reasons.includes('TaskFailed'), 'not as a refusal, which stops apply');
     assert.match(
       cond(stale, 'Synced')?.message ?? '',
       new RegExp(`Fix: qm disk rescan --vmid ${vmid} on node ${NODE1}`),
