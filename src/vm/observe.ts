@@ -158,8 +158,9 @@ async function settlePlaceholder(
 /**
  * The node of our task in flight is offline: its end cannot be read until it is back (a task whose
  * node crashed died with it; what it left is judged then, as any ended task's). Ready False
- * (NodeOffline); nothing else is done meanwhile, as for a task still running. Before, the failed
- * read of the task's status was a bare ReconcileError ("No route to host").
+ * (NodeOffline); nothing else is done meanwhile, as for a task still running, and nothing is sent
+ * to the node until the list shows it back (memory.offlineTaskNode). Before, the failed read of the
+ * task's status was a bare ReconcileError ("No route to host"), its retries at every reconcile.
  */
 function onOfflineTaskNode(ctx: StepContext, r: ProxmoxVM, vmid: number, node: string, task: string): Observed {
   atProvider(r).state = 'unknown';
@@ -249,11 +250,17 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   /** Our task failed on a VM that is not there any more (task-end.ts). */
   let vmGone = false;
   if (task) {
+    const taskNode = parseUpid(task)?.node;
+    // Found offline at the last look: nothing is sent to it while the list still shows it so.
+    if (taskNode && ctx.memory.offlineTaskNode === taskNode) {
+      if (await nodeOffline(ctx, taskNode)) return onOfflineTaskNode(ctx, r, vmid, taskNode, task);
+      ctx.memory.offlineTaskNode = undefined;
+    }
     const ended = await observeTaskEnd(ctx, r, vmid, task, observeOnly).catch(async (e: unknown) => {
       // The task's node does not answer: offline (a crash, a partition), its task's end is unknown.
-      const node = parseUpid(task)?.node;
-      if (!(e instanceof UnavailableError) || !node || !(await nodeOffline(ctx, node))) throw e;
-      return { observed: onOfflineTaskNode(ctx, r, vmid, node, task) };
+      if (!(e instanceof UnavailableError) || !taskNode || !(await nodeOffline(ctx, taskNode))) throw e;
+      ctx.memory.offlineTaskNode = taskNode;
+      return { observed: onOfflineTaskNode(ctx, r, vmid, taskNode, task) };
     });
     if ('observed' in ended) return ended.observed;
     ({ endedOk, vmGone } = ended);
