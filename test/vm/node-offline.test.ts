@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
-import { cond, Engine, NODE1, SITE1, startSim, vm } from './harness.ts';
+import { cond, Engine, NODE1, SITE1, startSim, vm, waitUntil } from './harness.ts';
 
 describe('a VM whose node goes offline', () => {
   let sim: Simulator;
@@ -57,6 +57,12 @@ describe('a VM whose node goes offline', () => {
     const crash = c.addFault({ kind: 'node-crash', node: NODE1 });
     for (const [id, f] of c.faults.active) if (f.spec.kind === 'task') c.removeFault(id);
     await eng.waitFor(key, (x) => cond(x, 'Ready')?.reason === 'NodeOffline', 'NodeOffline');
+    // Nothing more is sent to the node while the list shows it offline: each reconcile retried
+    // the task's read against it before (about 1.7 s of real time each).
+    c.resetCounters();
+    const seen = eng.attemptsOf(key).length;
+    await waitUntil(() => (eng.attemptsOf(key).length >= seen + 3 ? true : undefined), 'three reconciles', 30_000);
+    assert.equal(c.counters()['GET /nodes/{node}/tasks/{upid}/status'] ?? 0, 0);
     c.removeFault(crash);
     const stale = await eng.waitSynced(key, 'DiskSizeStale');
     const reasons = eng.attemptsOf(key).map((x) => x.reason);
