@@ -56,3 +56,12 @@ export function exitOutcome(exitstatus: string): { ok: true; warnings: number } 
   if (w) return { ok: true, warnings: Number(w[1]) };
   return { ok: false, error: s };
 }
+
+/**
+ * Whether a task's exit status (or an error text carrying it) says its worker vanished before it
+ * wrote its end (a node crash or restart, an OOM kill): PVE then reads `unexpected status`
+ * (pve-common src/PVE/UPID.pm:83).
+ */
+export function workerDied(status: string): boolean {
+  return /\bunexpected status\b/.test(status);
+}

@@ -9,7 +9,7 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName, policyAllows } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import { UnavailableError } from '../proxmox/errors.ts';
-import { parseUpid } from '../proxmox/upid.ts';
+import { parseUpid, workerDied } from '../proxmox/upid.ts';
 import { adoptElsewhere, adoptOwn } from './adoption.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
@@ -145,7 +145,7 @@ async function settlePlaceholder(
   // fails, as on a read-only /etc/pve (no quorum): it left the placeholder, its worker did not die.
   const status = fate.kind === 'ours-interrupted' ? fate.task.status : undefined;
   const how =
-    status && status !== 'unexpected status'
+    status && !workerDied(status)
       ? 'whose task failed and left it (its cleanup could not remove the config file, as when the cluster had no quorum)'
       : 'whose worker died';
   throw reason(
@@ -163,25 +163,28 @@ async function settlePlaceholder(
  * task's status was a bare ReconcileError ("No route to host"), its retries at every reconcile.
  */
 function onOfflineTaskNode(ctx: StepContext, r: ProxmoxVM, vmid: number, node: string, task: string): Observed {
-  atProvider(r).state = 'unknown';
-  ready(
+  return nodeOfflineReport(
+    ctx,
     r,
-    'False',
-    'NodeOffline',
-    `node ${node} of site ${ctx.site.name} is offline: the end of task ${task} (VM ${vmid}) cannot be read until it is back; a task whose node crashed died with it, and what it left is looked at then`,
+    node,
+    `the end of task ${task} (VM ${vmid}) cannot be read until it is back; a task whose node crashed died with it, and what it left is looked at then`,
   );
-  return { obs: { exists: true, upToDate: true } };
 }
 
 /** The VM's node is offline: Ready False (NodeOffline) until it is back; nothing is sent to it. */
 function onOfflineNode(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Observed {
-  atProvider(r).state = 'unknown';
-  ready(
+  return nodeOfflineReport(
+    ctx,
     r,
-    'False',
-    'NodeOffline',
-    `node ${found.node} of site ${ctx.site.name} is offline: the state of VM ${found.vmid} is unknown until it is back. A node that lost power boots with its VMs stopped (Proxmox starts only those with onboot); the provider then brings VM ${found.vmid} back to spec.forProvider.powerState`,
+    found.node,
+    `the state of VM ${found.vmid} is unknown until it is back. A node that lost power boots with its VMs stopped (Proxmox starts only those with onboot); the provider then brings VM ${found.vmid} back to spec.forProvider.powerState`,
   );
+}
+
+/** Ready False (NodeOffline), `what` saying what is unknown until `node` is back; the VM's state unknown. */
+function nodeOfflineReport(ctx: StepContext, r: ProxmoxVM, node: string, what: string): Observed {
+  atProvider(r).state = 'unknown';
+  ready(r, 'False', 'NodeOffline', `node ${node} of site ${ctx.site.name} is offline: ${what}`);
   return { obs: { exists: true, upToDate: true } };
 }
 

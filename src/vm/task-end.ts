@@ -6,7 +6,7 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { isNoQuorum } from '../proxmox/errors.ts';
-import { parseUpid } from '../proxmox/upid.ts';
+import { parseUpid, workerDied } from '../proxmox/upid.ts';
 import { adoptElsewhere, adoptOwn } from './adoption.ts';
 import { atProvider, noQuorum, reason } from './conditions.ts';
 import { followTask, type StepContext } from './context.ts';
@@ -91,7 +91,7 @@ export async function observeTaskEnd(
       // A worker killed before it ended (a node crash or restart, an OOM kill: PVE reads its task
       // `unexpected status`) was not refused: what it left is looked at again, and `apply` waits,
       // where TaskFailed stopped it. A create's dead worker leaves its placeholder, settled apart.
-      if (!creating && /\bunexpected status\b/.test(msg))
+      if (!creating && workerDied(msg))
         throw reason(
           'TaskDied',
           `${msg}: its worker was killed before it ended (a node crash or restart, an OOM kill); what it left is looked at again`,
