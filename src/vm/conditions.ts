@@ -44,6 +44,7 @@ export const PERMANENT_REASONS: ReadonlySet<string> = new Set([
   'SshHostKeyMismatch',
   'SshAuthenticationFailed',
   'DiskSizeStale',
+  'DiskVolumeMissing',
 ]);
 
 export function reason(r: string, msg: string, retryable = false): ReasonedError {

@@ -61,6 +61,8 @@ export interface ResourceMemory {
   offlineTaskNode?: string;
   /** The last resize this process sent (disk-size.ts): the same one planned again is looked into. */
   resizeSent?: { vmid: number; disk: string; size: string };
+  /** The VMID whose disks a failed resize or start found gone (disk-missing.ts): looked at again before anything is sent to it. */
+  diskMissing?: number;
   /**
    * The last look at what holds the VM's lock (lock-holder.ts): which lock at which VMID, when
    * (the site's clock), since when no task held it, and the LockWithoutTask message once confirmed.

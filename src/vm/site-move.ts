@@ -118,6 +118,13 @@ export async function observeSiteMove(ctx: StepContext, r: ProxmoxVM, vmid: numb
         ? here
         : undefined;
     const thereCfg = there && (await tctx.client.vmConfig(there.node, move.vmid)).values;
+    // Our source gone (destroyed since) while the target still holds what our dead tunnel left:
+    // nothing will ever unlock it. Left to lostOnSource, the VM was made at another VMID there and
+    // the leftover kept by nobody (fault search F86); read as arriving, it was waited on for good.
+    if (!source && there) {
+      const leftover = await tunnelLeftover(tctx, r, move, there, thereCfg?.lock, true);
+      if (leftover) return leftover;
+    }
     if (there && thereCfg) {
       // Only a migration's result has arrived: PVE destroys the source once the target is unlocked,
       // or leaves it locked `migrate` when that fails (QemuMigrate.pm:835-837, :1906-1909). Our
@@ -321,6 +328,7 @@ async function tunnelLeftover(
   move: SiteMove,
   there: ObservedVm,
   lock: string | undefined,
+  sourceGone = false,
 ): Promise<SiteMoveObservation | undefined> {
   if (lock !== 'create' && lock !== 'migrate') return undefined;
   const fate = await placeholderFate(tctx, r, move.vmid, there.node, undefined, true);
@@ -328,9 +336,19 @@ async function tunnelLeftover(
     return waiting(r, `VM ${move.vmid} on site ${move.to} is still held by its migration tunnel (${lock})`, tctx);
   if (fate.kind !== 'ours-interrupted' || fate.task.type !== 'qmtunnel') return undefined;
   atProvider(r).step = 'MigratingToSite';
+  const left = `VM ${move.vmid} on node ${there.node} of site ${move.to} is left from a remote migration of this resource whose worker died (its tunnel, task ${fate.task.upid}, ended: ${fate.task.status ?? 'unknown'}); Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it.`;
+  const gone = `Its source, VM ${move.fromVmid} on site ${move.from}, is gone (destroyed since)`;
+  // The config arrived (it carries our marker) and the source is gone: the copy may be all that is
+  // left of the VM, so the fix keeps it (the provider follows it once unlocked).
+  if (sourceGone && lock === 'migrate')
+    throw reason(
+      'CreateInterrupted',
+      `${left} ${gone}: this copy, its disks and config sent, may be all that is left of it. Fix: check its disks on node ${there.node}, then run 'qm unlock ${move.vmid}' there (the provider follows it), or, to make the VM anew instead, 'qm unlock ${move.vmid} && qm stop ${move.vmid} && qm destroy ${move.vmid} --purge'`,
+      true,
+    );
   throw reason(
     'CreateInterrupted',
-    `VM ${move.vmid} on node ${there.node} of site ${move.to} is left from a remote migration of this resource whose worker died (its tunnel, task ${fate.task.upid}, ended: ${fate.task.status ?? 'unknown'}); Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: on node ${there.node} run 'qm unlock ${move.vmid} && qm stop ${move.vmid} && qm destroy ${move.vmid} --purge' (an online migration's target may still run, waiting for the source; the provider then migrates VM ${move.fromVmid} again)`,
+    `${left} Fix: on node ${there.node} run 'qm unlock ${move.vmid} && qm stop ${move.vmid} && qm destroy ${move.vmid} --purge' (${sourceGone ? `${gone}: the provider then makes the VM on site ${move.to}` : `an online migration's target may still run, waiting for the source; the provider then migrates VM ${move.fromVmid} again`})`,
     true,
   );
 }

@@ -289,13 +289,13 @@ export function parsePveSize(s: string | undefined): number | undefined {
   return Math.round(Number(m[1]) * f);
 }
 
-/** The size of a drive value (`local-lvm:vm-100-disk-0,iothread=1,size=20G`), in bytes. */
 /** A drive's volume: its first field, or its `file=` (`local-lvm:vm-100-disk-0`). */
 export function driveVolume(value: string): string {
   const first = value.split(',')[0] ?? '';
   return first.includes('=') ? (/(?:^|,)file=([^,]+)/.exec(value)?.[1] ?? '') : first;
 }
 
+/** The size of a drive value (`local-lvm:vm-100-disk-0,iothread=1,size=20G`), in bytes. */
 export function driveSize(value: string): number | undefined {
   return parsePveSize(/(?:^|,)size=([^,]+)/.exec(value)?.[1]);
 }

@@ -10,6 +10,7 @@ import { parseUpid, workerDied } from '../proxmox/upid.ts';
 import { adoptElsewhere, adoptOwn } from './adoption.ts';
 import { atProvider, noQuorum, reason } from './conditions.ts';
 import { followTask, type StepContext } from './context.ts';
+import { checkDisksAfterFailure } from './disk-missing.ts';
 import { isLockContention } from './limits.ts';
 import { locate, type ObservedVm } from './lookup.ts';
 import type { Observed } from './observe.ts';
@@ -98,6 +99,11 @@ export async function observeTaskEnd(
           true,
         );
       const locked = /VM is locked|got timeout/.test(msg);
+      // A resize or start that failed on a VM whose disks are gone (a destroy that freed them and
+      // could not remove the config): reported as that, and not sent again (disk-missing.ts).
+      const type = parseUpid(task)?.type;
+      if (!locked && (type === 'resize' || type === 'qmstart'))
+        await checkDisksAfterFailure(ctx, parseUpid(task)!.node, vmid);
       const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
       if (creating) err.createFailure = true;
       throw err;

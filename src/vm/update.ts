@@ -5,8 +5,10 @@
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
+import { PveError } from '../proxmox/errors.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import { followTask, hook, type StepContext, slotWait, slotWake } from './context.ts';
+import { checkDisksAfterFailure, recheckMissingDisks } from './disk-missing.ts';
 import { checkStaleDiskSize, resizeSent } from './disk-size.ts';
 import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
@@ -73,19 +75,23 @@ export async function applyChange(
         return { requeueAfterMs: slotWait(ctx) };
       }
       try {
+        await recheckMissingDisks(ctx, node, vmid);
         await checkStaleDiskSize(ctx, node, vmid, change);
-        upid = (await ctx.client.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;
         resizeSent(ctx, vmid, change);
+        upid = (await ctx.client.resizeDisk(node, vmid, change.disk!, change.size!)) ?? null;
       } catch (e) {
         // Refused, or its answer lost: no task of ours to wait for, so the slot goes back now (a
         // lost answer leaves at worst one resize running outside the limit, never a slot held).
         ctx.site.limiter.release(r.metadata.uid);
+        // PVE before 8 resizes in the request itself (no task): its refusal is looked into here.
+        if (e instanceof PveError && e.kind === 'server') await checkDisksAfterFailure(ctx, node, vmid);
         throw e;
       }
       if (!upid) ctx.site.limiter.release(r.metadata.uid);
       break;
     }
     case 'start':
+      await recheckMissingDisks(ctx, node, vmid);
       ctx.memory.startSentAt = ctx.site.now();
       upid = await ctx.client.startVm(node, vmid);
       break;

@@ -10,11 +10,12 @@
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
 import type { SimCluster } from '../../src/sim/index.ts';
+import { DRIVE_KEY_RE, isCdrom, isCloudinit, parseDrive } from '../../src/sim/qemu-config.ts';
 import type { VmState } from '../../src/sim/state.ts';
 import { heldVmids } from '../../src/vm/connector.ts';
 import { markerUid, ownerKey, parseMarker } from '../../src/vm/spec.ts';
 import { creatorOf, foreignBaselines } from './foreign.ts';
-import { diskSizeReports, lockReports, placeholderReports } from './operator.ts';
+import { diskSizeReports, lockReports, missingDiskReports, placeholderReports } from './operator.ts';
 import type { SettleResult } from './settle.ts';
 import { violated } from './violation.ts';
 import { FOREIGN_USER, type Name, type SiteName, type World } from './world.ts';
@@ -158,10 +159,23 @@ function revertedMove(w: World, uid: string, vms: Placed[]): Placed | undefined 
   return vms.find((p) => p.site === move.to && p.vm.vmid === move.vmid && !p.vm.config.lock);
 }
 
-/** A VM that holds a resource's data: marked, and not a create/clone placeholder (which holds none yet). */
+/**
+ * A VM that holds a resource's data: marked, not a create/clone placeholder (which holds none yet),
+ * and not one whose disks are all gone (a destroy that freed them and could not remove its config:
+ * the destroy took the data, and the operator's `qm destroy` of what is left takes none).
+ */
 function holdsData(p: Placed): boolean {
   const lock = p.vm.config.lock;
-  return lock !== 'create' && lock !== 'clone';
+  return lock !== 'create' && lock !== 'clone' && !disksGone(p.c, p.vm);
+}
+
+/** A VM with disks whose volumes are all gone from their storages. */
+function disksGone(c: SimCluster, vm: VmState): boolean {
+  const disks = Object.entries(vm.config)
+    .filter(([k]) => DRIVE_KEY_RE.test(k))
+    .map(([, v]) => parseDrive(v))
+    .filter((d) => !isCdrom(d) && !isCloudinit(d) && d.file.includes(':'));
+  return disks.length > 0 && !disks.some((d) => c.state.volume(vm.node, d.file));
 }
 
 /**
@@ -185,6 +199,7 @@ export function checkAlways(w: World): void {
   lockReports(w);
   placeholderReports(w);
   diskSizeReports(w);
+  missingDiskReports(w);
   for (const r of [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]) {
     const site = r.status?.atProvider?.site as SiteName | undefined;
     if (!site) continue;
@@ -275,11 +290,18 @@ function checkData(w: World): void {
   for (const [id, vms] of now) w.dataVms.set(id, vms);
 }
 
-/** Whether the other user destroyed `vm` (`site/vmid`; a destroy of theirs that ended OK): then it took the VM's data, not we. */
+/**
+ * Whether the other user destroyed `vm` (`site/vmid`; a destroy of theirs that ended OK, or that
+ * failed once it had freed the disks, its config left: a write refused for want of quorum): then it
+ * took the VM's data, not we.
+ */
 function destroyedByOther(w: World, vm: string): boolean {
   const [site, vmid] = vm.split('/') as [SiteName, string];
-  for (const t of w.cluster(site).state.tasks.values()) {
-    if (t.type !== 'qmdestroy' || t.id !== vmid || t.user !== FOREIGN_USER || t.exitstatus !== 'OK') continue;
+  const c = w.cluster(site);
+  const left = c.state.vms.get(Number(vmid));
+  for (const t of c.state.tasks.values()) {
+    if (t.type !== 'qmdestroy' || t.id !== vmid || t.user !== FOREIGN_USER || t.status !== 'stopped') continue;
+    if (t.exitstatus !== 'OK' && !(left && disksGone(c, left))) continue;
     if (w.destroysSeen.has(t.upid)) continue;
     w.destroysSeen.add(t.upid);
     return true;

@@ -6,7 +6,9 @@
  * `qm unlock`, with the migration's leftovers freed first, and the report's
  * `qm unlock && qm destroy --purge` of the placeholder. And DiskSizeStale reports (src/vm/disk-size.ts:
  * a resize grew the volume but its config write failed, no quorum or a dead worker), each checked
- * against PVE too, for which the operator runs `qm disk rescan`.
+ * against PVE too, for which the operator runs `qm disk rescan`; and DiskVolumeMissing reports
+ * (src/vm/disk-missing.ts: a VM whose disks a destroy freed, its config left), for which it runs
+ * `qm destroy --purge`.
  */
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
@@ -28,6 +30,20 @@ function everyResource(w: World): Array<{ r: ProxmoxVM; counted: string }> {
   ];
 }
 
+/** Each resource (of both state files) not reconciled since the operator acted on it: a report it shows now was written since. */
+function unacted(w: World): Array<{ r: ProxmoxVM; counted: string }> {
+  const acted = unlockedAt.get(w) ?? new Map<string, number>();
+  unlockedAt.set(w, acted);
+  return everyResource(w).filter(({ counted }) => acted.get(counted) !== (w.reconciles.get(counted) ?? 0));
+}
+
+/** The operator acted on the VM of `r` (or, given `vmid`, of every resource with that VMID): their reports are stale until reconciled. */
+function acted(w: World, r: ProxmoxVM, vmid?: number): void {
+  for (const { r: other, counted } of everyResource(w))
+    if (vmid !== undefined ? Number(externalName(other)) === vmid : other.metadata.name === r.metadata.name)
+      unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
+}
+
 /**
  * The LockWithoutTask reports (src/vm/lock-holder.ts) whose VM still has the lock reported, each
  * checked against PVE: no task of the VM runs on its cluster (for `backup`, no vzdump at all). A
@@ -38,9 +54,7 @@ function everyResource(w: World): Array<{ r: ProxmoxVM; counted: string }> {
  */
 export function lockReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> {
   const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; lock: string }> = [];
-  const unlocked = unlockedAt.get(w) ?? new Map<string, number>();
-  unlockedAt.set(w, unlocked);
-  for (const { r, counted } of everyResource(w)) {
+  for (const { r } of unacted(w)) {
     const rd = getCondition(r, 'Ready');
     const sy = getCondition(r, 'Synced');
     const report =
@@ -50,7 +64,6 @@ export function lockReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: 
           ? sy
           : undefined;
     if (!report) continue;
-    if (unlocked.get(counted) === (w.reconciles.get(counted) ?? 0)) continue;
     const c = w.cluster(w.siteOf(r));
     const vmid = Number(externalName(r));
     const vm = c.state.vms.get(vmid);
@@ -94,8 +107,7 @@ export function operatorUnlocks(w: World): void {
         }
       }
     delete vm.config.lock;
-    for (const { r: other, counted } of everyResource(w))
-      if (Number(externalName(other)) === vmid) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
+    acted(w, r, vmid);
     w.log(
       `  operator: ${removed.length ? `pvesm free ${removed.join(' ')}; ` : ''}qm unlock ${vmid} on ${vm.node} (${r.metadata.name} reported its lock '${lock}' held by no task)`,
     );
@@ -113,16 +125,15 @@ const DEAD_PLACEHOLDER =
  * a live create). A report not written again since the operator acted is left out (the VMID may
  * hold the provider's next create by then).
  */
-export function placeholderReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; what: string }> {
-  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; what: string }> = [];
-  const acted = unlockedAt.get(w) ?? new Map<string, number>();
-  unlockedAt.set(w, acted);
-  for (const { r, counted } of everyResource(w)) {
+export function placeholderReports(
+  w: World,
+): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; what: string; keep: boolean }> {
+  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; what: string; keep: boolean }> = [];
+  for (const { r } of unacted(w)) {
     const report = [getCondition(r, 'Ready'), getCondition(r, 'Synced')].find(
       (cond) => cond?.reason === 'CreateInterrupted' && DEAD_PLACEHOLDER.test(cond.message ?? ''),
     );
     if (!report) continue;
-    if (acted.get(counted) === (w.reconciles.get(counted) ?? 0)) continue;
     const [, vmidText, node, site, what = ''] = DEAD_PLACEHOLDER.exec(report.message ?? '')!;
     // A remote migration's target: `lock: create` from its mtunnel call, `migrate` once its config came.
     const locks = what === 'remote migration' ? ['create', 'migrate'] : [what];
@@ -143,19 +154,31 @@ export function placeholderReports(w: World): Array<{ r: ProxmoxVM; c: SimCluste
         "a report's fix that cannot work",
         `${r.metadata.name}: VM ${vmid} runs, and the fix it reports does not stop it: ${report.message}`,
       );
-    out.push({ r, c, vm, what });
+    // A remote migration's copy whose config arrived, its source gone: the report keeps it.
+    out.push({ r, c, vm, what, keep: /may be all that is left of it/.test(report.message ?? '') });
   }
   return out;
 }
 
-/** What an operator does with such a report: what it says, `qm unlock <vmid> && [qm stop <vmid> &&] qm destroy <vmid> --purge`. */
+/**
+ * What an operator does with such a report: what it says, `qm unlock <vmid> && [qm stop <vmid> &&]
+ * qm destroy <vmid> --purge`; or, for a copy that may be all that is left of the VM, `qm unlock`.
+ */
 export function operatorDestroysPlaceholders(w: World): void {
-  for (const { r, c, vm, what } of placeholderReports(w)) {
+  for (const { r, c, vm, what, keep } of placeholderReports(w)) {
+    if (keep) {
+      const lock = vm.config.lock;
+      delete vm.config.lock;
+      acted(w, r);
+      w.log(
+        `  operator: qm unlock ${vm.vmid} on ${vm.node} (${r.metadata.name} reported its ${what}'s copy left, lock: ${lock}, its source gone)`,
+      );
+      continue;
+    }
     vm.status = 'stopped';
     const freed = freeVmVolumes(c.state, vm, true);
     c.state.vms.delete(vm.vmid);
-    for (const { r: other, counted } of everyResource(w))
-      if (other.metadata.name === r.metadata.name) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
+    acted(w, r);
     w.log(
       `  operator: qm unlock ${vm.vmid} && qm destroy ${vm.vmid} --purge on ${vm.node}${freed.length ? ` (freed ${freed.join(' ')})` : ''} (${r.metadata.name} reported its ${what}'s worker dead, lock: ${vm.config.lock})`,
     );
@@ -173,12 +196,9 @@ const STALE_SIZE =
  */
 export function diskSizeReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; disk: string }> {
   const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState; disk: string }> = [];
-  const acted = unlockedAt.get(w) ?? new Map<string, number>();
-  unlockedAt.set(w, acted);
-  for (const { r, counted } of everyResource(w)) {
+  for (const { r } of unacted(w)) {
     const report = getCondition(r, 'Synced');
     if (report?.reason !== 'DiskSizeStale') continue;
-    if (acted.get(counted) === (w.reconciles.get(counted) ?? 0)) continue;
     const m = STALE_SIZE.exec(report.message ?? '');
     if (!m) {
       violated('a DiskSizeStale report without its fix', `${r.metadata.name}: ${report.message}`);
@@ -211,10 +231,58 @@ export function operatorRescans(w: World): void {
     const drive = vm.config[disk]!;
     const volume = c.state.volume(vm.node, drive.split(',')[0]!)!;
     vm.config[disk] = drive.replace(/(^|,)size=[^,]+/, `$1size=${formatSize(volume.size)}`);
-    for (const { r: other, counted } of everyResource(w))
-      if (other.metadata.name === r.metadata.name) unlockedAt.get(w)?.set(counted, w.reconciles.get(counted) ?? 0);
+    acted(w, r);
     w.log(
       `  operator: qm disk rescan --vmid ${vm.vmid} on ${vm.node} (${r.metadata.name} reported ${disk}'s size stale)`,
+    );
+  }
+}
+
+/** A DiskVolumeMissing report (src/vm/disk-missing.ts): its VM, node and the disks it names. */
+const MISSING_DISKS = /VM (\d+) on node (\S+) names disks whose volumes its storage does not hold: (.+?)\. Its disks/;
+
+/**
+ * The DiskVolumeMissing reports, each checked against PVE: the VM is still there on its node, no
+ * task of it runs, and every volume it names is gone while its config still names it (a volume the
+ * storage holds, reported gone, would have an operator destroy a VM with its disks). A report not
+ * written again since the operator acted is left out.
+ */
+export function missingDiskReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState }> {
+  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState }> = [];
+  for (const { r } of unacted(w)) {
+    const report = getCondition(r, 'Synced');
+    if (report?.reason !== 'DiskVolumeMissing') continue;
+    const m = MISSING_DISKS.exec(report.message ?? '');
+    if (!m || !/Fix: .*qm destroy \d+ --purge on node/.test(report.message ?? '')) {
+      violated('a DiskVolumeMissing report without its fix', `${r.metadata.name}: ${report.message}`);
+      continue;
+    }
+    const [, vmidText, node = '', named = ''] = m;
+    const c = w.cluster(w.siteOf(r));
+    const vm = c.state.vms.get(Number(vmidText));
+    if (!vm || vm.node !== node) continue; // destroyed or moved since
+    for (const [, disk, volid] of named.matchAll(/(\S+) \(([^)]+)\)/g)) {
+      if (!vm.config[disk!]?.startsWith(`${volid},`)) continue; // changed since
+      if (c.state.volume(node, volid!))
+        violated('a disk reported missing that its storage holds', `${r.metadata.name}: ${volid} of VM ${vm.vmid}`);
+    }
+    const worker = [...c.state.tasks.values()].find((t) => t.status === 'running' && t.id === String(vm.vmid));
+    if (worker) continue; // the next look decides
+    if (vm.status === 'running')
+      violated("a report's fix that cannot work", `${r.metadata.name}: VM ${vm.vmid} runs: ${report.message}`);
+    out.push({ r, c, vm });
+  }
+  return out;
+}
+
+/** What an operator does with such a report: `qm destroy <vmid> --purge` (its volumes that are left go with it). */
+export function operatorDestroysDiskless(w: World): void {
+  for (const { r, c, vm } of missingDiskReports(w)) {
+    const freed = freeVmVolumes(c.state, vm, true);
+    c.state.vms.delete(vm.vmid);
+    acted(w, r);
+    w.log(
+      `  operator: qm destroy ${vm.vmid} --purge on ${vm.node}${freed.length ? ` (freed ${freed.join(' ')})` : ''} (${r.metadata.name} reported its disks gone)`,
     );
   }
 }

@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type fc from 'fast-check';
+import { freeVmVolumes } from '../../src/sim/routes/qemu-drives.ts';
 import {
   Apply,
   Converge,
@@ -24,7 +25,7 @@ import {
   Restart,
   TwoWriters,
 } from './commands.ts';
-import { NodeMove } from './node-commands.ts';
+import { NodeCrash, NodeMove } from './node-commands.ts';
 import { runSchedule } from './runner.ts';
 import type { World } from './world.ts';
 
@@ -50,6 +51,10 @@ const crash = (node: string, lastsFor = 1) =>
     lastsFor,
     'site-2',
   );
+
+/** A site-2 `qmigrate` worker held at its `step`th wait until healed. */
+const qmigrateStall = (step: number, what = `task qmigrate hangs at wait ${step}`) =>
+  new Fault(what, { kind: 'task', type: 'qmigrate', action: 'stall', step }, undefined, 'site-2');
 
 /**
  * Not a drawn command: lets the worker a site-2 stall fault waits for get there, so that a crash
@@ -1440,12 +1445,7 @@ describe('fault-search regressions: a node crash', () => {
       [new Apply('vm-a', onR1)],
       [
         new Converge('vm-a'),
-        new Fault(
-          'task qmigrate hangs until healed',
-          { kind: 'task', type: 'qmigrate', action: 'stall', step: 3 },
-          undefined,
-          'site-2',
-        ),
+        qmigrateStall(3, 'task qmigrate hangs until healed'),
         new NodeMove('vm-a'),
         new Reconcile('vm-a'),
         untilStalled,
@@ -1462,33 +1462,84 @@ describe('fault-search regressions: a node crash', () => {
   });
 });
 
+describe('fault-search regressions: F86, a remote migration whose source is destroyed after its worker died', () => {
+  it("vm-c's move from site-1 to site-2 dies with ml110-01 at the target's tunnel placeholder (`lock: create` on site-2), then another user destroys the source -> the placeholder is reported as this resource's leftover, with the fix, and the VM made on site-2 once it is cleared: it was made at another VMID there and the placeholder kept by nobody", async () => {
+    const { journal } = await runSchedule(
+      'password',
+      [vmA, vmC],
+      [
+        new Reconcile('vm-c', { where: { step: 'update-reserve-site-move' }, what: { kind: 'crash' } }),
+        new NodeMove('vm-c', undefined, 'end'),
+        new NodeCrash('vm-c', 1),
+        new Reconcile('vm-a', { where: { step: 'connected' }, what: { kind: 'crash' } }),
+        new Foreign('destroy', 'vm-c'),
+        new Fault(`POST create answers 500 '${LOCK_TIMEOUT}' x1`, {
+          kind: 'request',
+          method: 'POST',
+          path: '/nodes/{node}/qemu',
+          status: 500,
+          message: LOCK_TIMEOUT,
+          count: 1,
+        }),
+      ],
+      { nodes: true },
+    );
+    assert.ok(
+      journal.some((l) =>
+        /operator: qm unlock 100 && qm destroy 100 --purge on r630-0\d \(vm-c reported its remote migration's worker dead, lock: create\)/.test(
+          l,
+        ),
+      ),
+      journal.join('\n'),
+    );
+  });
+});
+
+describe('fault-search regressions: F87, a destroy refused for want of quorum', () => {
+  it("another user destroys vm-b's VM on site-2 as site-2's other node crashes (no quorum: the destroy frees the disks, then its config write is refused; the VM stays, ours, its volumes gone) -> reported DiskVolumeMissing with `qm destroy`, which the operator runs, and the VM is made again: it was resized for good, each resize failing", async () => {
+    const { journal } = await runSchedule(
+      'password',
+      [vmB],
+      [
+        new NodeMove('vm-b', { kind: 'crash' }),
+        vmB,
+        new NodeMove('vm-b', { kind: 'foreign', what: 'destroy' }),
+        crash('r630-01'),
+        new Reconcile('vm-b', { where: { nth: 2 }, what: { kind: 'crash' } }),
+      ],
+      { nodes: true },
+    );
+    assert.ok(
+      journal.some((l) => /operator: qm destroy 100 --purge on r630-02 \(vm-b reported its disks gone\)/.test(l)),
+      journal.join('\n'),
+    );
+  });
+});
+
 /**
  * F82: a move of vm-a from site-2 to site-1 whose source node (r630-01) crashes while its
  * `qmigrate` worker runs, at three points: the target's tunnel placeholder made (`lock: create`),
  * the source locked too (`lock: migrate`), and the VM's config sent to the target (`lock: migrate`
  * there, with the marker). PVE's mtunnel then ends "mtunnel exited unexpectedly" and cleans up
  * nothing. The leftover was taken for another user's VM (MigrationRefused for good, a VM nobody
- * owned), and a source locked by the dead worker was waited on for good.
+ * owned), and a source locked by the dead worker was waited on for good. And the config sent, the
+ * source then destroyed by a person: the copy was waited on as arriving for good (F86's fix).
  */
 describe('fault-search regressions: F82, a remote migration whose source node crashes', () => {
-  const crashAt = async (step: number): Promise<string[]> => {
+  const crashAt = async (step: number, then: Array<fc.AsyncCommand<Model, World>> = []): Promise<string[]> => {
     const { journal } = await runSchedule(
       'token',
       [new Apply('vm-a', onR1)],
       [
         new Converge('vm-a'),
-        new Fault(
-          `task qmigrate hangs at wait ${step}`,
-          { kind: 'task', type: 'qmigrate', action: 'stall', step },
-          undefined,
-          'site-2',
-        ),
+        qmigrateStall(step),
         new Move('vm-a'),
         new Reconcile('vm-a'),
         new Reconcile('vm-a'),
         untilStalled,
         crash('r630-01'),
         new Reconcile('vm-a'),
+        ...then,
         new Reconcile('vm-a'),
       ],
       { strict: true, nodes: true },
@@ -1530,6 +1581,31 @@ describe('fault-search regressions: F82, a remote migration whose source node cr
     );
     assert.ok(
       journal.some((l) => destroyed('migrate').test(l)),
+      journal.join('\n'),
+    );
+  });
+
+  const destroySource: fc.AsyncCommand<Model, World> = {
+    check: () => true,
+    async run(_m, w) {
+      const c = w.cluster('site-2');
+      const vm = c.state.vms.get(100);
+      assert.equal(vm?.config.lock, 'migrate', 'the source is locked by the dead migration');
+      freeVmVolumes(c.state, vm, true);
+      c.state.vms.delete(100);
+      w.log('> a person runs qm unlock 100 && qm destroy 100 --purge on r630-01 (site-2)');
+    },
+    toString: () => "a person destroys the migration's source",
+  };
+
+  it("vm-a's move from site-2 to site-1 dies with r630-01 once its config was sent (site-1's copy `lock: migrate`, with the marker), and a person unlocks and destroys the source -> the copy is reported with a fix that keeps it (`qm unlock`), and followed once unlocked: it was read as arriving, and waited on for good", async () => {
+    const journal = await crashAt(14, [destroySource]);
+    assert.ok(
+      journal.some((l) =>
+        /operator: qm unlock 100 on ml110-01 \(vm-a reported its remote migration's copy left, lock: migrate, its source gone\)/.test(
+          l,
+        ),
+      ),
       journal.join('\n'),
     );
   });

@@ -40,9 +40,13 @@ export interface MoveStats {
   /** Node crashes (the fourth search), and workers that died (a crash, a `die` fault) on either cluster. */
   crashes: number;
   diedWorkers: number;
-  /** Requests and workers refused for want of quorum (a two-node site with a node down), and stale disk sizes rescanned by the operator. */
+  /**
+   * Requests and workers refused for want of quorum (a two-node site with a node down), stale disk
+   * sizes rescanned by the operator, and VMs whose disks were gone destroyed by it.
+   */
   quorumRefusals: number;
   rescans: number;
+  disklessDestroyed: number;
 }
 
 /** No moves yet: the sum a search starts from. */
@@ -59,6 +63,7 @@ export function noMoves(): MoveStats {
     diedWorkers: 0,
     quorumRefusals: 0,
     rescans: 0,
+    disklessDestroyed: 0,
   };
 }
 
@@ -80,6 +85,7 @@ function moveStats(w: World): MoveStats {
   out.nodeInterrupted = w.journal.filter((l) => /^ {2}at update-migrate:/.test(l)).length;
   out.unlocked = w.journal.filter((l) => /^ {2}operator: .*qm unlock/.test(l)).length;
   out.rescans = w.journal.filter((l) => /^ {2}operator: qm disk rescan/.test(l)).length;
+  out.disklessDestroyed = w.journal.filter((l) => /^ {2}operator: qm destroy .*reported its disks gone/.test(l)).length;
   return out;
 }
 

@@ -206,7 +206,7 @@ async function search(
   if (nodes)
     say(
       t,
-      `migrations inside site-2 (the same runs): ${moves.nodeSent} migrate sent, ${moves.nodeInterrupted} interruptions at update-migrate, ${moves.unlocked} dead workers' locks reported and unlocked by the operator, ${moves.crashes} node crashes, ${moves.diedWorkers} workers died, ${moves.quorumRefusals} requests and workers refused for want of quorum, ${moves.rescans} stale disk sizes rescanned by the operator`,
+      `migrations inside site-2 (the same runs): ${moves.nodeSent} migrate sent, ${moves.nodeInterrupted} interruptions at update-migrate, ${moves.unlocked} dead workers' locks reported and unlocked by the operator, ${moves.crashes} node crashes, ${moves.diedWorkers} workers died, ${moves.quorumRefusals} requests and workers refused for want of quorum, ${moves.rescans} stale disk sizes rescanned and ${moves.disklessDestroyed} VMs whose disks were gone destroyed by the operator`,
     );
   for (const [sig, n] of seen) say(t, `  ${sig}: met ${n} more time(s) after it was found`);
   assert.equal(found.size, 0, [...found.values()].join('\n\n'));

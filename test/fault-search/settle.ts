@@ -11,7 +11,12 @@ import { externalName, getCondition } from '../../src/engine/resource.ts';
 import { settled } from '../../src/local/resource-view.ts';
 import { markerUid } from '../../src/vm/spec.ts';
 import { checkAlways, refusedAsDesigned } from './invariants.ts';
-import { operatorDestroysPlaceholders, operatorRescans, operatorUnlocks } from './operator.ts';
+import {
+  operatorDestroysDiskless,
+  operatorDestroysPlaceholders,
+  operatorRescans,
+  operatorUnlocks,
+} from './operator.ts';
 import { SITE_TTL_MS } from './process.ts';
 import type { Name, World } from './world.ts';
 
@@ -76,6 +81,7 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     operatorUnlocks(w);
     operatorDestroysPlaceholders(w);
     operatorRescans(w);
+    operatorDestroysDiskless(w);
     rounds++;
     // One line per round (identical rounds collapse into one with a count).
     // Both state files' resources on one line: identical rounds collapse, and a failure's journal

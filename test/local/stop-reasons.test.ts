@@ -33,7 +33,8 @@ describe('stop reasons of apply and delete', () => {
     assert.equal(failedPermanently(withConditions(['False', 'Deleting'], ['False', 'LockWithoutTask'])), true);
     assert.equal(failedPermanently(withConditions(['False', 'Deleting'], ['False', 'Locked'])), false);
   });
-  it('NoQuorum and TaskDied are waited on; DiskSizeStale stops it (only qm disk rescan mends it)', () => {
+  it('NoQuorum and TaskDied are waited on; DiskSizeStale and DiskVolumeMissing stop it (only an operator mends them)', () => {
+    assert.equal(failedPermanently(withConditions(['False', 'Creating'], ['False', 'DiskVolumeMissing'])), true);
     assert.equal(failedPermanently(withConditions(['True', 'Available'], ['False', 'NoQuorum'])), false);
     assert.equal(failedPermanently(withConditions(['True', 'Available'], ['False', 'DiskSizeStale'])), true);
     assert.equal(failedPermanently(withConditions(['True', 'Available'], ['False', 'TaskDied'])), false);

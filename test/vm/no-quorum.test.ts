@@ -4,13 +4,16 @@
  * (Synced False, NoQuorum, retried, nothing of the spec blamed) and converges once it is back.
  * A resize whose config write was refused grew the volume all the same, and a resize to that size
  * again writes nothing (Qemu.pm:6050): the provider reports the stale config (DiskSizeStale, with
- * `qm disk rescan`) instead of resizing for good. A lock whose worker may run on a node that is down
- * says so (whether a task holds it cannot be seen until the node is back).
+ * `qm disk rescan`) instead of resizing for good. A destroy refused at its config write freed the
+ * disks all the same: the VM left, ours, is reported (DiskVolumeMissing, with `qm destroy`) instead
+ * of started for good (F87). A lock whose worker may run on a node that is down says so (whether a
+ * task holds it cannot be seen until the node is back).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
 import { driveSize } from '../../src/vm/spec.ts';
+import { raw, waitTask } from '../helpers/sim.ts';
 import { cond, Engine, ownedBy, SITE1, startSim, twoNodeTopology, vm } from './harness.ts';
 
 const GiB = 1024 ** 3;
@@ -95,6 +98,45 @@ describe('a site without quorum', () => {
     c.state.vms.delete(vmid);
     const made = await eng.waitReady(key);
     assert.equal(ownedBy(c, made.metadata.uid).length, 1);
+  });
+
+  it('a VM whose disks a destroy refused for want of quorum freed: DiskVolumeMissing with qm destroy, not a start for good (F87)', async () => {
+    const key = eng.apply(vm('quorum-diskless', { node: 'pve-a' }));
+    const made = await eng.waitReady(key);
+    const vmid = made.status!.atProvider!.vmId!;
+    const crash = c.addFault({ kind: 'node-crash', node: 'pve-b' });
+    // Another user stops the VM and destroys it: the disks are freed, the config write is refused.
+    const call = async (method: 'POST' | 'DELETE', path: string) => {
+      const res = await raw(c.url, method, `/nodes/pve-a/qemu/${vmid}${path}`, method === 'POST' ? { form: {} } : {});
+      assert.equal(res.status, 200, res.text);
+      return waitTask(c.url, 'pve-a', (res.json as { data: string }).data);
+    };
+    assert.equal((await call('POST', '/status/stop')).exitstatus, 'OK');
+    assert.match((await call('DELETE', '')).exitstatus ?? '', /Permission denied/);
+    const volume = c.state.vms.get(vmid)!.config.scsi0!.split(',')[0]!;
+    assert.equal(c.state.volume('pve-a', volume), undefined, 'the destroy freed the disk before its write');
+    c.removeFault(crash);
+    const starts = () =>
+      [...c.state.tasks.values()].filter((t) => t.type === 'qmstart' && t.id === String(vmid)).length;
+    const before = starts();
+    const missing = await eng.waitSynced(key, 'DiskVolumeMissing');
+    const message = cond(missing, 'Synced')?.message ?? '';
+    assert.match(
+      message,
+      new RegExp(`VM ${vmid} on node pve-a names disks whose volumes its storage does not hold: scsi0 \\(${volume}\\)`),
+    );
+    assert.match(message, new RegExp(`Fix: .*qm destroy ${vmid} --purge on node pve-a`));
+    const sent = starts();
+    assert.equal(sent - before, 1, 'one start, which failed');
+    // Looked at again, and nothing sent while the disks are gone.
+    const n = eng.attemptsOf(key).length;
+    await eng.waitFor(key, () => eng.attemptsOf(key).length >= n + 2, 'two more reconciles');
+    assert.equal(cond(eng.get(key), 'Synced')?.reason, 'DiskVolumeMissing');
+    assert.equal(starts(), sent, 'no start after the report');
+    // What the report says to run; the provider then makes the VM again, once.
+    assert.equal((await call('DELETE', '')).exitstatus, 'OK');
+    const again = await eng.waitReady(key);
+    assert.equal(ownedBy(c, again.metadata.uid).length, 1);
   });
 
   it('a lock whose worker may run on a node that is down: Locked, naming that node (LockWithoutTask once it is back: lock-holder.ts)', async () => {
