@@ -1,13 +1,14 @@
 /**
  * `plan`: per site, node and storage, what the manifests ask for against what Proxmox has (read
- * live), the VMs already there, overcommit warnings, hard violations, the placement of unpinned
- * VMs and the phase order. Nothing is changed.
+ * live), the VMs already there, overcommit warnings, a site without quorum, hard violations, the
+ * placement of unpinned VMs and the phase order. Nothing is changed.
  */
 
 import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, parseQuantity } from '../api/quantity.ts';
 import { formatImagePlans, type ImagePlan } from '../image/plan.ts';
+import { describeNodesUp, type Quorum, quorumFix, quorumOf } from '../proxmox/quorum.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { diskBytes, hasOwnerTag, memoryBytes, vcpus, vmName } from '../vm/spec.ts';
@@ -75,6 +76,8 @@ interface SiteFacts {
   nodes: ClusterResource[];
   vms: ClusterResource[];
   storages: Map<string, StorageEntry[]>;
+  /** Undefined for a node in no cluster, or when it cannot be read (Sys.Audit on / missing). */
+  quorum?: Quorum | undefined;
 }
 
 async function readSite(config: LoadedProviderConfig, site: string): Promise<SiteFacts> {
@@ -86,7 +89,9 @@ async function readSite(config: LoadedProviderConfig, site: string): Promise<Sit
     for (const n of nodes) if (n.status === 'online' && n.node) storages.set(n.node, await client.nodeStorages(n.node));
     // Our tagged VMs whose name a manifest has count as already deployed (see planFleet).
     const vms = res.filter((r) => r.type === 'qemu' && r.template !== 1);
-    return { nodes, vms, storages };
+    // Without quorum Proxmox refuses every change here: the plan says so before apply waits on it.
+    const quorum = await client.clusterStatus().then(quorumOf, () => undefined);
+    return { nodes, vms, storages, quorum };
   } finally {
     await client.close();
   }
@@ -141,6 +146,12 @@ export async function planFleet(
       });
       continue;
     }
+    if (facts.quorum && !facts.quorum.quorate)
+      findings.push({
+        severity: 'warning',
+        site: site.name,
+        message: `site ${site.name}: cluster ${facts.quorum.cluster} has no quorum (${describeNodesUp(facts.quorum)}): Proxmox refuses creates, starts and config changes until it is back, and apply waits on its ${mine.length} VM(s) (NoQuorum). Fix: ${quorumFix(facts.quorum)}`,
+      });
     const plans = new Map<string, NodePlan>();
     for (const n of facts.nodes) {
       const storages = (facts.storages.get(n.node!) ?? []).map((s) => ({

@@ -404,6 +404,27 @@ describe('plan: placement of unpinned VMs, unknown sites, foreign VMs', () => {
     } as ProxmoxVM;
   }
 
+  it("a site whose cluster lost quorum (r630-02 down: site-2's two nodes, no QDevice) is a warning naming the fix", async () => {
+    const site2 = sim.cluster('site-2');
+    const id = site2.addFault({ kind: 'node-crash', node: 'r630-02' });
+    try {
+      const p = await planFleet([vm('q1', { node: 'r630-01' })], config);
+      const warnings = p.findings.filter((f) => /quorum/.test(f.message));
+      assert.equal(warnings.length, 1, JSON.stringify(p.findings));
+      assert.equal(warnings[0]!.severity, 'warning');
+      assert.equal(warnings[0]!.site, 'site-2');
+      assert.match(
+        warnings[0]!.message,
+        /^site site-2: cluster \S+ has no quorum \(1 of 2 nodes online \(down: r630-02\)\): Proxmox refuses creates, starts and config changes until it is back, and apply waits on its 1 VM\(s\) \(NoQuorum\)\. Fix: bring r630-02 back .*pvecm expected/,
+      );
+      assert.match(formatPlan(p), /^warnings:\n {2}- site site-2: cluster \S+ has no quorum/m);
+    } finally {
+      site2.removeFault(id);
+    }
+    const p = await planFleet([vm('q1', { node: 'r630-01' })], config);
+    assert.ok(!p.findings.some((f) => /quorum/.test(f.message)), 'quorate again: no warning');
+  });
+
   it('unpinned VMs go to the node with the most free memory whose storage can take the disk', async () => {
     const p = await planFleet(
       [
