@@ -96,6 +96,18 @@ export function outOfSpaceMessage(s: StorageState, volname: string, size: number
   }
 }
 
+/**
+ * activate_volumes' die for a volume its storage does not hold (a resize, a start): lvm-thin looks
+ * the LV up in its list (pve-storage src/PVE/Storage/LvmThinPlugin.pm:247 at 0c56bad), a storage
+ * with a path tests the file (Plugin.pm:2054-2059). Other types fail later, each its own way; they
+ * get the path plugin's text here.
+ */
+export function missingVolumeMessage(s: StorageState | undefined, volid: string): string {
+  const volname = volid.slice(volid.indexOf(':') + 1);
+  if (s?.type === 'lvmthin') return `no such logical volume pve/${volname}`;
+  return `volume '${volid}' does not exist`;
+}
+
 /** `size=32G` as qemu-server prints disk sizes. */
 export function formatSize(bytes: number): string {
   const units: Array<[string, number]> = [

@@ -118,6 +118,15 @@ describe('sim: quorum', () => {
     assert.equal(sc.state.volume('pve1', 'local-lvm:vm-110-disk-0'), undefined, 'the disk was freed first');
     assert.match((await config(url, 110)).scsi0!, /vm-110-disk-0/, 'the config stays, naming it');
     sc.clearFaults();
+    // What is left fails every resize and start as activate_volumes does on lvm-thin (LvmThinPlugin.pm:247).
+    const resizeGone = await finish(
+      url,
+      'pve1',
+      await putTask(url, '/nodes/pve1/qemu/110/resize', { disk: 'scsi0', size: '8G' }),
+    );
+    assert.equal(resizeGone.exit, 'no such logical volume pve/vm-110-disk-0');
+    const startGone = await finish(url, 'pve1', await start(url, '/nodes/pve1/qemu/110/status/start', {}));
+    assert.equal(startGone.exit, 'no such logical volume pve/vm-110-disk-0');
     const retry = await finish(url, 'pve1', data<string>(await raw(url, 'DELETE', '/nodes/pve1/qemu/110')));
     assert.equal(retry.exit, 'OK');
     assert.equal(sc.state.vms.has(110), false);

@@ -19,7 +19,7 @@ import {
 } from '../qemu-config.ts';
 import { checkConfigWrite } from '../quorum.ts';
 import type { Route, RouteCtx } from '../server.ts';
-import { formatSize, GiB, MiB, type Volume } from '../storage.ts';
+import { formatSize, GiB, MiB, missingVolumeMessage, type Volume } from '../storage.ts';
 import type { TaskHandle } from '../tasks.ts';
 import {
   checkBridges,
@@ -231,7 +231,7 @@ export const configRoutes: Route[] = [
           const d = parseDrive(value);
           if (isCdrom(d)) throw new Error("you can't resize a cdrom");
           const vol = c.volume(node, d.file);
-          if (!vol) throw new Error(`volume '${d.file}' does not exist`);
+          if (!vol) throw new Error(missingVolumeMessage(c.storage(node, d.file.split(':')[0]!), d.file));
           const m = /^(\+?)(\d+(?:\.\d+)?)([KMGT]?)$/.exec(sizeArg)!;
           const unit = { '': 1, K: 1024, M: MiB, G: GiB, T: 1024 * GiB }[m[3] as '' | 'K' | 'M' | 'G' | 'T'];
           const amount = Math.round(Number(m[2]) * unit);

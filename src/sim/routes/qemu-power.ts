@@ -20,7 +20,7 @@ import {
 import { checkCfsQuorum } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, VmState } from '../state.ts';
-import { MiB } from '../storage.ts';
+import { MiB, missingVolumeMessage } from '../storage.ts';
 import type { TaskHandle } from '../tasks.ts';
 import { agentEnabled } from './qemu-agent.ts';
 import { checkLock, checkSkiplock, DURATIONS, loadVm, lockVm, vmPerm } from './qemu-common.ts';
@@ -42,7 +42,7 @@ export async function bootVm(c: ClusterState, t: TaskHandle, vm: VmState, resume
     if (!DRIVE_KEY_RE.test(k)) continue;
     const d = parseDrive(v);
     if (d.file.includes(':') && !c.volume(vm.node, d.file) && d.file !== 'none')
-      throw new Error(`volume '${d.file}' does not exist`);
+      throw new Error(missingVolumeMessage(c.storage(vm.node, d.file.split(':')[0]!), d.file));
   }
   await t.sleep(DURATIONS.start);
   vm.status = 'running';
