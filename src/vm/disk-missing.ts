@@ -15,7 +15,7 @@
  */
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
-import { driveVolume } from './spec.ts';
+import { driveVolume, listedAs } from './spec.ts';
 
 /** Config keys that hold a volume of the VM (a CD-ROM and `none` are skipped where read). */
 const VOLUME_KEY = /^(scsi|virtio|sata|ide)\d+$|^efidisk0$|^tpmstate0$/;
@@ -46,8 +46,8 @@ export async function missingDisks(
     }
     const listed = new Set<string>();
     for (const storage of new Set(disks.map((d) => d.volume.split(':')[0]!)))
-      for (const v of await ctx.client.storageContent(node, storage, { vmid })) listed.add(v.volid);
-    return disks.filter((d) => !listed.has(d.volume));
+      for (const v of await ctx.client.storageContent(node, storage, { vmid })) listed.add(listedAs(v.volid));
+    return disks.filter((d) => !listed.has(listedAs(d.volume)));
   } catch {
     return undefined;
   }

@@ -15,7 +15,7 @@
 import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
-import { parsePveSize } from './spec.ts';
+import { listedAs, parsePveSize } from './spec.ts';
 
 /** Before sending `change` (a resize) to VM `vmid` on `node`: throws DiskSizeStale when the config is what is behind. */
 export async function checkStaleDiskSize(ctx: StepContext, node: string, vmid: number, change: Change): Promise<void> {
@@ -24,7 +24,7 @@ export async function checkStaleDiskSize(ctx: StepContext, node: string, vmid: n
   const storage = change.volume?.split(':')[0];
   if (!again || !storage) return;
   const volumes = await ctx.client.storageContent(node, storage, { vmid });
-  const volume = volumes.find((v) => v.volid === change.volume);
+  const volume = volumes.find((v) => listedAs(v.volid) === listedAs(change.volume!));
   const want = parsePveSize(change.size);
   if (!volume || want === undefined || volume.size < want) return;
   throw reason(

@@ -295,6 +295,17 @@ export function driveVolume(value: string): string {
   return first.includes('=') ? (/(?:^|,)file=([^,]+)/.exec(value)?.[1] ?? '') : first;
 }
 
+/**
+ * A volume as a storage's listing can name it: its storage and its own name. lvm-thin lists a
+ * linked clone's LV by its own name (`local-lvm:vm-100-disk-0`) where the config names it with its
+ * base (`local-lvm:base-9000-disk-0/vm-100-disk-0`: pve-storage LvmThinPlugin.pm:170-181 at
+ * 0c56bad); a directory storage and RBD list the whole path. Compared whole, such a disk was
+ * not found (disk-missing.ts would have reported it gone, disk-size.ts never stale).
+ */
+export function listedAs(volid: string): string {
+  return `${volid.slice(0, volid.indexOf(':'))}:${volid.slice(volid.lastIndexOf('/') + 1).replace(/^.*:/, '')}`;
+}
+
 /** The size of a drive value (`local-lvm:vm-100-disk-0,iothread=1,size=20G`), in bytes. */
 export function driveSize(value: string): number | undefined {
   return parsePveSize(/(?:^|,)size=([^,]+)/.exec(value)?.[1]);
