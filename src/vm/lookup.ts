@@ -95,8 +95,8 @@ export function isOwnVm(vm: MarkedVm, r: ProxmoxVM, installation: string): boole
  * This resource's VM, found by its marker alone: what makes the state file (or a Kubernetes object
  * re-created from a manifest) a cache of what Proxmox holds. A resource with no recorded VMID (a
  * new, lost or other state file), or whose VM is not at its recorded VMID, looks here before it
- * creates anything. Candidates are the marked VMs that no other resource of this runtime holds;
- * with several (duplicates from two runtimes racing), the lowest VMID, the one every runtime
+ * creates anything. Candidates are the marked VMs that no other resource of this runtime holds,
+ * and those of its name whoever holds them; with several (duplicates from two runtimes racing), the lowest VMID, the one every runtime
  * keeps (see duplicates.ts). The pick is confirmed by a fresh read of its config.
  */
 export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<ObservedVm | undefined> {
@@ -109,11 +109,11 @@ export async function findOwnVm(ctx: StepContext, r: ProxmoxVM): Promise<Observe
   // tagged come from the list's index of those no other resource holds (unheldTagged).
   const candidates = unheldTagged(index, held, r.metadata.uid);
   const tagged = new Set(candidates);
-  for (const e of named) {
-    if (tagged.has(e) || !e.node || e.template === 1) continue;
-    const holder = held?.get(Number(e.vmid));
-    if (holder === undefined || holder === r.metadata.uid) candidates.push(e);
-  }
+  // A VM of this resource's name is read whoever holds its VMID: a hold is this runtime's record,
+  // the marker is Proxmox's. Another resource's unknown create held site-2/100 when another state
+  // file's runtime migrated this resource's VM there; left out, the VM was made again beside it
+  // (fault search F88).
+  for (const e of named) if (!tagged.has(e) && e.node && e.template !== 1) candidates.push(e);
   const installation = ctx.site.installation;
   const own = (await ctx.site.markedVms(candidates, ctx.signal)).filter((v) => isOwnVm(v, r, installation));
   for (const v of own.sort((a, b) => a.vmid - b.vmid)) {

@@ -1462,6 +1462,23 @@ describe('fault-search regressions: a node crash', () => {
   });
 });
 
+describe('fault-search regressions: F88, a VM of the resource at a VMID another resource holds', () => {
+  it("vm-a's manifest moves to site-2, where vm-c's create at 100 crashed before its outcome was known (vm-c then moves to site-1); the other state file's vm-a migrates the VM to site-2 as 100 -> this state file's vm-a finds it there by its marker, though vm-c's record holds that VMID: it made a second VM at 101", async () => {
+    await runSchedule(
+      'token',
+      [vmA],
+      [
+        new Reconcile('vm-a'),
+        new Move('vm-a'),
+        new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new Reconcile('vm-c', { where: { nth: 6 }, what: { kind: 'crash' } }),
+        new OtherState('vm-a'),
+        new Move('vm-c'),
+      ],
+    );
+  });
+});
+
 describe('fault-search regressions: F86, a remote migration whose source is destroyed after its worker died', () => {
   it("vm-c's move from site-1 to site-2 dies with ml110-01 at the target's tunnel placeholder (`lock: create` on site-2), then another user destroys the source -> the placeholder is reported as this resource's leftover, with the fix, and the VM made on site-2 once it is cleared: it was made at another VMID there and the placeholder kept by nobody", async () => {
     const { journal } = await runSchedule(
