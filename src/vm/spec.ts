@@ -303,7 +303,9 @@ export function driveVolume(value: string): string {
  * not found (disk-missing.ts would have reported it gone, disk-size.ts never stale).
  */
 export function listedAs(volid: string): string {
-  return `${volid.slice(0, volid.indexOf(':'))}:${volid.slice(volid.lastIndexOf('/') + 1).replace(/^.*:/, '')}`;
+  const colon = volid.indexOf(':');
+  const name = volid.slice(colon + 1);
+  return `${volid.slice(0, colon)}:${name.slice(name.lastIndexOf('/') + 1)}`;
 }
 
 /** The size of a drive value (`local-lvm:vm-100-disk-0,iothread=1,size=20G`), in bytes. */

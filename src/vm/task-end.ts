@@ -101,9 +101,9 @@ export async function observeTaskEnd(
       const locked = /VM is locked|got timeout/.test(msg);
       // A resize or start that failed on a VM whose disks are gone (a destroy that freed them and
       // could not remove the config): reported as that, and not sent again (disk-missing.ts).
-      const type = parseUpid(task)?.type;
-      if (!locked && (type === 'resize' || type === 'qmstart'))
-        await checkDisksAfterFailure(ctx, parseUpid(task)!.node, vmid);
+      const ran = parseUpid(task);
+      if (!locked && ran && (ran.type === 'resize' || ran.type === 'qmstart'))
+        await checkDisksAfterFailure(ctx, ran.node, vmid);
       const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
       if (creating) err.createFailure = true;
       throw err;
