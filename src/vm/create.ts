@@ -29,7 +29,7 @@ import {
   printNet,
   vmName,
 } from './spec.ts';
-import { confirmedAt, giveUpVmid, vmidChosenByUs } from './vmid.ts';
+import { clearOfLateDestroys, confirmedAt, giveUpVmid, vmidChosenByUs } from './vmid.ts';
 
 /** Send the create (or clone) the plan describes. Returns the UPID, or nothing when it is already there. */
 export async function issueCreate(
@@ -41,6 +41,7 @@ export async function issueCreate(
   const a = atProvider(r);
   const vmid = Number(externalName(r));
   const { node, storage, ciStorage, source } = plan;
+  await clearOfLateDestroys(ctx, r, vmid);
   try {
     let upid: string;
     let namesSnippet = false;

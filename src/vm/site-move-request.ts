@@ -14,6 +14,7 @@ import { listIndex } from './list-index.ts';
 import type { ObservedVm } from './lookup.ts';
 import { estimate, vmDisks, wantedStorage } from './migrate.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
+import { lateDestroyWindowMs } from './recent-destroys.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, writeSnippetOn } from './snippets.ts';
 import { desiredNets, memoryBytes, parseNetValue } from './spec.ts';
 import { freeVmids } from './vmid.ts';
@@ -69,7 +70,14 @@ async function endpointNode(tctx: StepContext): Promise<string> {
 
 /** The VMID on the target: its own when free there (the marker and VMID stay), else the first free one. */
 async function targetVmid(tctx: StepContext, r: ProxmoxVM, vmid: number): Promise<number> {
-  if ((await freeVmids(tctx, r))(vmid)) return vmid;
+  const free = await freeVmids(tctx, r);
+  if (free(vmid)) return vmid;
+  if (free.destroyedLately.has(vmid))
+    throw reason(
+      'MigrationRefused',
+      `VMID ${vmid} on site ${tctx.site.name} was destroyed less than ${lateDestroyWindowMs(tctx) / 1000} s ago, and PVE may still apply a destroy of it that was sent earlier; the move is tried again once that time has passed`,
+      true,
+    );
   // A VM keeps its VMID: a marker names it, and every runtime of the installation must recognise
   // the moved VM by it at once (a VM moved to another VMID carried a marker naming the old one, and
   // another state file took it for a copy: fault-search F26).

@@ -22,6 +22,7 @@ import { abortable } from '../proxmox/deadline.ts';
 import { atProvider, reason, setStep } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import { listIndex } from './list-index.ts';
+import { lateDestroyWindowMs, type RecentDestroys, recentlyDestroyed } from './recent-destroys.ts';
 
 /** The first free VMID >= nextid in the site's range, skipping VMIDs in use, reserved or held by other resources. */
 export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ externalName: string }> {
@@ -40,6 +41,7 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
     if (!free(id)) continue;
     ctx.site.unreserve(r.metadata.uid);
     ctx.site.reserved.set(id, r.metadata.uid);
+    if (ctx.signal) ctx.memory.vmidVetted = { vmid: id, in: ctx.signal };
     return { externalName: String(id) };
   }
   ctx.site.releaseCreate(r.metadata.uid);
@@ -72,17 +74,27 @@ function nextIdShared(ctx: StepContext): Promise<number> {
 }
 const nextIdReads = new WeakMap<object, Promise<number>>();
 
+/** Which VMIDs of a site a resource may take (freeVmids); `destroyedLately`: those a late destroy may still reach. */
+export interface FreeVmids {
+  (id: number): boolean;
+  destroyedLately: RecentDestroys;
+}
+
 /**
  * Which VMIDs of `ctx`'s site this resource may take: none that Proxmox shows (a fresh bulk list),
- * nor one reserved in this process or held by another resource of the store.
+ * nor one reserved in this process or held by another resource of the store, nor one whose
+ * destroy ended so lately that a late `DELETE` may still reach it (recent-destroys.ts, F89).
  */
-export async function freeVmids(ctx: StepContext, r: ProxmoxVM): Promise<(id: number) => boolean> {
-  const taken = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory)).byVmid;
+export async function freeVmids(ctx: StepContext, r: ProxmoxVM): Promise<FreeVmids> {
+  const index = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory));
+  const destroyedLately = await recentlyDestroyed(ctx, index.nodes, ctx.site.now());
+  const taken = index.byVmid;
   const held = ctx.options.vmidHolders?.(ctx.site.name);
-  return (id) => {
+  const free = (id: number) => {
     const holder = ctx.site.reserved.get(id) ?? held?.get(id);
-    return !taken.has(id) && (holder === undefined || holder === r.metadata.uid);
+    return !taken.has(id) && !destroyedLately.has(id) && (holder === undefined || holder === r.metadata.uid);
   };
+  return Object.assign(free, { destroyedLately });
 }
 
 /**
@@ -134,4 +146,27 @@ export function giveUpVmid(ctx: StepContext, r: ProxmoxVM, vmid: number): Extern
   delete a.unknownCreateSince;
   ctx.site.unreserve(r.metadata.uid, vmid);
   return { exists: false, upToDate: false };
+}
+
+/**
+ * Before a create at `vmid` that chooseVmid did not vet in this reconcile (sent again at a kept
+ * VMID, after our dead placeholder there was destroyed; a VMID the user set, re-applied after a
+ * delete): a destroy of it by our credentials that ended within the late-destroy window may be
+ * followed by one sent earlier and applied late, which would destroy the new VM (F89's family;
+ * recent-destroys.ts). The create waits for the window's end; the VMID is kept, since a create of
+ * ours may still be applied there (invariant 4). A VM destroyed by hand with the provider's own
+ * credentials is made again after that wait too: nothing tells that destroy from the provider's.
+ */
+export async function clearOfLateDestroys(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<void> {
+  const vetted = ctx.memory.vmidVetted;
+  if (vetted?.vmid === vmid && vetted.in === ctx.signal) return;
+  const index = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory));
+  const by = (await recentlyDestroyed(ctx, index.nodes, ctx.site.now())).get(vmid);
+  if (!by?.has(ctx.client.auth.authId)) return;
+  ctx.site.releaseCreate(r.metadata.uid);
+  throw reason(
+    'VMIDRecentlyDestroyed',
+    `VM ${vmid} was destroyed by these credentials less than ${lateDestroyWindowMs(ctx) / 1000} s ago, and PVE may still apply a destroy of it that was sent earlier and whose sender gave up; the create is sent once that time has passed`,
+    true,
+  );
 }

@@ -1627,3 +1627,39 @@ describe('fault-search regressions: F82, a remote migration whose source node cr
     );
   });
 });
+
+describe('fault-search regressions: F89, a destroy applied late at a VMID chosen again', () => {
+  it("vm-c's destroy (site-2/100) is held unanswered and its process dies; the next one destroys the VM again, the state file is lost, and vm-b, re-applied, is made on site-2 -> not at 100, whose destroy ended within PVE's bound for a late request: the held destroy, applied there, destroyed vm-b's new VM", async () => {
+    await runSchedule(
+      'token',
+      [
+        new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2', powerState: 'stopped' }),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+      ],
+      [
+        new Converge('vm-c'),
+        // (A new process: vm-c's next reconcile is due at once, not at its Ready poll, past the hold's bound.)
+        new Restart(),
+        new Fault(
+          'DELETE destroy is held unanswered until healed, then applied (the client gave up)',
+          {
+            kind: 'applied-late',
+            method: 'DELETE',
+            path: '/nodes/{node}/qemu/{vmid}',
+            delayMs: 365 * 24 * 3600_000,
+            count: 1,
+          },
+          undefined,
+          'site-2',
+        ),
+        new Delete('vm-c'),
+        new Converge('vm-c'),
+        new LoseState(),
+        new Reconcile('vm-b'),
+        new Reconcile('vm-b'),
+        new Heal(0),
+        new Converge('vm-b'),
+      ],
+    );
+  });
+});

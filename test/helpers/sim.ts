@@ -4,6 +4,12 @@ import { type Simulator, type SimulatorOptions, startSimulator } from '../../src
 export const TOKEN_SECRET = 'c0ffee00-0000-4000-8000-000000000001';
 export const TOKEN = `root@pam!test=${TOKEN_SECRET}`;
 export const ROOT_PASSWORD = 'test-root-pw';
+/**
+ * A person's own token (not the provider's): what they destroy is not taken for a destroy of the
+ * provider's that PVE may still apply late (src/vm/recent-destroys.ts).
+ */
+export const OPERATOR_TOKEN = 'root@pam!operator=c0ffee00-0000-4000-8000-000000000002';
+export const AS_OPERATOR = { Authorization: `PVEAPIToken=${OPERATOR_TOKEN}` };
 
 export function startTestSim(opts: SimulatorOptions = {}): Promise<Simulator> {
   return startSimulator({
@@ -12,7 +18,7 @@ export function startTestSim(opts: SimulatorOptions = {}): Promise<Simulator> {
     speed: 1000,
     authFailDelayMs: 0,
     rootPassword: ROOT_PASSWORD,
-    tokens: [TOKEN],
+    tokens: [TOKEN, OPERATOR_TOKEN],
     seed: 42,
     ...opts,
   });

@@ -20,7 +20,7 @@ import { markerUid } from '../../src/vm/spec.ts';
 import { readStateFile } from '../../src/workspace/state-file.ts';
 import { capture } from '../helpers/capture.ts';
 import { ROOT, writeManifests } from '../helpers/cli.ts';
-import { raw, startTestSim, waitTask } from '../helpers/sim.ts';
+import { AS_OPERATOR, raw, startTestSim, waitTask } from '../helpers/sim.ts';
 
 // Never the real ~/.local/state: every default state file of this file goes to a temporary root.
 const STATE_ROOT = mkdtempSync(join(tmpdir(), 'pp-every-run-root-'));
@@ -94,7 +94,8 @@ describe('apply reconciles every resource on every run', () => {
   /** An operator's action through the API (as `qm` or the web UI would), waited for. */
   async function byHand(method: string, path: string, form?: Record<string, string>): Promise<void> {
     const url = sim.cluster('site-1').url;
-    const r = await raw(url, method, path, form ? { form } : {});
+    // (The person's own token: the provider's waits a minute before making a VM its own credentials destroyed.)
+    const r = await raw(url, method, path, { ...(form ? { form } : {}), headers: AS_OPERATOR });
     assert.equal(r.status, 200, `${method} ${path}: ${r.text}`);
     const upid = (r.json as { data: unknown }).data;
     if (typeof upid === 'string' && upid.startsWith('UPID:')) {

@@ -19,7 +19,7 @@ import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { capture } from '../helpers/capture.ts';
 import { writeManifests } from '../helpers/cli.ts';
-import { raw, startTestSim } from '../helpers/sim.ts';
+import { AS_OPERATOR, raw, startTestSim } from '../helpers/sim.ts';
 import { waitUntil } from '../vm/harness.ts';
 
 const NODE = 'ml110-01';
@@ -75,7 +75,7 @@ describe('a task that failed because its VM is gone', () => {
       );
     // The create has ended: another user destroys the VM before our resize is processed.
     const first = await waitUntil(() => named().find(created), 'the first VM made', 60_000);
-    const destroy = await raw(c.url, 'DELETE', `/nodes/${NODE}/qemu/${first.vmid}`);
+    const destroy = await raw(c.url, 'DELETE', `/nodes/${NODE}/qemu/${first.vmid}`, { headers: AS_OPERATOR });
     assert.equal(destroy.status, 200, destroy.text);
     const code = await applied;
     c.removeFault(lateResize);

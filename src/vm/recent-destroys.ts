@@ -1,0 +1,96 @@
+/**
+ * The VMIDs a destroy may still reach. PVE applies a request it received even after the client
+ * gave up or died, and a destroy names only the VMID: qemu-server 9.2.6 (e6352be)
+ * `src/PVE/API2/Qemu.pm:2776` destroy_vm takes no digest nor any expectation of the VM, and runs
+ * as a `qmdestroy` task with the VMID as its id (`:2893`). So a `DELETE` whose answer was lost can
+ * be applied after another destroy removed the VM, and then destroys whatever was made at that
+ * VMID meanwhile: after a lost state file, a re-applied resource cloned at the VMID such a destroy
+ * then reached (fault-search F89). No state of ours survives to say a destroy is pending; PVE's task
+ * lists do: a VMID whose destroy ended within the late-request bound (the engine's
+ * `unknownOutcomeWaitMs`, 30 s) and the clock skew allowed is not taken for a create or a move
+ * (vmid.ts freeVmids). A destroy still pending was sent before the destroy the list shows (the VM
+ * was there when it was sent), so it is applied within the bound of that one's end.
+ *
+ * One read per online node of the site (`typefilter=qmdestroy`), shared by every choice whose own
+ * list was read before it began: a destroy that ended before that list left its VMID free in it,
+ * and is in the read; one that ended after left the VM in the list, its VMID taken.
+ */
+import { abortable } from '../proxmox/deadline.ts';
+import type { ClusterResource } from '../proxmox/types.ts';
+import type { StepContext } from './context.ts';
+import type { SiteContext } from './site-cache.ts';
+import { taskAuthId } from './tasks.ts';
+
+/**
+ * How long before the window a destroy may have begun and still end in it (the task list's `since`
+ * is a start time): a destroy that ran longer is not seen (PVE >= 7; PVE 6 lists the newest 50).
+ */
+const LONGEST_DESTROY_S = 600;
+
+/** VMID -> the auth ids (`user@realm` or `user@realm!token`) of its destroys in the window. */
+export type RecentDestroys = Map<number, Set<string>>;
+
+interface Read {
+  at: number;
+  data: Promise<RecentDestroys>;
+}
+
+const reads = new WeakMap<SiteContext, Read>();
+
+/**
+ * The window of a late destroy, in ms: the late-request bound, and as much again for the clock
+ * skew between this process and the nodes (NTP keeps them far closer; a wider look only skips
+ * more VMIDs, or waits longer).
+ */
+export function lateDestroyWindowMs(ctx: StepContext): number {
+  return 2 * (ctx.options.unknownOutcomeWaitMs ?? 30_000);
+}
+
+/**
+ * The VMIDs of the site whose destroy runs or ended within lateDestroyWindowMs, from the task
+ * lists of the `nodes` (the bulk list's node entries) online. `listedAt`: when the caller's bulk
+ * list was answered (this process's clock); a read begun since serves it.
+ */
+export function recentlyDestroyed(
+  ctx: StepContext,
+  nodes: ClusterResource[],
+  listedAt: number,
+): Promise<RecentDestroys> {
+  const cur = reads.get(ctx.site);
+  if (cur && cur.at >= listedAt) return abortable(cur.data, ctx.signal);
+  const at = ctx.site.now();
+  const data = readDestroys(ctx, nodes, at);
+  reads.set(ctx.site, { at, data });
+  data.catch(() => {
+    if (reads.get(ctx.site)?.data === data) reads.delete(ctx.site);
+  });
+  return abortable(data, ctx.signal);
+}
+
+async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: number): Promise<RecentDestroys> {
+  // The site's own client: a caller aborted stops waiting, the read goes on for the others.
+  const client = ctx.site.client;
+  const from = Math.floor((at - lateDestroyWindowMs(ctx)) / 1000);
+  const withSince = (await client.capabilities()).version.major >= 7;
+  const out: RecentDestroys = new Map();
+  // A node not online cannot apply a request, nor be asked; its VMs stay in the list meanwhile.
+  const online = nodes.filter((n) => n.status === 'online' && n.node);
+  const lists = await Promise.all(
+    online.map((n) =>
+      client.listTasks(n.node!, {
+        source: 'all',
+        typefilter: 'qmdestroy',
+        ...(withSince ? { since: from - LONGEST_DESTROY_S, limit: 500 } : { limit: 50 }),
+      }),
+    ),
+  );
+  for (const t of lists.flat()) {
+    const vmid = Number(t.id);
+    if (!Number.isInteger(vmid)) continue;
+    if (t.endtime !== undefined && t.endtime < from) continue;
+    const by = out.get(vmid) ?? new Set<string>();
+    by.add(taskAuthId(t.upid) ?? t.user);
+    out.set(vmid, by);
+  }
+  return out;
+}

@@ -1,0 +1,101 @@
+/**
+ * A destroy PVE may still apply late (src/vm/recent-destroys.ts, fault search F89): a VMID whose
+ * destroy ended within twice `unknownOutcomeWaitMs` is not chosen for a create, whoever destroyed
+ * it; and a create at a VMID it did not choose in the same reconcile (here one the user set) waits
+ * for that window's end when the provider's own credentials destroyed it, not when a person's did.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { SimCluster, Simulator } from '../../src/sim/index.ts';
+import { AS_OPERATOR, raw, waitTask } from '../helpers/sim.ts';
+import { Engine, NODE1, ownedBy, SITE1, startSim, vm } from './harness.ts';
+
+describe('a destroy PVE may still apply late', () => {
+  let sim: Simulator;
+  let c: SimCluster;
+  before(async () => {
+    sim = await startSim();
+    c = sim.cluster(SITE1);
+  });
+  after(() => sim.close());
+
+  /** A person destroys VM `vmid` with their own token, and waits for the task. */
+  async function destroyByHand(vmid: number): Promise<void> {
+    await raw(c.url, 'POST', `/nodes/${NODE1}/qemu/${vmid}/status/stop`, { headers: AS_OPERATOR }).then((r) =>
+      waitTask(c.url, NODE1, (r.json as { data: string }).data),
+    );
+    const r = await raw(c.url, 'DELETE', `/nodes/${NODE1}/qemu/${vmid}?purge=1`, { headers: AS_OPERATOR });
+    assert.equal(r.status, 200, r.text);
+    await waitTask(c.url, NODE1, (r.json as { data: string }).data);
+  }
+
+  it('a VMID destroyed within the window is not chosen again: by the provider (its delete), nor by a person', async () => {
+    // A 60 s window: the test is over long before it ends.
+    const eng = await new Engine(sim, { unknownOutcomeWaitMs: 30_000 }).start();
+    try {
+      const first = eng.apply(vm('late-a'));
+      const a = (await eng.waitReady(first)).status!.atProvider!.vmId!;
+      eng.delete(first);
+      await eng.waitGone(first);
+      assert.equal(c.state.vms.has(a), false);
+      const second = eng.apply(vm('late-b'));
+      const b = (await eng.waitReady(second)).status!.atProvider!.vmId!;
+      assert.notEqual(b, a, `VMID ${a}, destroyed by the provider moments ago, was taken again`);
+      assert.ok(b > a, 'the next free one after it');
+
+      await destroyByHand(b);
+      const third = eng.apply(vm('late-c'));
+      const made = (await eng.waitReady(third)).status!.atProvider!.vmId!;
+      assert.ok(made !== a && made !== b, `VMID ${made}: one destroyed moments ago was taken again`);
+    } finally {
+      await eng.stop();
+    }
+  });
+
+  it("a create at the VMID the user set waits out the window after the provider's own destroy of it, not after a person's", async () => {
+    // A 4 s window.
+    const eng = await new Engine(sim, { unknownOutcomeWaitMs: 2_000, pollIntervalMs: 200 }).start();
+    try {
+      const key = eng.apply(vm('late-fixed', { vmid: 150 }));
+      await eng.waitReady(key);
+      eng.delete(key);
+      await eng.waitGone(key);
+      const destroyed = [...c.state.tasks.values()].find((t) => t.type === 'qmdestroy' && t.id === '150');
+      assert.ok(destroyed?.endtime, 'the provider destroyed VM 150');
+      // Applied again (a new resource, as after `kubectl delete` and `kubectl apply`).
+      const again = eng.apply(vm('late-fixed', { vmid: 150 }));
+      const waiting = await eng.waitSynced(again, 'VMIDRecentlyDestroyed');
+      assert.match(
+        waiting.status!.conditions!.find((x) => x.type === 'Synced')!.message!,
+        /VM 150 was destroyed by these credentials less than 4 s ago, and PVE may still apply a destroy of it that was sent earlier/,
+      );
+      assert.equal(c.state.vms.has(150), false, 'nothing made within the window');
+      const made = await eng.waitReady(again);
+      assert.equal(made.status!.atProvider!.vmId, 150);
+      // (Task times are whole seconds.)
+      const creates = [...c.state.tasks.values()].filter((t) => t.type === 'qmcreate' && t.id === '150');
+      assert.equal(creates.length, 2);
+      assert.ok(creates[1]!.starttime - destroyed.endtime! >= 4, 'made once the window was over');
+      assert.equal(ownedBy(c, made.metadata.uid).length, 1);
+
+      // A person's destroy: made again at once.
+      await destroyByHand(150);
+      const before = eng.attemptsOf(again).length;
+      const back = await eng.waitFor(
+        again,
+        (r) => r.status?.atProvider?.vmId === 150 && c.state.vms.has(150) && r.status?.atProvider?.step === 'Ready',
+        'VM 150 made again',
+      );
+      assert.equal(ownedBy(c, back.metadata.uid).length, 1);
+      assert.ok(
+        !eng
+          .attemptsOf(again)
+          .slice(before)
+          .some((x) => x.reason === 'VMIDRecentlyDestroyed'),
+        "a person's destroy made the create wait",
+      );
+    } finally {
+      await eng.stop();
+    }
+  });
+});
