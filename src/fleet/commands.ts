@@ -124,7 +124,8 @@ export async function planCommand(args: {
   emit(
     args.out,
     render({ ...p, changes }, args.output ?? 'table', () =>
-      [formatPlan(p), '', 'Changes, read from Proxmox:', ...describePlans(changes)].join('\n'),
+      // (A site without quorum is among formatPlan's warnings already.)
+      [formatPlan(p), '', 'Changes, read from Proxmox:', ...describePlans(changes, { warnings: false })].join('\n'),
     ),
   );
   const refusedImage = (p.images ?? []).some((i) => i.action === 'refused');

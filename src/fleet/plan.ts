@@ -8,7 +8,7 @@ import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, parseQuantity } from '../api/quantity.ts';
 import { formatImagePlans, type ImagePlan } from '../image/plan.ts';
-import { describeNodesUp, type Quorum, quorumFix, quorumOf } from '../proxmox/quorum.ts';
+import { noQuorumWarning, type Quorum, quorumOf } from '../proxmox/quorum.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { diskBytes, hasOwnerTag, memoryBytes, vcpus, vmName } from '../vm/spec.ts';
@@ -150,7 +150,7 @@ export async function planFleet(
       findings.push({
         severity: 'warning',
         site: site.name,
-        message: `site ${site.name}: cluster ${facts.quorum.cluster} has no quorum (${describeNodesUp(facts.quorum)}): Proxmox refuses creates, starts and config changes until it is back, and apply waits on its ${mine.length} VM(s) (NoQuorum). Fix: ${quorumFix(facts.quorum)}`,
+        message: noQuorumWarning(site.name, facts.quorum, mine.length),
       });
     const plans = new Map<string, NodePlan>();
     for (const n of facts.nodes) {

@@ -5,7 +5,7 @@
 import { stringify } from 'yaml';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { getCondition } from '../engine/resource.ts';
-import { describePlans, plansChange, type ResourcePlan } from '../vm/plan.ts';
+import { describePlans, plansChange, planWarnings, type ResourcePlan } from '../vm/plan.ts';
 import {
   chooseState,
   cliInstallationOf,
@@ -301,7 +301,7 @@ async function dryRun(
         ),
       );
     }
-    o.result([...lines, describePlans(planned).at(-1)!].join('\n'));
+    o.result([...lines, ...planWarnings(planned), describePlans(planned).at(-1)!].join('\n'));
     return 0;
   }
   const lines: string[] = ['Dry run without a ProviderConfig: from the manifests and the state file alone.', ''];

@@ -3,8 +3,8 @@
  * `quorate` and the `node` rows' `online`. Without quorum pmxcfs holds /etc/pve read-only and
  * Proxmox refuses every create, start, clone, migration and config change (pve-cluster
  * src/PVE/Cluster.pm:121-132 check_cfs_quorum) while the nodes that are up still answer reads.
- * A node that is in no cluster has no `cluster` row, and no quorum to lose. Read by `doctor` and
- * by `plan`, which say so before anything is sent.
+ * A node that is in no cluster has no `cluster` row, and no quorum to lose. Read by `doctor`, by
+ * `plan` and by `apply`'s plan, which say so before anything is sent.
  */
 
 export interface Quorum {
@@ -36,4 +36,10 @@ export function describeNodesUp(q: Quorum): string {
 /** What to do about a cluster without quorum (doctor's fix, plan's warning). */
 export function quorumFix(q: Quorum): string {
   return `bring ${q.down.length ? q.down.join(', ') : 'the missing nodes'} back (\`pvecm status\` on a node that is up shows the votes); for a node gone for good, \`pvecm expected <votes of the nodes up>\` once it is surely off; a QDevice keeps a two-node cluster quorate with one node down`;
+}
+
+/** A plan's warning for site `site` without quorum; `vms`: how many VMs of the plan are there, if known. */
+export function noQuorumWarning(site: string, q: Quorum, vms?: number): string {
+  const waits = vms === undefined ? 'the changes planned there' : `its ${vms} VM(s)`;
+  return `site ${site}: cluster ${q.cluster} has no quorum (${describeNodesUp(q)}): Proxmox refuses creates, starts and config changes until it is back, and apply waits on ${waits} (NoQuorum). Fix: ${quorumFix(q)}`;
 }

@@ -14,11 +14,13 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { ReasonedError } from '../engine/types.ts';
+import { noQuorumWarning } from '../proxmox/quorum.ts';
 import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
 import { type Change, changes } from './drift.ts';
 import { observe } from './observe.ts';
 import { readAheadCreate } from './preflight.ts';
+import { siteQuorum } from './site-quorum.ts';
 import { driveSize, parseNetValue } from './spec.ts';
 
 export type PlanAction =
@@ -62,6 +64,8 @@ export interface ResourcePlan {
   pending: string[];
   reason?: string;
   message?: string;
+  /** What stands in the way of the changes on the resource's site (its cluster has no quorum). */
+  warning?: string;
 }
 
 const SPEC_FIELD: Array<[RegExp, string]> = [
@@ -221,6 +225,8 @@ export async function planResource(
   opts: { readAhead?: boolean } = {},
 ): Promise<ResourcePlan> {
   const copy = structuredClone(r);
+  // Begun with the plan's own reads, waited for only by a plan that changes something.
+  const quorum = siteQuorum(ctx).catch(() => undefined);
   const lastFull = ctx.memory.lastFull;
   let observed: Awaited<ReturnType<typeof observe>>;
   let planRead: typeof lastFull;
@@ -243,6 +249,10 @@ export async function planResource(
   if (opts.readAhead && plan.action === 'create') readAheadCreate(ctx, r);
   if (planRead && plan.action === 'no-op' && observed.obs.upToDate && sameStatus(copy, r))
     ctx.memory.lastFull = planRead;
+  if (plan.action !== 'no-op' && plan.action !== 'refused') {
+    const q = await quorum;
+    if (q && !q.quorate) plan.warning = noQuorumWarning(ctx.site.name, q);
+  }
   return plan;
 }
 
@@ -402,9 +412,14 @@ function describeChange(f: FieldChange): string {
  * resource), its fields below it, then the counts (unless `summary: false`). `suffix` adds to a
  * resource's line (the rollout's "after ...").
  */
+/** The plans' warnings, each once (a site without quorum is every plan's there). */
+export function planWarnings(plans: ResourcePlan[]): string[] {
+  return [...new Set(plans.flatMap((p) => (p.warning ? [p.warning] : [])))].map((w) => `  ! warning: ${w}`);
+}
+
 export function describePlans(
   plans: ResourcePlan[],
-  opts: { unchanged?: boolean; summary?: boolean; suffix?: (p: ResourcePlan) => string } = {},
+  opts: { unchanged?: boolean; summary?: boolean; warnings?: boolean; suffix?: (p: ResourcePlan) => string } = {},
 ): string[] {
   const lines: string[] = [];
   for (const p of plans) {
@@ -423,6 +438,7 @@ export function describePlans(
     }
   }
   if (opts.summary === false) return lines;
+  if (opts.warnings !== false) lines.push(...planWarnings(plans));
   const n = (a: PlanAction) => plans.filter((p) => p.action === a).length;
   const reboots = n('update-reboot');
   lines.push(

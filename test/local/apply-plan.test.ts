@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseMarker } from '../../src/vm/spec.ts';
 import { type CliFixture, cli, cliFixture, writeManifests } from '../helpers/cli.ts';
+import { twoNodeTopology } from '../vm/harness.ts';
 
 const POLL = ['--task-poll', '20ms'];
 
@@ -113,5 +114,43 @@ describe('apply stops on a permanent error after one confirmation', () => {
     assert.match(res.stdout, /check the credentials Secret of site site-1/);
     assert.ok(seconds < 60, `stopped after ${seconds} s, not at the 30-minute timeout`);
     assert.doesNotMatch(res.stdout + res.stderr, /00000000-0000-4000-8000-00000000beef/);
+  });
+});
+
+describe("apply's plan and a site without quorum", () => {
+  let fx: CliFixture;
+  before(async () => {
+    fx = await cliFixture('pp-apply-quorum-', { topology: twoNodeTopology('quorum.yaml') });
+  });
+  after(async () => {
+    await fx.close();
+  });
+
+  it("pve-b down (two nodes, no QDevice): apply's plan warns of it, naming the fix, before anything is sent; quorate again, no warning", async () => {
+    const site = fx.sim.cluster('site-1');
+    const m = join(fx.dir, 'm');
+    mkdirSync(m);
+    writeManifests(m, [{ name: 'plan-q', node: 'pve-a' }]);
+    const args = ['-f', m, '--config', fx.config, '--state', join(fx.dir, 'state.json'), ...POLL];
+    const crash = site.addFault({ kind: 'node-crash', node: 'pve-b' });
+    try {
+      const res = await cli(['apply', ...args]);
+      assert.equal(res.code, 2, res.stdout + res.stderr);
+      assert.match(res.stdout, /\+ create\s+default\/plan-q/);
+      assert.match(
+        res.stdout,
+        /^ {2}! warning: site site-1: cluster \S+ has no quorum \(1 of 2 nodes online \(down: pve-b\)\): Proxmox refuses creates, starts and config changes until it is back, and apply waits on the changes planned there \(NoQuorum\)\. Fix: bring pve-b back .*pvecm expected/m,
+      );
+      assert.equal(site.state.vms.size, 0, 'nothing sent');
+      const dry = await cli(['apply', '--dry-run', ...args]);
+      assert.equal(dry.stdout.match(/! warning: site site-1: cluster \S+ has no quorum/g)?.length, 1, dry.stdout);
+      const json = await cli(['apply', '--dry-run', '-o', 'json', ...args]);
+      assert.match(JSON.parse(json.stdout)[0].warning, /has no quorum/);
+    } finally {
+      site.removeFault(crash);
+    }
+    const quorate = await cli(['apply', ...args]);
+    assert.equal(quorate.code, 2, quorate.stdout + quorate.stderr);
+    assert.doesNotMatch(quorate.stdout, /warning/, 'quorate again: no warning');
   });
 });
