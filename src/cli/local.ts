@@ -47,6 +47,13 @@ export function registerLocal(program: Command): void {
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', STATE_HELP)
     .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
+    .addOption(
+      durationOption(
+        '--offline-grace <duration>',
+        'stop waiting for a VM whose node has been offline this long (Ready False NodeOffline); a node that reboots is back within minutes. 0: at once',
+        '10m',
+      ),
+    )
     .option('--workers <n>', 'concurrent reconciles', positive, 8)
     .option(
       '--fleet <file>',
@@ -100,6 +107,7 @@ Example:
         config?: string;
         state?: string;
         timeout: number;
+        offlineGrace: number;
         workers: number;
         output: 'table';
         quiet?: boolean;
@@ -125,6 +133,7 @@ Example:
             ...(o.config ? { config: o.config } : {}),
             ...(o.state ? { state: o.state } : {}),
             timeoutMs: o.timeout,
+            offlineGraceMs: o.offlineGrace,
             workers: o.workers,
             output: o.output,
             quiet: Boolean(o.quiet),

@@ -28,6 +28,7 @@ import {
 import { readStateFile } from '../workspace/state-file.ts';
 import { outputFor } from './output.ts';
 import { formatRows } from './render.ts';
+import { ageSpan } from './resource-view.ts';
 import { type ApplyArgs, loadVms, openRuntime, planChanges, planTarget, resolveConfig } from './setup.ts';
 
 /**
@@ -198,6 +199,11 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       o.say(`\ntimed out with ${keys.filter((k) => rt.stateOf(k) !== 'ready').length} VM(s) not ready`);
     else if (failed.length || notStarted.length) {
       o.say(`\n${failed.length} VM(s) failed; the MESSAGE column says why and how to fix it`);
+      const offline = keys.filter((k) => rt.offlineTooLong(k));
+      if (offline.length)
+        o.say(
+          `${offline.length} VM(s) on a node offline for longer than --offline-grace (${ageSpan(0, args.offlineGraceMs ?? 0).text}): ${offline.map((k) => k.split('/')[1]).join(', ')}; run apply again once the node is back (Proxmox: pvecm status)`,
+        );
       if (notStarted.length) {
         // Why: the gate of an earlier phase (one line), or a dependency that is not Ready (one line each).
         const name = (k: string) => k.split('/')[1]!;

@@ -58,6 +58,11 @@ export interface RuntimeOptions {
    * made an apply of N VMs cost O(N x its duration), O(N^2). Default true.
    */
   pollReady?: boolean;
+  /**
+   * How long a VM may stay Ready False `NodeOffline`, as this runtime's reconciles saw it, before
+   * stateOf calls it failed (apply's `--offline-grace`); default: waited for as long as the run lasts.
+   */
+  offlineGraceMs?: number;
   /** Called after every reconcile. */
   onResult?: (key: string, result: ReconcileResult, failures: number) => void;
 }
@@ -97,8 +102,11 @@ export class LocalRuntime {
    * holds now (a VM may have been stopped, changed or destroyed by hand since).
    */
   private readonly lastResult = new Map<string, ReconcileResult>();
+  /** See RuntimeOptions.offlineGraceMs. */
+  private readonly offlineGraceMs: number | undefined;
 
   constructor(opts: RuntimeOptions) {
+    this.offlineGraceMs = opts.offlineGraceMs;
     this.installation = installationOf(opts.config.config, cliInstallation);
     if (opts.stateFile) {
       const fs = new FileStore<ProxmoxVM>(opts.stateFile);
@@ -171,6 +179,7 @@ export class LocalRuntime {
       onResult: (key, result, failures) => {
         this.noteFailures(key, failures);
         this.lastResult.set(key, result);
+        this.noteOffline(key);
         this.settledNow(key);
         opts.onResult?.(key, result, failures);
       },
@@ -336,6 +345,7 @@ export class LocalRuntime {
     // A guest that did not come up (observed so by this runtime): no wait in this run fixes it.
     const ready = getCondition(o, 'Ready');
     if (ready?.status === 'False' && READY_STOP_REASONS.has(ready.reason)) return 'failed';
+    if (this.offlineTooLong(key)) return 'failed';
     return 'progressing';
   }
 
@@ -346,6 +356,26 @@ export class LocalRuntime {
   }
 
   /** Resources whose last reconcile left them ready or failed (what ends a wait or opens a gate). */
+  /** Per resource whose node is offline (Ready False NodeOffline): when a reconcile of this run first saw it so. */
+  private readonly offlineSince = new Map<string, number>();
+
+  private noteOffline(key: string): void {
+    const r = this.store.getSync(key);
+    const ready = r && getCondition(r, 'Ready');
+    if (ready?.status === 'False' && ready.reason === 'NodeOffline') {
+      if (!this.offlineSince.has(key)) this.offlineSince.set(key, Date.now());
+    } else this.offlineSince.delete(key);
+  }
+
+  /**
+   * The resources whose node has been offline for longer than offlineGraceMs (stateOf's 'failed'):
+   * a node that reboots is back within minutes, one that stays down is a person's to mend.
+   */
+  offlineTooLong(key: string): boolean {
+    const since = this.offlineSince.get(key);
+    return since !== undefined && this.offlineGraceMs !== undefined && Date.now() - since >= this.offlineGraceMs;
+  }
+
   private readonly settledKeys = new Set<string>();
   /** Whether a resource that begins to boot wakes the check (runUntil's `wakeWhenBooting`). */
   private wakeWhenBooting = false;

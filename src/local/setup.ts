@@ -38,6 +38,8 @@ export interface ApplyArgs {
   noWait?: boolean;
   /** At most this many VMs of a phase in progress at once. */
   maxParallel?: number;
+  /** Stop waiting for a VM whose node has been offline this long (`--offline-grace`; default: for the whole run). */
+  offlineGraceMs?: number;
   dryRun?: boolean;
   /** Stop as SIGINT does (for embedding and tests): the state file keeps what was done. */
   signal?: AbortSignal;
@@ -123,6 +125,7 @@ export function openRuntime(
     ...(args.agentPollMs !== undefined ? { agentPollMs: args.agentPollMs } : {}),
     ...(args.driftIntervalMs !== undefined ? { driftIntervalMs: args.driftIntervalMs } : {}),
     ...(args.creationGraceMs !== undefined ? { creationGraceMs: args.creationGraceMs } : {}),
+    ...(args.offlineGraceMs !== undefined ? { offlineGraceMs: args.offlineGraceMs } : {}),
     ...(args.onResult ? { onResult: args.onResult } : {}),
   });
 }
