@@ -34,6 +34,15 @@ function confirmArg(yes: boolean | undefined, command: string, question: string)
   return confirm ? { confirm } : {};
 }
 
+/** `--offline-grace` of apply and delete (runtime.ts offlineTooLong). */
+function offlineGrace(): Option {
+  return durationOption(
+    '--offline-grace <duration>',
+    'stop waiting for a VM whose node has been offline this long (Ready False NodeOffline); a node that reboots is back within minutes. 0: at once',
+    '10m',
+  );
+}
+
 export function registerLocal(program: Command): void {
   program
     .command('apply')
@@ -47,13 +56,7 @@ export function registerLocal(program: Command): void {
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', STATE_HELP)
     .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
-    .addOption(
-      durationOption(
-        '--offline-grace <duration>',
-        'stop waiting for a VM whose node has been offline this long (Ready False NodeOffline); a node that reboots is back within minutes. 0: at once',
-        '10m',
-      ),
-    )
+    .addOption(offlineGrace())
     .option('--workers <n>', 'concurrent reconciles', positive, 8)
     .option(
       '--fleet <file>',
@@ -152,6 +155,7 @@ Example:
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', STATE_HELP)
     .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
+    .addOption(offlineGrace())
     .option('-q, --quiet', 'no live progress')
     .option('--dry-run', 'print which VMs would be destroyed (read from Proxmox); destroy nothing')
     .option('-y, --yes', 'delete without asking (needed when stdin is not a terminal)')
@@ -162,6 +166,7 @@ Example:
         config?: string;
         state?: string;
         timeout: number;
+        offlineGrace: number;
         quiet?: boolean;
         taskPoll?: number;
         dryRun?: boolean;
@@ -175,6 +180,7 @@ Example:
             ...(o.config ? { config: o.config } : {}),
             ...(o.state ? { state: o.state } : {}),
             timeoutMs: o.timeout,
+            offlineGraceMs: o.offlineGrace,
             quiet: Boolean(o.quiet),
             ...pollArgs(o.taskPoll),
           }),

@@ -8,6 +8,7 @@ import { chooseState } from '../workspace/arguments.ts';
 import { write } from '../workspace/lines.ts';
 import { manifestKey } from '../workspace/phases.ts';
 import { Progress, table } from './render.ts';
+import { ageSpan } from './resource-view.ts';
 import { type ApplyArgs, loadVms, openRuntime, planTarget, resolveConfig } from './setup.ts';
 
 /** Which VMs a delete destroys, and which resources have none (or one that is not theirs). */
@@ -83,8 +84,15 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
     unwatch();
     const left = rt.rows().filter((r) => deleting.has(r.key));
     const none = keys.length - hadVm.size;
-    if (left.length) write(args.out, `\n${table(left)}\n\n${left.length} VM(s) not deleted`);
-    else
+    if (left.length) {
+      write(args.out, `\n${table(left)}\n\n${left.length} VM(s) not deleted`);
+      const offline = left.filter((r) => rt.offlineTooLong(r.key));
+      if (offline.length)
+        write(
+          args.out,
+          `${offline.length} of them on a node offline for longer than --offline-grace (${ageSpan(0, args.offlineGraceMs ?? 0).text}): ${offline.map((r) => r.key.split('/')[1]).join(', ')}; the MESSAGE column says what to do`,
+        );
+    } else
       write(
         args.out,
         `deleted ${hadVm.size} VM(s)${none ? `; ${none} resource(s) had no VM in Proxmox (nothing to delete)` : ''}`,

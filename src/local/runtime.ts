@@ -356,13 +356,19 @@ export class LocalRuntime {
   }
 
   /** Resources whose last reconcile left them ready or failed (what ends a wait or opens a gate). */
-  /** Per resource whose node is offline (Ready False NodeOffline): when a reconcile of this run first saw it so. */
+  /** Per resource whose node is offline (Ready or Synced False NodeOffline): when a reconcile of this run first saw it so. */
   private readonly offlineSince = new Map<string, number>();
 
   private noteOffline(key: string): void {
     const r = this.store.getSync(key);
-    const ready = r && getCondition(r, 'Ready');
-    if (ready?.status === 'False' && ready.reason === 'NodeOffline') {
+    // (Ready while it is made or kept; Synced while it is deleted, Ready then saying Deleting.)
+    const offline =
+      r &&
+      ['Ready', 'Synced'].some((t) => {
+        const c = getCondition(r, t);
+        return c?.status === 'False' && c.reason === 'NodeOffline';
+      });
+    if (offline) {
       if (!this.offlineSince.has(key)) this.offlineSince.set(key, Date.now());
     } else this.offlineSince.delete(key);
   }
@@ -470,7 +476,9 @@ export class LocalRuntime {
         if (opts.until === 'gone') {
           const objs = opts.keys.map((k) => this.store.getSync(k));
           if (objs.every((o) => !o)) return 'ok';
-          return objs.every((o) => !o || failedPermanently(o)) ? 'fail' : 'continue';
+          return objs.every((o, i) => !o || failedPermanently(o) || this.offlineTooLong(opts.keys[i]!))
+            ? 'fail'
+            : 'continue';
         }
         const states = opts.keys.map((k) => this.stateOf(k));
         if (states.every((x) => x === 'ready')) return 'ok';

@@ -13,6 +13,7 @@ import { parseUpid, workerDied } from '../proxmox/upid.ts';
 import { adoptElsewhere, adoptOwn } from './adoption.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
+import { destroyWaitsForNode } from './delete.ts';
 import { type Change, changes } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
 import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
@@ -181,6 +182,15 @@ function onOfflineNode(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Obser
   );
 }
 
+/**
+ * Being deleted, its VM on a node that is offline: nothing can be read or destroyed there until the
+ * node is back, and the delete waits (delete.ts, which says so as Synced False NodeOffline). Before,
+ * its config read failed at every reconcile (`No route to host`) and `delete` waited for its timeout.
+ */
+function onOfflineNodeDeleting(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Observed {
+  return nodeOfflineReport(ctx, r, found.node, destroyWaitsForNode(found.node, found.vmid));
+}
+
 /** Ready False (NodeOffline), `what` saying what is unknown until `node` is back; the VM's state unknown. */
 function nodeOfflineReport(ctx: StepContext, r: ProxmoxVM, node: string, what: string): Observed {
   atProvider(r).state = 'unknown';
@@ -320,8 +330,8 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   ctx.site.unreserve(r.metadata.uid, vmid);
   // Its node is offline (a crash, a power cut, a partition): nothing of the VM can be read or
   // changed until it is back, and the list's last word on it is not its state.
-  if (found.entry.status === 'unknown' && !r.metadata.deletionTimestamp && (await nodeOffline(ctx, found.node)))
-    return onOfflineNode(ctx, r, found);
+  if (found.entry.status === 'unknown' && (await nodeOffline(ctx, found.node)))
+    return r.metadata.deletionTimestamp ? onOfflineNodeDeleting(ctx, r, found) : onOfflineNode(ctx, r, found);
   await noteNode(ctx, r, found.node, !observeOnly && !ctx.readOnly, found.entry.lock);
   // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;

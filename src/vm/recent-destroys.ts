@@ -13,7 +13,9 @@
  *
  * One read per online node of the site (`typefilter=qmdestroy`), shared by every choice whose own
  * list was read before it began: a destroy that ended before that list left its VMID free in it,
- * and is in the read; one that ended after left the VM in the list, its VMID taken.
+ * and is in the read; one that ended after left the VM in the list, its VMID taken. A read that
+ * fails fails the choice, retried as any failed read: a destroy on a node not read cannot be ruled
+ * out (a node the list shows offline is not read: it can apply nothing, and its VMs stay listed).
  */
 import { abortable } from '../proxmox/deadline.ts';
 import type { ClusterResource } from '../proxmox/types.ts';

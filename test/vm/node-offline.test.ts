@@ -3,7 +3,8 @@
  * node `offline` and the VM `status: unknown`, so the resource is Ready False (NodeOffline), saying
  * what becomes of the VM, and sends the node nothing; once a node that crashed is back, its VM is
  * stopped (no `onboot`: its startall leaves it) and the provider starts it again. A resize whose
- * worker died with the node after the volume grew is reported (DiskSizeStale), not sent for good.
+ * worker died with the node after the volume grew is reported (DiskSizeStale), not sent for good. A
+ * VM deleted meanwhile waits for the node (Synced False NodeOffline, with what to do), then goes.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -72,5 +73,32 @@ describe('a VM whose node goes offline', () => {
       cond(stale, 'Synced')?.message ?? '',
       new RegExp(`Fix: qm disk rescan --vmid ${vmid} on node ${NODE1}`),
     );
+  });
+
+  it('deleted while its node is offline: Synced False NodeOffline with what to do, nothing sent to the node; destroyed once it is back', async () => {
+    const c = sim.cluster(SITE1);
+    const key = eng.apply(vm('offline-delete'));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    const crash = c.addFault({ kind: 'node-crash', node: NODE1 });
+    await eng.waitFor(key, (x) => cond(x, 'Ready')?.reason === 'NodeOffline', 'NodeOffline');
+    eng.delete(key);
+    const waiting = await eng.waitSynced(key, 'NodeOffline');
+    assert.match(
+      cond(waiting, 'Synced')?.message ?? '',
+      new RegExp(
+        `node ${NODE1} of site ${SITE1} is offline: VM ${vmid} cannot be destroyed until it is back.*mv /etc/pve/nodes/${NODE1}/qemu-server/${vmid}\\.conf`,
+      ),
+    );
+    c.resetCounters();
+    const seen = eng.attemptsOf(key).length;
+    await waitUntil(() => (eng.attemptsOf(key).length >= seen + 2 ? true : undefined), 'two reconciles', 30_000);
+    assert.deepEqual(
+      Object.keys(c.counters()).filter((k) => /\/qemu\/\{vmid\}/.test(k)),
+      [],
+      'nothing asked of the VM on the offline node',
+    );
+    c.removeFault(crash);
+    await eng.waitGone(key);
+    assert.equal(c.state.vms.has(vmid), false);
   });
 });
