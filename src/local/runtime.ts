@@ -59,8 +59,9 @@ export interface RuntimeOptions {
    */
   pollReady?: boolean;
   /**
-   * How long a VM may stay Ready False `NodeOffline`, as this runtime's reconciles saw it, before
-   * stateOf calls it failed (apply's `--offline-grace`); default: waited for as long as the run lasts.
+   * How long a VM may stay `NodeOffline` (Ready False, or Synced False while deleted), as this
+   * runtime's reconciles saw it, before apply and delete count it failed (`--offline-grace`);
+   * default: waited for as long as the run lasts.
    */
   offlineGraceMs?: number;
   /** Called after every reconcile. */
@@ -355,7 +356,6 @@ export class LocalRuntime {
     return step === 'WaitingForAgent' || step === 'WaitingForCloudInit' || step === 'Ready';
   }
 
-  /** Resources whose last reconcile left them ready or failed (what ends a wait or opens a gate). */
   /** Per resource whose node is offline (Ready or Synced False NodeOffline): when a reconcile of this run first saw it so. */
   private readonly offlineSince = new Map<string, number>();
 
@@ -382,6 +382,7 @@ export class LocalRuntime {
     return since !== undefined && this.offlineGraceMs !== undefined && Date.now() - since >= this.offlineGraceMs;
   }
 
+  /** Resources whose last reconcile left them ready or failed (what ends a wait or opens a gate). */
   private readonly settledKeys = new Set<string>();
   /** Whether a resource that begins to boot wakes the check (runUntil's `wakeWhenBooting`). */
   private wakeWhenBooting = false;

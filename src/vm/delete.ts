@@ -13,19 +13,10 @@ import { atProvider, reason, setStep } from './conditions.ts';
 import { followTask, hook, type StepContext } from './context.ts';
 import { lockCleared, lockWithoutTask } from './lock-holder.ts';
 import { locate, nodeOffline } from './lookup.ts';
+import { destroyWaitsForNode } from './node-offline.ts';
 import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
 import { isPlaceholderLock } from './spec.ts';
 import { lateCreateMayStillApply } from './vmid.ts';
-
-/**
- * What a delete of VM `vmid` on `node`, offline, waits for: its config lives in that node's
- * directory of /etc/pve, and only that node's services destroy it (qemu-server's destroy_vm runs
- * where the config is), so only the node's return, or the config moved to a node that is up, lets
- * it go on.
- */
-export function destroyWaitsForNode(node: string, vmid: number): string {
-  return `VM ${vmid} cannot be destroyed until it is back, and the delete waits for it. If the node is gone for good, move the VM's config to a node that is up (on that node: mv /etc/pve/nodes/${node}/qemu-server/${vmid}.conf /etc/pve/nodes/$(hostname)/qemu-server/), and the delete goes on there`;
-}
 
 export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {
   const a = atProvider(r);

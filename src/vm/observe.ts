@@ -13,7 +13,6 @@ import { parseUpid, workerDied } from '../proxmox/upid.ts';
 import { adoptElsewhere, adoptOwn } from './adoption.ts';
 import { atProvider, isReady, pendingReboot, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
-import { destroyWaitsForNode } from './delete.ts';
 import { type Change, changes } from './drift.ts';
 import { retireDuplicates } from './duplicates.ts';
 import { retireStrayElsewhere } from './duplicates-elsewhere.ts';
@@ -21,6 +20,7 @@ import { guestGate, observeGuest } from './guest.ts';
 import { knownOutcome, planAfter, plannedWait } from './known-outcome.ts';
 import { lockCleared, reportLock } from './lock-holder.ts';
 import { locate, nodeOffline, type ObservedVm } from './lookup.ts';
+import { onOfflineNode, onOfflineTaskNode } from './node-offline.ts';
 import {
   clearPlaceholder,
   cloneSource,
@@ -156,48 +156,6 @@ async function settlePlaceholder(
   );
 }
 
-/**
- * The node of our task in flight is offline: its end cannot be read until it is back (a task whose
- * node crashed died with it; what it left is judged then, as any ended task's). Ready False
- * (NodeOffline); nothing else is done meanwhile, as for a task still running, and nothing is sent
- * to the node until the list shows it back (memory.offlineTaskNode). Before, the failed read of the
- * task's status was a bare ReconcileError ("No route to host"), its retries at every reconcile.
- */
-function onOfflineTaskNode(ctx: StepContext, r: ProxmoxVM, vmid: number, node: string, task: string): Observed {
-  return nodeOfflineReport(
-    ctx,
-    r,
-    node,
-    `the end of task ${task} (VM ${vmid}) cannot be read until it is back; a task whose node crashed died with it, and what it left is looked at then`,
-  );
-}
-
-/** The VM's node is offline: Ready False (NodeOffline) until it is back; nothing is sent to it. */
-function onOfflineNode(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Observed {
-  return nodeOfflineReport(
-    ctx,
-    r,
-    found.node,
-    `the state of VM ${found.vmid} is unknown until it is back. A node that lost power boots with its VMs stopped (Proxmox starts only those with onboot); the provider then brings VM ${found.vmid} back to spec.forProvider.powerState`,
-  );
-}
-
-/**
- * Being deleted, its VM on a node that is offline: nothing can be read or destroyed there until the
- * node is back, and the delete waits (delete.ts, which says so as Synced False NodeOffline). Before,
- * its config read failed at every reconcile (`No route to host`) and `delete` waited for its timeout.
- */
-function onOfflineNodeDeleting(ctx: StepContext, r: ProxmoxVM, found: ObservedVm): Observed {
-  return nodeOfflineReport(ctx, r, found.node, destroyWaitsForNode(found.node, found.vmid));
-}
-
-/** Ready False (NodeOffline), `what` saying what is unknown until `node` is back; the VM's state unknown. */
-function nodeOfflineReport(ctx: StepContext, r: ProxmoxVM, node: string, what: string): Observed {
-  atProvider(r).state = 'unknown';
-  ready(r, 'False', 'NodeOffline', `node ${node} of site ${ctx.site.name} is offline: ${what}`);
-  return { obs: { exists: true, upToDate: true } };
-}
-
 export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed> {
   const problems = validateSpec(r);
   if (problems.length) {
@@ -330,8 +288,7 @@ export async function observe(ctx: StepContext, r: ProxmoxVM): Promise<Observed>
   ctx.site.unreserve(r.metadata.uid, vmid);
   // Its node is offline (a crash, a power cut, a partition): nothing of the VM can be read or
   // changed until it is back, and the list's last word on it is not its state.
-  if (found.entry.status === 'unknown' && (await nodeOffline(ctx, found.node)))
-    return r.metadata.deletionTimestamp ? onOfflineNodeDeleting(ctx, r, found) : onOfflineNode(ctx, r, found);
+  if (found.entry.status === 'unknown' && (await nodeOffline(ctx, found.node))) return onOfflineNode(ctx, r, found);
   await noteNode(ctx, r, found.node, !observeOnly && !ctx.readOnly, found.entry.lock);
   // Where the spec wants it (or where it is, with no node in the spec): placed (see migrate.ts).
   if (!r.spec.forProvider.node || r.spec.forProvider.node === found.node) a.placedNode = found.node;

@@ -57,7 +57,7 @@ export interface ResourceMemory {
   uptimeAt?: number;
   /** When this process sent the VM's start (its clock): the boot's first ask waits as long (guest-timing.ts). */
   startSentAt?: number;
-  /** The node of our task in flight, found offline (observe.ts onOfflineTaskNode): not asked until the list shows it back. */
+  /** The node of our task in flight, found offline (node-offline.ts onOfflineTaskNode): not asked until the list shows it back. */
   offlineTaskNode?: string;
   /** The last resize this process sent (disk-size.ts): the same one planned again is looked into. */
   resizeSent?: { vmid: number; disk: string; size: string };

@@ -292,16 +292,18 @@ function checkData(w: World): void {
 
 /**
  * Whether the other user destroyed `vm` (`site/vmid`; a destroy of theirs that ended OK, or that
- * failed once it had freed the disks, its config left: a write refused for want of quorum): then it
- * took the VM's data, not we.
+ * failed once it had freed the disks, its config left: a write refused for want of quorum; or one
+ * still running whose VM is gone: its worker removes the config last, then ends, and a check may
+ * come between the two, as the soak of the twenty-fourth session's found): then it took the VM's
+ * data, not we.
  */
 function destroyedByOther(w: World, vm: string): boolean {
   const [site, vmid] = vm.split('/') as [SiteName, string];
   const c = w.cluster(site);
   const left = c.state.vms.get(Number(vmid));
   for (const t of c.state.tasks.values()) {
-    if (t.type !== 'qmdestroy' || t.id !== vmid || t.user !== FOREIGN_USER || t.status !== 'stopped') continue;
-    if (t.exitstatus !== 'OK' && !(left && disksGone(c, left))) continue;
+    if (t.type !== 'qmdestroy' || t.id !== vmid || t.user !== FOREIGN_USER) continue;
+    if (t.status !== 'stopped' ? left !== undefined : t.exitstatus !== 'OK' && !(left && disksGone(c, left))) continue;
     if (w.destroysSeen.has(t.upid)) continue;
     w.destroysSeen.add(t.upid);
     return true;

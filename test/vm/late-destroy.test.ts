@@ -83,7 +83,11 @@ describe('a destroy PVE may still apply late', () => {
       const before = eng.attemptsOf(again).length;
       const back = await eng.waitFor(
         again,
-        (r) => r.status?.atProvider?.vmId === 150 && c.state.vms.has(150) && r.status?.atProvider?.step === 'Ready',
+        // (Its marker and no lock: the create's placeholder at 150 comes while the status still says Ready.)
+        (r) =>
+          ownedBy(c, r.metadata.uid).length === 1 &&
+          c.state.vms.get(150)?.config.lock === undefined &&
+          r.status?.atProvider?.step === 'Ready',
         'VM 150 made again',
       );
       assert.equal(ownedBy(c, back.metadata.uid).length, 1);

@@ -1,5 +1,5 @@
 /**
- * A Ready VM whose node goes offline (src/vm/observe.ts onOfflineNode): the bulk list shows the
+ * A Ready VM whose node goes offline (src/vm/node-offline.ts onOfflineNode): the bulk list shows the
  * node `offline` and the VM `status: unknown`, so the resource is Ready False (NodeOffline), saying
  * what becomes of the VM, and sends the node nothing; once a node that crashed is back, its VM is
  * stopped (no `onboot`: its startall leaves it) and the provider starts it again. A resize whose
