@@ -129,7 +129,22 @@ export class PveClientCore {
     caps?: Capabilities;
     capsInflight?: Promise<Capabilities>;
     sensitive: SentSecrets;
-  } = { sensitive: new SentSecrets() };
+    /** VM destroys sent through any view (see destroysSent). */
+    destroys: number;
+  } = { sensitive: new SentSecrets(), destroys: 0 };
+
+  /**
+   * How many VM destroys any view of this client has sent: a read of the nodes' destroy tasks
+   * begun before the count moved may miss one of this process's own (src/vm/recent-destroys.ts).
+   */
+  get destroysSent(): number {
+    return this.shared.destroys;
+  }
+
+  /** A VM destroy is being sent (counted before its answer: it may be applied whatever comes back). */
+  protected noteDestroy(): void {
+    this.shared.destroys++;
+  }
   /** Aborts every call made through this view (a reconcile's context); see `withSignal`. */
   private scopeSignal: AbortSignal | undefined;
 

@@ -290,6 +290,7 @@ export class PveClient extends PveClientCore {
   ) {
     const r = Qemu.resizeDisk(node, vmid, disk, size, opts);
     if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
+    this.noteDestroy();
     return this.call(r);
   }
 
@@ -326,6 +327,7 @@ export class PveClient extends PveClientCore {
   async powerVm(node: string, vmid: number, action: Qemu.PowerAction, opts: Qemu.PowerOptions = {}): Promise<Upid> {
     const r = Qemu.vmPower(node, vmid, action, opts);
     if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
+    this.noteDestroy();
     return this.call(r);
   }
 
@@ -348,6 +350,7 @@ export class PveClient extends PveClientCore {
   async deleteVm(node: string, vmid: number, opts: Qemu.DeleteOptions = {}): Promise<Upid> {
     const r = Qemu.deleteVm(node, vmid, opts);
     if (opts.skiplock) this.requireRootTicket('skiplock', { site: this.site, method: r.method, path: r.path });
+    this.noteDestroy();
     return this.call(r);
   }
 

@@ -87,7 +87,7 @@ export interface FreeVmids {
  */
 export async function freeVmids(ctx: StepContext, r: ProxmoxVM): Promise<FreeVmids> {
   const index = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory));
-  const destroyedLately = await recentlyDestroyed(ctx, index.nodes, ctx.site.now());
+  const destroyedLately = await recentlyDestroyed(ctx, index.nodes);
   const taken = index.byVmid;
   const held = ctx.options.vmidHolders?.(ctx.site.name);
   const free = (id: number) => {
@@ -161,7 +161,7 @@ export async function clearOfLateDestroys(ctx: StepContext, r: ProxmoxVM, vmid: 
   const vetted = ctx.memory.vmidVetted;
   if (vetted?.vmid === vmid && vetted.in === ctx.signal) return;
   const index = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory));
-  const by = (await recentlyDestroyed(ctx, index.nodes, ctx.site.now())).get(vmid);
+  const by = (await recentlyDestroyed(ctx, index.nodes)).get(vmid);
   if (!by?.has(ctx.client.auth.authId)) return;
   ctx.site.releaseCreate(r.metadata.uid);
   throw reason(
