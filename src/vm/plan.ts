@@ -407,16 +407,16 @@ function describeChange(f: FieldChange): string {
   return `${what}: ${f.from ?? '(unset)'} -> ${f.to}${f.detail ? ` (${f.detail})` : ''}${f.reboot ? ' (at the next boot)' : ''}`;
 }
 
-/**
- * The plan as an operator reads it: one line per resource that changes (with `unchanged`, every
- * resource), its fields below it, then the counts (unless `summary: false`). `suffix` adds to a
- * resource's line (the rollout's "after ...").
- */
 /** The plans' warnings, each once (a site without quorum is every plan's there). */
 export function planWarnings(plans: ResourcePlan[]): string[] {
   return [...new Set(plans.flatMap((p) => (p.warning ? [p.warning] : [])))].map((w) => `  ! warning: ${w}`);
 }
 
+/**
+ * The plan as an operator reads it: one line per resource that changes (with `unchanged`, every
+ * resource), its fields below it, then the counts (unless `summary: false`). `suffix` adds to a
+ * resource's line (the rollout's "after ...").
+ */
 export function describePlans(
   plans: ResourcePlan[],
   opts: { unchanged?: boolean; summary?: boolean; warnings?: boolean; suffix?: (p: ResourcePlan) => string } = {},

@@ -14,8 +14,9 @@
  * One read per online node of the site (`typefilter=qmdestroy`), shared by the choices of the
  * next second while this process sends no destroy (PveClient destroysSent): a destroy of its own
  * is never missed, and one of another's that ended in that second is missed as the bulk list's
- * own freshness allows for (cluster-list.ts): no read can promise more. (A read per choice, begun
- * after its list, cost 8 task lists per create at 10,000 VMs: bench/local-apply.) A read that
+ * own freshness allows for (cluster-list.ts): no read can promise more. (At 10,000 VMs, where
+ * resources read their own view rather than a shared list, a read per choice's list was nearly a
+ * read per create.) A read that
  * fails fails the choice, retried as any failed read: a destroy on a node not read cannot be ruled
  * out (a node the list shows offline is not read: it can apply nothing, and its VMs stay listed).
  */

@@ -61,11 +61,6 @@ export interface ResourceMemory {
   offlineTaskNode?: string;
   /** The last resize this process sent (disk-size.ts): the same one planned again is looked into. */
   resizeSent?: { vmid: number; disk: string; size: string };
-  /**
-   * The VMID chooseVmid took in reconcile `in` (its signal), clear of late destroys then: that
-   * reconcile's create does not look again (vmid.ts clearOfLateDestroys).
-   */
-  vmidVetted?: { vmid: number; in: AbortSignal };
   /** The VMID whose disks a failed resize or start found gone (disk-missing.ts): looked at again before anything is sent to it. */
   diskMissing?: number;
   /**

@@ -41,7 +41,6 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
     if (!free(id)) continue;
     ctx.site.unreserve(r.metadata.uid);
     ctx.site.reserved.set(id, r.metadata.uid);
-    if (ctx.signal) ctx.memory.vmidVetted = { vmid: id, in: ctx.signal };
     return { externalName: String(id) };
   }
   ctx.site.releaseCreate(r.metadata.uid);
@@ -149,17 +148,15 @@ export function giveUpVmid(ctx: StepContext, r: ProxmoxVM, vmid: number): Extern
 }
 
 /**
- * Before a create at `vmid` that chooseVmid did not vet in this reconcile (sent again at a kept
- * VMID, after our dead placeholder there was destroyed; a VMID the user set, re-applied after a
- * delete): a destroy of it by our credentials that ended within the late-destroy window may be
+ * Before a create at `vmid` (one chooseVmid just found clear of late destroys, which the site's
+ * shared read then says again at no cost; one sent again at a kept VMID, after our dead
+ * placeholder there was destroyed; a VMID the user set, re-applied after a delete): a destroy of it by our credentials that ended within the late-destroy window may be
  * followed by one sent earlier and applied late, which would destroy the new VM (F89's family;
  * recent-destroys.ts). The create waits for the window's end; the VMID is kept, since a create of
  * ours may still be applied there (invariant 4). A VM destroyed by hand with the provider's own
  * credentials is made again after that wait too: nothing tells that destroy from the provider's.
  */
 export async function clearOfLateDestroys(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<void> {
-  const vetted = ctx.memory.vmidVetted;
-  if (vetted?.vmid === vmid && vetted.in === ctx.signal) return;
   const index = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory));
   const by = (await recentlyDestroyed(ctx, index.nodes)).get(vmid);
   if (!by?.has(ctx.client.auth.authId)) return;
