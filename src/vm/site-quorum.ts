@@ -1,12 +1,15 @@
 /**
- * A site's quorum, for a plan (plan.ts): without it Proxmox refuses every create, start and
- * config change (src/proxmox/quorum.ts), and `apply` would wait on `NoQuorum` after a plan that
- * showed its changes as if they could be made. One `GET /cluster/status` per site, begun with the
- * plan's first read of the site and shared by its resources; nothing is said when it cannot be
- * read (no Sys.Audit on /), as `plan` and `doctor` do.
+ * A site's quorum, for a plan (plan.ts) and for a destroy retried (delete.ts): without it Proxmox
+ * refuses every create, start and config change (src/proxmox/quorum.ts), and `apply` would wait on
+ * `NoQuorum` after a plan that showed its changes as if they could be made. One
+ * `GET /cluster/status` per site, begun with the plan's first read of the site and shared by its
+ * resources; nothing is said when it cannot be read (no Sys.Audit on /), as `plan` and `doctor` do.
  */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { getCondition } from '../engine/resource.ts';
 import { abortable } from '../proxmox/deadline.ts';
-import { type Quorum, quorumOf } from '../proxmox/quorum.ts';
+import { describeNodesUp, type Quorum, quorumOf } from '../proxmox/quorum.ts';
+import { noQuorum } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { SiteContext } from './site-cache.ts';
 
@@ -25,4 +28,23 @@ export function siteQuorum(ctx: StepContext): Promise<Quorum | undefined> {
     reads.set(ctx.site, read);
   }
   return abortable(read.data, ctx.signal);
+}
+
+/**
+ * Before a destroy is sent again after one failed for want of quorum (the resource's Synced says
+ * NoQuorum): qemu-server's destroy_vm does not check quorum before it forks its worker
+ * (src/PVE/API2/Qemu.pm:2776-2893 at the mirror's HEAD), which then fails at its first write of
+ * the config (`unable to open file '/etc/pve/nodes/N/qemu-server/V.conf.tmp.PID' - Permission
+ * denied`). Without this read every retry of a delete added a failed `qmdestroy` to the node's log
+ * while the quorum stayed lost. A fresh read (not the plans' shared one): the destroy goes as
+ * soon as the quorum is back. Throws NoQuorum while it is lost; nothing when it cannot be read.
+ */
+export async function awaitQuorumToDestroy(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<void> {
+  if (getCondition(r, 'Synced')?.reason !== 'NoQuorum') return;
+  const q = await ctx.client.clusterStatus().then(quorumOf, () => undefined);
+  if (q && !q.quorate)
+    throw noQuorum(
+      ctx.site.name,
+      `VM ${vmid} is destroyed once cluster ${q.cluster} has quorum again (${describeNodesUp(q)}); its last destroy failed without it`,
+    );
 }

@@ -1663,3 +1663,21 @@ describe('fault-search regressions: F89, a destroy applied late at a VMID chosen
     );
   });
 });
+
+describe('fault-search regressions: F91, a delete while its site has no quorum', () => {
+  it("vm-b (site-2, r630-02) is deleted as r630-01 crashes and stays down (no quorum: the destroy's worker cannot write the config) -> the destroy is not sent again until the quorum is back, then the VM is destroyed: a destroy was sent, and failed, at every other reconcile", async () => {
+    const onR2 = new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-02' });
+    const { journal } = await runSchedule(
+      'password',
+      [onR2],
+      [new Converge('vm-b'), new Delete('vm-b'), crash('r630-01', 2), new Converge('vm-b'), new Reconcile('vm-b')],
+      { nodes: true },
+    );
+    const all = journal.join('\n');
+    assert.equal((all.match(/task qmdestroy 100 failed/g) ?? []).length, 1, all);
+    assert.match(
+      all,
+      /VM 100 is destroyed once cluster site-2 has quorum again \(1 of 2 nodes online \(down: r630-01\)\)/,
+    );
+  });
+});

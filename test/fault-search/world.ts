@@ -19,6 +19,7 @@ import { MemoryStore } from '../../src/local/memory-store.ts';
 import { planTarget } from '../../src/local/setup.ts';
 import type { FaultSpec } from '../../src/sim/fault-spec.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
+import { quorate } from '../../src/sim/quorum.ts';
 import { heldVmids } from '../../src/vm/connector.ts';
 import { startTestSim } from '../helpers/sim.ts';
 import { observeForeign } from './foreign.ts';
@@ -420,9 +421,13 @@ export class World {
 
   /**
    * A task held by a stall fault or a lock fault, or one that waits on such a task: a remote
-   * migration's `qmtunnel` on the target lives as long as the source's `qmigrate`.
+   * migration's `qmtunnel` on the target lives as long as the source's `qmigrate`; a booted
+   * node's `startall` waits for quorum as long as it is lost (pve-manager PVE/API2/Nodes.pm:2195).
+   * Waited for, each reconcile of a schedule whose site stays without quorum cost quiesce's two
+   * seconds (F91: thirty of them, past the search's minute).
    */
   private heldByStall(c: SimCluster, t: { type: string; id: string }): boolean {
+    if (t.type === 'startall' && !quorate(c.state)) return true;
     if (t.type === 'qmtunnel')
       return this.sim.clusters.some((o) =>
         [...o.state.tasks.values()].some(
