@@ -2,21 +2,42 @@
  * `delete`: destroy the VMs the manifests own, after showing which (read from Proxmox) and a
  * confirmation; the engine's delete path does the destroying, so ownership is checked as always.
  */
+import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
 import { chooseState } from '../workspace/arguments.ts';
 import { write } from '../workspace/lines.ts';
 import { manifestKey } from '../workspace/phases.ts';
+import { readStateFile } from '../workspace/state-file.ts';
 import { Progress, table } from './render.ts';
 import { ageSpan } from './resource-view.ts';
 import { type ApplyArgs, loadVms, openRuntime, planTarget, resolveConfig } from './setup.ts';
 
+/**
+ * The VM of a plan that was refused (its node did not answer, a read failed, the spec cannot be
+ * applied) which the delete still acts on: the resource's VM is known (`vmid`: the plan's, or the
+ * state's record), and the delete destroys it if it is still this resource's. Before, such a plan
+ * was shown as `kept` while the delete went on to destroy it, without asking when nothing else was
+ * to go. A VMID another VM holds (VMIDConflict) is the one refusal that does keep it: never touched.
+ */
+function unreadVmid(p: ResourcePlan, recorded: (key: string) => string | undefined): string | undefined {
+  if (p.action !== 'refused' || p.reason === 'VMIDConflict') return undefined;
+  return p.vmid !== undefined ? String(p.vmid) : recorded(p.key);
+}
+
 /** Which VMs a delete destroys, and which resources have none (or one that is not theirs). */
-function describeDeletion(planned: ResourcePlan[]): string[] {
+function describeDeletion(planned: ResourcePlan[], recorded: (key: string) => string | undefined): string[] {
   const lines = ['Would destroy, read from Proxmox:'];
   let n = 0;
+  let unread = 0;
   for (const p of planned) {
-    if (p.action === 'refused') lines.push(`  ! ${p.key}: kept, ${p.reason}: ${p.message ?? ''}`);
+    const vmid = unreadVmid(p, recorded);
+    if (vmid !== undefined) {
+      unread++;
+      lines.push(
+        `  ? ${p.key}: VM ${vmid}${p.node ? ` on ${p.node}` : ''}, not planned (${p.reason}: ${p.message ?? ''}); the delete destroys it if it is still this resource's`,
+      );
+    } else if (p.action === 'refused') lines.push(`  ! ${p.key}: kept, ${p.reason}: ${p.message ?? ''}`);
     else if (p.vmid === undefined || p.action === 'create')
       lines.push(`    ${p.key}: no VM in Proxmox (nothing to destroy)`);
     else {
@@ -26,7 +47,7 @@ function describeDeletion(planned: ResourcePlan[]): string[] {
       );
     }
   }
-  lines.push(`${n} VM(s) to destroy.`);
+  lines.push(`${n} VM(s) to destroy${unread ? `, and ${unread} more not planned (?)` : ''}.`);
   return lines;
 }
 
@@ -38,14 +59,28 @@ function describeDeletion(planned: ResourcePlan[]): string[] {
 export async function deleteCommand(args: ApplyArgs): Promise<number> {
   const { vms, others } = loadVms(args.files);
   const config = await resolveConfig(args, others);
-  const rt = openRuntime(config, args.dryRun ? undefined : chooseState(args, config), args, others);
+  const state = chooseState(args, config);
+  // A dry run only reads the state file (as apply's does): what it records is planned from.
+  const dryState = args.dryRun
+    ? new Map((readStateFile<ProxmoxVM>(state)?.objects ?? []).map((o) => [manifestKey(o), o]))
+    : undefined;
+  const rt = openRuntime(config, args.dryRun ? undefined : state, args, others);
+  const stored = (key: string) => (dryState ? dryState.get(key) : rt.store.getSync(key));
   const progress = new Progress(args.out);
   try {
     const keys = vms.map(manifestKey);
     const byKey = new Map(vms.map((v) => [manifestKey(v), v]));
-    const planned = await rt.plan(keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)));
-    const doomed = planned.filter((p) => p.vmid !== undefined && p.action !== 'refused' && p.action !== 'create');
-    if (!args.quiet || args.dryRun) write(args.out, describeDeletion(planned).join('\n'));
+    const planned = await rt.plan(keys.map((k) => planTarget(stored(k), byKey.get(k)!)));
+    const recorded = (key: string) => {
+      const r = stored(key);
+      return r ? externalName(r) : undefined;
+    };
+    const doomed = planned.filter(
+      (p) =>
+        unreadVmid(p, recorded) !== undefined ||
+        (p.vmid !== undefined && p.action !== 'refused' && p.action !== 'create'),
+    );
+    if (!args.quiet || args.dryRun) write(args.out, describeDeletion(planned, recorded).join('\n'));
     if (args.dryRun) return 0;
     if (doomed.length && args.confirm && !(await args.confirm(planned))) {
       write(args.out, 'Delete cancelled: nothing was destroyed.');

@@ -14,6 +14,7 @@
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
 import { ReasonedError } from '../engine/types.ts';
+import { PveError } from '../proxmox/index.ts';
 import { noQuorumWarning } from '../proxmox/quorum.ts';
 import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
@@ -238,13 +239,19 @@ export async function planResource(
     );
     if (ctx.memory.lastFull !== lastFull) planRead = ctx.memory.lastFull;
   } catch (e) {
+    const unread = notAnswered(ctx, r, copy, key, e);
+    if (unread) return unread;
     if (!(e instanceof ReasonedError)) throw e;
     return { key, action: 'refused', changes: [], pending: [], reason: e.reason, message: e.message };
   } finally {
     if (lastFull) ctx.memory.lastFull = lastFull;
     else ctx.memory.lastFull = undefined;
   }
-  const plan = await planObserved(ctx, r, key, copy, observed, read);
+  const plan = await planObserved(ctx, r, key, copy, observed, read).catch((e) => {
+    const unread = notAnswered(ctx, r, copy, key, e);
+    if (unread) return unread;
+    throw e;
+  });
   // An apply carries the plan out at once: its creates' first reads need not wait for it.
   if (opts.readAhead && plan.action === 'create') readAheadCreate(ctx, r);
   if (planRead && plan.action === 'no-op' && observed.obs.upToDate && sameStatus(copy, r))
@@ -254,6 +261,38 @@ export async function planResource(
     if (q && !q.quorate) plan.warning = noQuorumWarning(ctx.site.name, q);
   }
   return plan;
+}
+
+/**
+ * The plan of a VM whose node did not answer its reads (`No route to host`: the node crashed or is
+ * cut off, and the site's list, which lags a crash by seconds, still shows it online): refused,
+ * with the VM and node named, since what would change there cannot be known. A `delete` counts it
+ * among the VMs it destroys (src/local/delete.ts): the delete waits for the node. Undefined for any
+ * other error, or a resource with no VM yet.
+ */
+function notAnswered(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  copy: ProxmoxVM,
+  key: string,
+  e: unknown,
+): ResourcePlan | undefined {
+  if (!(e instanceof PveError) || (e.kind !== 'unavailable' && e.kind !== 'timeout')) return undefined;
+  const vmid = Number(externalName(copy) ?? externalName(r));
+  if (!Number.isInteger(vmid)) return undefined;
+  const node = copy.status?.atProvider?.node ?? r.status?.atProvider?.node;
+  const where = node ? `node ${node} of site ${ctx.site.name}` : `site ${ctx.site.name}`;
+  return {
+    key,
+    action: 'refused',
+    vmid,
+    ...(node ? { node } : {}),
+    state: 'unknown',
+    changes: [],
+    pending: [],
+    reason: 'NodeUnreachable',
+    message: `${where} did not answer the read of VM ${vmid} (${e.message}): what would change is not known until it answers. Check: is the node up, and does it reach the others (\`pvecm status\`)?`,
+  };
 }
 
 /**

@@ -53,8 +53,17 @@ describe('apply and a node that stays offline', () => {
     const site = fx.sim.cluster('site-1');
     const crash = site.addFault({ kind: 'node-crash', node: 'ml110-01' });
     try {
+      // The plan names the VM it cannot read (the list still shows the node online) and counts it:
+      // it said `kept, PlanFailed` and the delete went on to destroy it, and a dry run, which did
+      // not read the state file, could not name the VM.
+      const unread =
+        /\? default\/offline-a: VM (\d+) on ml110-01, not planned \(NodeUnreachable: node ml110-01 of site site-1 did not answer the read of VM \1 \(.*No route to host\).*; the delete destroys it if it is still this resource's\n0 VM\(s\) to destroy, and 1 more not planned \(\?\)\./;
+      const dry = await cli(['delete', ...args, '--dry-run']);
+      assert.equal(dry.code, 0, dry.stdout + dry.stderr);
+      assert.match(dry.stdout, unread);
       const res = await cli(['delete', ...args, '--offline-grace', '1s', '--timeout', '90s']);
       assert.equal(res.code, 1, res.stdout + res.stderr);
+      assert.match(res.stdout, unread);
       assert.match(
         res.stdout,
         /NodeOffline: delete failed: node ml110-01 of site site-1 is offline: VM \d+ cannot be destroyed until it is back, and the delete waits for it\. If the node is gone for good, move the VM's config to a node that is up \(on that node: mv \/etc\/pve\/nodes\/ml110-01\/qemu-server\/\d+\.conf/,
