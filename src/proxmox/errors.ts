@@ -264,7 +264,9 @@ export class TaskFailedError extends PveError {
   /** Last lines of the task log, when fetched. */
   readonly logTail: readonly string[];
   constructor(ctx: ErrorContext, upid: string, exitStatus: string, logTail: string[] = []) {
-    const causeKind = classifyMessage(exitStatus)?.kind ?? 'server';
+    const why = abortedBecause(exitStatus, logTail);
+    const text = why ? `${exitStatus}: ${why}` : exitStatus;
+    const causeKind = classifyMessage(text)?.kind ?? 'server';
     const task = /^UPID:[^:]+:[^:]+:[^:]+:[^:]+:([^:]*):([^:]*):/.exec(upid);
     const what = task ? `task ${task[1]}${task[2] ? ` ${task[2]}` : ''}` : 'task';
     super({
@@ -275,8 +277,8 @@ export class TaskFailedError extends PveError {
         causeKind === 'lock-timeout' ||
         causeKind === 'unavailable' ||
         causeKind === 'no-quorum',
-      reason: exitStatus,
-      detail: `${what} failed: ${exitStatus}`,
+      reason: text,
+      detail: `${what} failed: ${text}`,
     });
     this.name = 'TaskFailedError';
     this.upid = upid;
@@ -284,6 +286,21 @@ export class TaskFailedError extends PveError {
     this.causeKind = causeKind;
     this.logTail = Object.freeze([...logTail]);
   }
+}
+
+/**
+ * Why a migration aborted: its exit status only says `migration aborted`, and the cause is in the
+ * log line before (pve-guest-common src/PVE/AbstractMigrate.pm migrate: `$self->log('err',
+ * "migration aborted (duration $duration): $err"); die "migration aborted\n"`), e.g. the target's
+ * `cluster not ready - no quorum?`. Undefined for any other exit status or a log without it.
+ */
+function abortedBecause(exitStatus: string, logTail: readonly string[]): string | undefined {
+  if (exitStatus !== 'migration aborted') return undefined;
+  for (let i = logTail.length - 1; i >= 0; i--) {
+    const m = /ERROR: migration aborted \(duration [^)]*\): (.+)$/.exec(logTail[i]!);
+    if (m) return m[1]!.trim();
+  }
+  return undefined;
 }
 
 export class TimeoutError extends PveError {

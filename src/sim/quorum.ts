@@ -27,6 +27,17 @@ export function quorate(c: ClusterState): boolean {
   return 2 * up > votes;
 }
 
+/**
+ * The node that answers the cluster's API (`/cluster/status`'s `local`): the endpoint's, the first,
+ * or while it is down the first node up, as a VIP or load balancer in front of pveproxy fails over
+ * (a crashed node answering is a state real PVE cannot show). remote_migrate puts the VM there
+ * (qemu-server Qemu.pm:5844-5858).
+ */
+export function answeringNode(c: ClusterState): string | undefined {
+  const nodes = [...c.nodes.values()];
+  return (nodes.find((n) => n.online) ?? nodes[0])?.name;
+}
+
 /** PVE::Cluster::check_cfs_quorum: the handlers that need quorum die before anything else. */
 export function checkCfsQuorum(c: ClusterState): void {
   if (quorate(c)) return;

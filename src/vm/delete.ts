@@ -15,7 +15,7 @@ import { lockCleared, lockWithoutTask } from './lock-holder.ts';
 import { locate, nodeOffline } from './lookup.ts';
 import { destroyWaitsForNode } from './node-offline.ts';
 import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
-import { awaitQuorumToDestroy } from './site-quorum.ts';
+import { awaitQuorumAfterRefusal } from './site-quorum.ts';
 import { isPlaceholderLock } from './spec.ts';
 import { lateCreateMayStillApply } from './vmid.ts';
 
@@ -71,7 +71,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
         true,
       );
     setStep(r, 'Destroying');
-    await awaitQuorumToDestroy(ctx, r, vmid);
+    await awaitQuorumAfterRefusal(ctx, r, `VM ${vmid} is destroyed`);
     a.task = await ctx.client.deleteVm(found.node, vmid, {
       purge: true,
       destroyUnreferencedDisks: true,
@@ -100,7 +100,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     return { requeueAfterMs: followTask(ctx, r, a.task) };
   }
   setStep(r, 'Destroying');
-  await awaitQuorumToDestroy(ctx, r, vmid);
+  await awaitQuorumAfterRefusal(ctx, r, `VM ${vmid} is destroyed`);
   a.task = await ctx.client.deleteVm(found.node, vmid, { purge: true, destroyUnreferencedDisks: true });
   ctx.site.invalidate(ctx.memory);
   await hook(ctx, 'delete-destroy-issued', r);

@@ -15,6 +15,7 @@ import type { ObservedVm } from './lookup.ts';
 import { estimate, vmDisks, wantedStorage } from './migrate.ts';
 import { checkBridges, checkCapacity, checkStorage } from './preflight.ts';
 import { lateDestroyWindowMs } from './recent-destroys.ts';
+import { awaitQuorumAfterRefusal } from './site-quorum.ts';
 import { checkSnippetPossible, desiredSnippet, needsSnippet, writeSnippetOn } from './snippets.ts';
 import { desiredNets, memoryBytes, parseNetValue } from './spec.ts';
 import { freeVmids } from './vmid.ts';
@@ -178,12 +179,19 @@ function targetEndpoint(tctx: StepContext): string {
 
 /**
  * Send the recorded move: the snippet to the target node first (the VM's config names it, and a
- * VM started there reads it), then `remote_migrate` with `delete=1`. Returns the UPID.
+ * VM started there reads it), then `remote_migrate` with `delete=1`. Returns the UPID. The target
+ * node is read again: PVE puts the VM on the node that answers the target endpoint when the
+ * migration starts (qemu-server Qemu.pm:5844-5858), and the recorded one may have gone down since
+ * (a VIP failed over): its snippet went over SSH to a node that did not answer, 15 s per attempt
+ * (the fourth fault search, one run past its minute), and would have been missing where the VM
+ * arrived. The record takes the node read (update.ts writes the move with its UPID).
  */
 export async function sendSiteMove(ctx: StepContext, r: ProxmoxVM, change: Change): Promise<string> {
   const move = change.move!;
   const tctx = targetContext(ctx, r);
   const cfg = (await ctx.client.vmConfig(move.fromNode, move.fromVmid)).values;
+  await awaitQuorumAfterRefusal(tctx, r, `VM ${move.fromVmid} moves to site ${move.to}`);
+  move.node = await endpointNode(tctx);
   await writeSnippetOn(tctx, r, move.node);
   return ctx.client.remoteMigrateVm(move.fromNode, move.fromVmid, {
     targetEndpoint: targetEndpoint(tctx),

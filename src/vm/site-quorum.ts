@@ -31,20 +31,23 @@ export function siteQuorum(ctx: StepContext): Promise<Quorum | undefined> {
 }
 
 /**
- * Before a destroy is sent again after one failed for want of quorum (the resource's Synced says
- * NoQuorum): qemu-server's destroy_vm does not check quorum before it forks its worker
+ * Before a request whose worker failed for want of quorum is sent again (the resource's Synced says
+ * NoQuorum). A destroy: qemu-server's destroy_vm does not check quorum before it forks its worker
  * (src/PVE/API2/Qemu.pm:2776-2893 at the mirror's HEAD), which then fails at its first write of
  * the config (`unable to open file '/etc/pve/nodes/N/qemu-server/V.conf.tmp.PID' - Permission
- * denied`). Without this read every retry of a delete added a failed `qmdestroy` to the node's log
- * while the quorum stayed lost. A fresh read (not the plans' shared one): the destroy goes as
- * soon as the quorum is back. Throws NoQuorum while it is lost; nothing when it cannot be read.
+ * denied`). A move to another site: remote_migrate_vm checks the source's quorum (:5741), and the
+ * target's mtunnel refuses inside the source's worker (:6709, `migration aborted`). Without this
+ * read every retry added a failed task to the node's log while the quorum stayed lost (F91). A
+ * fresh read (not the plans' shared one) of `ctx`'s site: the request goes as soon as the quorum
+ * is back. Throws NoQuorum while it is lost, `what` saying what waits; nothing when it cannot be
+ * read.
  */
-export async function awaitQuorumToDestroy(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<void> {
+export async function awaitQuorumAfterRefusal(ctx: StepContext, r: ProxmoxVM, what: string): Promise<void> {
   if (getCondition(r, 'Synced')?.reason !== 'NoQuorum') return;
   const q = await ctx.client.clusterStatus().then(quorumOf, () => undefined);
   if (q && !q.quorate)
     throw noQuorum(
       ctx.site.name,
-      `VM ${vmid} is destroyed once cluster ${q.cluster} has quorum again (${describeNodesUp(q)}); its last destroy failed without it`,
+      `${what} once cluster ${q.cluster} has quorum again (${describeNodesUp(q)}); the last try failed without it`,
     );
 }

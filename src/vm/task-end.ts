@@ -88,7 +88,9 @@ export async function observeTaskEnd(
       a.step = 'Failed';
       const msg = withoutSecrets(ctx, done.error.message);
       // Refused for want of quorum (a write to /etc/pve in the worker): not the resource's failure.
-      if (isNoQuorum(msg)) throw noQuorum(ctx.site.name, msg);
+      // A move to another site refused there: the source's quorum was checked before its worker
+      // began (qemu-server Qemu.pm:5741), the target's mtunnel refuses inside it (:6709).
+      if (isNoQuorum(msg)) throw noQuorum(a.siteMove?.upid === task ? a.siteMove.to : ctx.site.name, msg);
       // A worker killed before it ended (a node crash or restart, an OOM kill: PVE reads its task
       // `unexpected status`) was not refused: what it left is looked at again, and `apply` waits,
       // where TaskFailed stopped it. A create's dead worker leaves its placeholder, settled apart.

@@ -1681,3 +1681,42 @@ describe('fault-search regressions: F91, a delete while its site has no quorum',
     );
   });
 });
+
+/**
+ * F92: vm-c's move from site-1 to site-2 was recorded with site-2's endpoint node (r630-01) as the
+ * target, then r630-01 crashed before it was sent: the snippet went over SSH to the crashed node
+ * (15 s of real time per attempt) where PVE would put the VM on the node answering, and once it
+ * went there, the target's refusal for want of quorum read as the move's failure (`migration
+ * aborted`, TaskFailed), its remote migration sent again at every other reconcile.
+ */
+describe('fault-search regressions: F92, a move to another site whose target node crashes before it is sent', () => {
+  it("vm-c's move to site-2 is recorded, r630-01 (site-2's endpoint node) crashes -> the move goes to the node answering, r630-02; refused there for want of quorum (NoQuorum, naming site-2), it is not sent again until the quorum is back, then made", async () => {
+    const { journal } = await runSchedule(
+      'token',
+      [vmC, vmA],
+      [
+        new Reconcile('vm-c'),
+        new NodeMove('vm-c', undefined, 'end'),
+        new Apply('vm-b', { cpu: 1, memory: '1Gi', powerState: 'running', site: 'site-2', node: 'r630-01' }),
+        new NodeCrash('vm-b', 2),
+        new Converge('vm-c'),
+      ],
+      { nodes: true },
+    );
+    const all = journal.join('\n');
+    assert.doesNotMatch(all, /SnippetUploadFailed/);
+    assert.equal(
+      (
+        all.match(
+          /task qmigrate 100 failed: migration aborted: 500 cluster not ready - no quorum\?\. Site site-2's/g,
+        ) ?? []
+      ).length,
+      1,
+      all,
+    );
+    assert.match(
+      all,
+      /VM 100 moves to site site-2 once cluster site-2 has quorum again \(1 of 2 nodes online \(down: r630-01\)\)/,
+    );
+  });
+});

@@ -337,3 +337,30 @@ describe('classification (unit)', () => {
     assert.match(e.message, /task qmclone 9000 failed/);
   });
 });
+
+describe('a migration that aborted: its cause from the log line before its exit status', () => {
+  const ctx = { site: 'site-1', method: 'GET', path: '/nodes/{node}/tasks/{upid}/status' };
+  const upid = 'UPID:pve-a:00001234:0000ABCD:6500AAAA:qmigrate:100:root@pam:';
+  it("`migration aborted` with the target's quorum refusal -> no-quorum, retryable, the cause in the message", () => {
+    const e = new TaskFailedError(ctx, upid, 'migration aborted', [
+      '2026-12-07 12:00:00 remote: started tunnel worker',
+      '2026-12-07 12:00:01 ERROR: migration aborted (duration 00:00:01): 500 cluster not ready - no quorum?',
+      'TASK ERROR: migration aborted',
+    ]);
+    assert.equal(e.causeKind, 'no-quorum');
+    assert.equal(e.retryable, true);
+    assert.equal(e.exitStatus, 'migration aborted');
+    assert.match(e.message, /task qmigrate 100 failed: migration aborted: 500 cluster not ready - no quorum\?$/);
+  });
+  it('any other cause is shown and keeps its class; a log without the line leaves the exit status alone', () => {
+    const local = new TaskFailedError(ctx, upid, 'migration aborted', [
+      "2025-06-29 20:53:55 ERROR: migration aborted (duration 00:00:00): can't migrate VM which uses local devices: usb1",
+      'TASK ERROR: migration aborted',
+    ]);
+    assert.equal(local.causeKind, 'server');
+    assert.equal(local.retryable, false);
+    assert.match(local.message, /migration aborted: can't migrate VM which uses local devices: usb1$/);
+    const bare = new TaskFailedError(ctx, upid, 'migration aborted', ['TASK ERROR: migration aborted']);
+    assert.match(bare.message, /task qmigrate 100 failed: migration aborted$/);
+  });
+});

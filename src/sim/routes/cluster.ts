@@ -2,7 +2,7 @@
 import { hasAnyPriv, hasPriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
 import { configCpus, configMemoryMiB } from '../qemu-config.ts';
-import { quorate } from '../quorum.ts';
+import { answeringNode, quorate } from '../quorum.ts';
 import type { Route } from '../server.ts';
 import type { ClusterState, NodeState } from '../state.ts';
 import { MiB, type StorageState } from '../storage.ts';
@@ -174,6 +174,7 @@ export const clusterRoutes: Route[] = [
     path: '/cluster/status',
     handler: ({ c }) => {
       const nodes = [...c.nodes.values()];
+      const answering = answeringNode(c);
       return [
         { type: 'cluster', id: 'cluster', name: c.name, nodes: nodes.length, quorate: quorate(c) ? 1 : 0, version: 1 },
         ...nodes.map((n, i) => ({
@@ -181,7 +182,7 @@ export const clusterRoutes: Route[] = [
           id: `node/${n.name}`,
           name: n.name,
           online: n.online ? 1 : 0,
-          local: i === 0 ? 1 : 0,
+          local: n.name === answering ? 1 : 0,
           nodeid: i + 1,
           ip: n.ip,
           level: '',

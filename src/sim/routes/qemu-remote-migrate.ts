@@ -19,7 +19,7 @@ import { requirePriv } from '../auth.ts';
 import { die, paramError } from '../errors.ts';
 import { RemoteMigration } from '../migrate-remote.ts';
 import { parseIdMap } from '../migration.ts';
-import { checkCfsQuorum } from '../quorum.ts';
+import { answeringNode, checkCfsQuorum } from '../quorum.ts';
 import { parseRemote, RemoteApi, RemoteError } from '../remote-endpoints.ts';
 import type { Route } from '../server.ts';
 import { checkLock, loadVm, vmPerm } from './qemu-common.ts';
@@ -64,13 +64,13 @@ export const remoteMigrateRoute: Route = {
     const storagemap = parseIdMap(params['target-storage'] as string, 'target-storage', 'storage');
     const bridgemap = parseIdMap(params['target-bridge'] as string, 'target-bridge', 'bridge');
     if (!storagemap || storagemap.identity) die('remote migration requires explicit storage mapping!');
-    // GET /cluster/status: the entry with `local: 1` names the endpoint's node (its first).
+    // GET /cluster/status: the entry with `local: 1` names the endpoint's node (the one answering).
     const targetNode = await remote(
       api.call((ep, tauth) => {
         requirePriv(ep.state, tauth, '/', ['Sys.Audit']);
-        const first = [...ep.state.nodes.keys()][0];
-        if (!first) die("couldn't determine endpoint's node name");
-        return first;
+        const local = answeringNode(ep.state);
+        if (!local) die("couldn't determine endpoint's node name");
+        return local;
       }),
     );
     const opts = {
