@@ -100,7 +100,7 @@ export async function planCommand(args: {
   // Loaded here, not at start: `validate` (and `--help`) need none of the engine or the client.
   const [{ formatPlan, planFleet }, { describePlans, plansChange }, { planImages }] = await Promise.all([
     import('./plan.ts'),
-    import('../vm/plan.ts'),
+    import('../vm/plan-text.ts'),
     import('../image/plan.ts'),
   ]);
   let p: PlanResult;

@@ -5,7 +5,8 @@
 import { stringify } from 'yaml';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { getCondition } from '../engine/resource.ts';
-import { describePlans, plansChange, planWarnings, type ResourcePlan } from '../vm/plan.ts';
+import type { ResourcePlan } from '../vm/plan.ts';
+import { describePlans, plansChange, planWarnings } from '../vm/plan-text.ts';
 import {
   chooseState,
   cliInstallationOf,
