@@ -14,15 +14,22 @@ import { ageSpan } from './resource-view.ts';
 import { type ApplyArgs, loadVms, openRuntime, planTarget, resolveConfig } from './setup.ts';
 
 /**
- * The VM of a plan that was refused (its node did not answer, a read failed, the spec cannot be
- * applied) which the delete still acts on: the resource's VM is known (`vmid`: the plan's, or the
- * state's record), and the delete destroys it if it is still this resource's. Before, such a plan
- * was shown as `kept` while the delete went on to destroy it, without asking when nothing else was
- * to go. A VMID another VM holds (VMIDConflict) is the one refusal that does keep it: never touched.
+ * What the delete does with a resource's plan, one answer for the list and the confirmation:
+ * `destroy` its VM; `unplanned`, a plan refused (its node did not answer, a read failed, the spec
+ * cannot be applied) whose VM is known (`vmid`: the plan's, or the state's record), which the delete
+ * still destroys if it is still this resource's (before, it was listed `kept` while the delete went
+ * on to destroy it, without asking when nothing else was to go); `kept`, a VMID another VM holds
+ * (VMIDConflict), or a refused plan with no VM known; `none`, no VM in Proxmox.
  */
-function unreadVmid(p: ResourcePlan, recorded: (key: string) => string | undefined): string | undefined {
-  if (p.action !== 'refused' || p.reason === 'VMIDConflict') return undefined;
-  return p.vmid !== undefined ? String(p.vmid) : recorded(p.key);
+type Deletion = { kind: 'destroy' | 'unplanned'; vmid: string } | { kind: 'kept' } | { kind: 'none' };
+
+function deletionOf(p: ResourcePlan, recorded: (key: string) => string | undefined): Deletion {
+  if (p.action === 'refused') {
+    const vmid = p.reason === 'VMIDConflict' ? undefined : p.vmid !== undefined ? String(p.vmid) : recorded(p.key);
+    return vmid !== undefined ? { kind: 'unplanned', vmid } : { kind: 'kept' };
+  }
+  if (p.vmid === undefined || p.action === 'create') return { kind: 'none' };
+  return { kind: 'destroy', vmid: String(p.vmid) };
 }
 
 /** Which VMs a delete destroys, and which resources have none (or one that is not theirs). */
@@ -31,19 +38,18 @@ function describeDeletion(planned: ResourcePlan[], recorded: (key: string) => st
   let n = 0;
   let unread = 0;
   for (const p of planned) {
-    const vmid = unreadVmid(p, recorded);
-    if (vmid !== undefined) {
+    const d = deletionOf(p, recorded);
+    if (d.kind === 'unplanned') {
       unread++;
       lines.push(
-        `  ? ${p.key}: VM ${vmid}${p.node ? ` on ${p.node}` : ''}, not planned (${p.reason}: ${p.message ?? ''}); the delete destroys it if it is still this resource's`,
+        `  ? ${p.key}: VM ${d.vmid}${p.node ? ` on ${p.node}` : ''}, not planned (${p.reason}: ${p.message ?? ''}); the delete destroys it if it is still this resource's`,
       );
-    } else if (p.action === 'refused') lines.push(`  ! ${p.key}: kept, ${p.reason}: ${p.message ?? ''}`);
-    else if (p.vmid === undefined || p.action === 'create')
-      lines.push(`    ${p.key}: no VM in Proxmox (nothing to destroy)`);
+    } else if (d.kind === 'kept') lines.push(`  ! ${p.key}: kept, ${p.reason}: ${p.message ?? ''}`);
+    else if (d.kind === 'none') lines.push(`    ${p.key}: no VM in Proxmox (nothing to destroy)`);
     else {
       n++;
       lines.push(
-        `  - ${p.key}: VM ${p.vmid}${p.node ? ` on ${p.node}` : ''} (${p.state ?? 'unknown'})${p.action === 'adopt' ? ', found by its ownership marker' : ''}`,
+        `  - ${p.key}: VM ${d.vmid}${p.node ? ` on ${p.node}` : ''} (${p.state ?? 'unknown'})${p.action === 'adopt' ? ', found by its ownership marker' : ''}`,
       );
     }
   }
@@ -75,11 +81,10 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
       const r = stored(key);
       return r ? externalName(r) : undefined;
     };
-    const doomed = planned.filter(
-      (p) =>
-        unreadVmid(p, recorded) !== undefined ||
-        (p.vmid !== undefined && p.action !== 'refused' && p.action !== 'create'),
-    );
+    const doomed = planned.filter((p) => {
+      const d = deletionOf(p, recorded).kind;
+      return d === 'destroy' || d === 'unplanned';
+    });
     if (!args.quiet || args.dryRun) write(args.out, describeDeletion(planned, recorded).join('\n'));
     if (args.dryRun) return 0;
     if (doomed.length && args.confirm && !(await args.confirm(planned))) {

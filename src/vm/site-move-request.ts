@@ -56,9 +56,12 @@ function idMap(m: Map<string, string>): string {
   return [...m].map(([from, to]) => `${from}:${to}`).join(',');
 }
 
-/** The target endpoint's own node: where PVE puts the VM (the `local` entry of its /cluster/status). */
-async function endpointNode(tctx: StepContext): Promise<string> {
-  const status = await tctx.client.clusterStatus();
+/**
+ * The target endpoint's own node: where PVE puts the VM (the `local` entry of its /cluster/status,
+ * read here unless the caller read it).
+ */
+async function endpointNode(tctx: StepContext, read?: Array<Record<string, unknown>>): Promise<string> {
+  const status = read ?? (await tctx.client.clusterStatus());
   const local = status.find((e) => e.type === 'node' && (e.local === 1 || e.local === true));
   const name = typeof local?.name === 'string' ? local.name : undefined;
   if (!name)
@@ -190,8 +193,10 @@ export async function sendSiteMove(ctx: StepContext, r: ProxmoxVM, change: Chang
   const move = change.move!;
   const tctx = targetContext(ctx, r);
   const cfg = (await ctx.client.vmConfig(move.fromNode, move.fromVmid)).values;
-  await awaitQuorumAfterRefusal(tctx, r, `VM ${move.fromVmid} moves to site ${move.to}`);
-  move.node = await endpointNode(tctx);
+  // One read of the target's /cluster/status for both: its quorum, after a refusal, and its node.
+  const status = await tctx.client.clusterStatus();
+  await awaitQuorumAfterRefusal(tctx, r, `VM ${move.fromVmid} moves to site ${move.to}`, status);
+  move.node = await endpointNode(tctx, status);
   await writeSnippetOn(tctx, r, move.node);
   return ctx.client.remoteMigrateVm(move.fromNode, move.fromVmid, {
     targetEndpoint: targetEndpoint(tctx),

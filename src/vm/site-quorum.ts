@@ -1,5 +1,6 @@
 /**
- * A site's quorum, for a plan (plan.ts) and for a destroy retried (delete.ts): without it Proxmox
+ * A site's quorum, for a plan (plan.ts) and for a destroy or a move to another site sent again
+ * after a refusal for want of it (delete.ts, site-move-request.ts): without it Proxmox
  * refuses every create, start and config change (src/proxmox/quorum.ts), and `apply` would wait on
  * `NoQuorum` after a plan that showed its changes as if they could be made. One
  * `GET /cluster/status` per site, begun with the plan's first read of the site and shared by its
@@ -40,11 +41,16 @@ export function siteQuorum(ctx: StepContext): Promise<Quorum | undefined> {
  * read every retry added a failed task to the node's log while the quorum stayed lost (F91). A
  * fresh read (not the plans' shared one) of `ctx`'s site: the request goes as soon as the quorum
  * is back. Throws NoQuorum while it is lost, `what` saying what waits; nothing when it cannot be
- * read.
+ * read. `status`: the site's `/cluster/status`, when the caller read it for something else.
  */
-export async function awaitQuorumAfterRefusal(ctx: StepContext, r: ProxmoxVM, what: string): Promise<void> {
+export async function awaitQuorumAfterRefusal(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  what: string,
+  status?: Array<Record<string, unknown>>,
+): Promise<void> {
   if (getCondition(r, 'Synced')?.reason !== 'NoQuorum') return;
-  const q = await ctx.client.clusterStatus().then(quorumOf, () => undefined);
+  const q = status ? quorumOf(status) : await ctx.client.clusterStatus().then(quorumOf, () => undefined);
   if (q && !q.quorate)
     throw noQuorum(
       ctx.site.name,
