@@ -1,7 +1,7 @@
 /**
  * conditionEvent (src/engine/events.ts): which condition changes are worth a Kubernetes Event, and
- * of which type and reason. The reconciler's tests (reconciler.test.ts) check the events a whole
- * reconcile records; this one goes through the cases one by one.
+ * of which type and reason. The reconciler's tests (reconciler-status.test.ts) check the events a
+ * whole reconcile records; this one goes through the cases one by one.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
