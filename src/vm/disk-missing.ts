@@ -7,7 +7,9 @@
  * fails (activate_volumes, Qemu.pm:6027), and each was sent again at every retry, for good (fault
  * search F87).
  *
- * So when a resize or start of ours fails on a VM that is still there, its disks are looked up on
+ * So when a resize, start or migration of ours fails on a VM that is still there (a migration's
+ * scan of the volumes fails on one that is gone: "Problem found while scanning volumes", F94, where
+ * it was sent again at every other reconcile), its disks are looked up on
  * their storages (the config and one listing per storage, on a failure path only): volumes gone are
  * reported (DiskVolumeMissing, with what to run), and nothing more is sent to that VM until a look
  * finds them back. An unreadable storage says nothing (an NFS share not mounted is not a volume
@@ -62,7 +64,7 @@ function missingReport(node: string, vmid: number, missing: Array<{ disk: string
 }
 
 /**
- * After a resize or start of ours failed on VM `vmid`, still there: throws DiskVolumeMissing when
+ * After a resize, start or migration of ours failed on VM `vmid`, still there: throws DiskVolumeMissing when
  * its disks are gone (and remembers it), else returns and the failure is reported as it was.
  */
 export async function checkDisksAfterFailure(ctx: StepContext, node: string, vmid: number): Promise<void> {
@@ -73,7 +75,7 @@ export async function checkDisksAfterFailure(ctx: StepContext, node: string, vmi
 }
 
 /**
- * Before a resize or start of VM `vmid`: one reported with volumes missing is looked at again
+ * Before a resize, start or migration of VM `vmid`: one reported with volumes missing is looked at again
  * first, and nothing is sent while they still are.
  */
 export async function recheckMissingDisks(ctx: StepContext, node: string, vmid: number): Promise<void> {

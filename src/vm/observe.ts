@@ -149,9 +149,14 @@ async function settlePlaceholder(
     status && !workerDied(status)
       ? 'whose task failed and left it (its cleanup could not remove the config file, as when the cluster had no quorum)'
       : 'whose worker died';
+  // A dead tunnel's placeholder is by these credentials too: a move of a resource to this site.
+  const what =
+    fate.kind === 'ours-interrupted' && fate.task.type === 'qmtunnel'
+      ? 'a move to this site by these credentials (the target of a remote migration)'
+      : `a ${lock} of this resource`;
   throw reason(
     'CreateInterrupted',
-    `VM ${vmid} on node ${found.node} is left from a ${lock} of this resource ${how}${task}; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manual}`,
+    `VM ${vmid} on node ${found.node} is left from ${what} ${how}${task}; Proxmox keeps its 'lock: ${lock}' and only root@pam can clear it. Fix: ${manual}`,
     true,
   );
 }

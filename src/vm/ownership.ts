@@ -163,8 +163,8 @@ const SKEW_S = 300;
 
 /**
  * Is a create/clone placeholder at `vmid` still being worked on, and if not, whose is it?
- * `clone` names the template we clone from (a clone's task id is the source VMID); `tunnel`: the
- * VM may be a remote migration's target, made by its `qmtunnel` (see makerTasks).
+ * `clone` names the template we clone from (a clone's task id is the source VMID); without it, a
+ * remote migration's `qmtunnel` counts as a maker too (see makerTasks).
  */
 export async function placeholderFate(
   ctx: StepContext,
@@ -172,11 +172,10 @@ export async function placeholderFate(
   vmid: number,
   node: string,
   clone: { vmid: number; node: string } | undefined,
-  tunnel = false,
 ): Promise<PlaceholderFate> {
   let tasks: MakerTask[];
   try {
-    tasks = await makerTasks(ctx, vmid, node, clone, tunnel);
+    tasks = await makerTasks(ctx, vmid, node, clone);
   } catch {
     return { kind: 'in-progress' }; // no evidence: never act on a guess
   }

@@ -331,7 +331,7 @@ async function tunnelLeftover(
   sourceGone = false,
 ): Promise<SiteMoveObservation | undefined> {
   if (lock !== 'create' && lock !== 'migrate') return undefined;
-  const fate = await placeholderFate(tctx, r, move.vmid, there.node, undefined, true);
+  const fate = await placeholderFate(tctx, r, move.vmid, there.node, undefined);
   if (fate.kind === 'in-progress')
     return waiting(r, `VM ${move.vmid} on site ${move.to} is still held by its migration tunnel (${lock})`, tctx);
   if (fate.kind !== 'ours-interrupted' || fate.task.type !== 'qmtunnel') return undefined;

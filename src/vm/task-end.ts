@@ -101,10 +101,11 @@ export async function observeTaskEnd(
           true,
         );
       const locked = /VM is locked|got timeout/.test(msg);
-      // A resize or start that failed on a VM whose disks are gone (a destroy that freed them and
-      // could not remove the config): reported as that, and not sent again (disk-missing.ts).
+      // A resize, start or migration that failed on a VM whose disks are gone (a destroy that
+      // freed them and could not remove the config): reported as that, and not sent again
+      // (disk-missing.ts). A migration's scan of the volumes fails on them (F94).
       const ran = parseUpid(task);
-      if (!locked && ran && (ran.type === 'resize' || ran.type === 'qmstart'))
+      if (!locked && ran && (ran.type === 'resize' || ran.type === 'qmstart' || ran.type === 'qmigrate'))
         await checkDisksAfterFailure(ctx, ran.node, vmid);
       const err = reason(locked ? 'Locked' : creating ? 'CreateFailed' : 'TaskFailed', msg, locked);
       if (creating) err.createFailure = true;

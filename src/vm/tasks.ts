@@ -57,16 +57,18 @@ export interface MakerTask {
 /**
  * The create or clone tasks that may have made the VM at `vmid` on `node`, newest first: `qmcreate`
  * tasks with that id on the VM's node, and — for a clone, whose task id is the source — `qmclone`
- * tasks of the template on `sourceNode`; with `tunnel`, the `qmtunnel` tasks of that id on the node
- * too (a remote migration's target: its `mtunnel` call makes the `lock: create` placeholder).
- * Running and finished ones, from one task list each.
+ * tasks of the template on `sourceNode`; for a `lock: create` placeholder (no `clone`), the `qmtunnel`
+ * tasks of that id on the node too: a remote migration's target is made by its `mtunnel` call as
+ * such a placeholder (qemu-server Qemu.pm:6711-6712), at a VMID that another resource may name (a
+ * spec's vmid, a VMID chosen before the VM there was destroyed). Seen as nobody's create, it was
+ * reported left from a dead create while the migration ran, with the fix to destroy it (fault
+ * search F93). Running and finished ones, from one task list each.
  */
 export async function makerTasks(
   ctx: StepContext,
   vmid: number,
   node: string,
   clone?: { vmid: number; node: string },
-  tunnel = false,
 ): Promise<MakerTask[]> {
   const out: MakerTask[] = [];
   const add = (list: Array<{ upid: string; type: string; starttime: number; endtime?: number; status?: string }>) => {
@@ -87,7 +89,7 @@ export async function makerTasks(
   add(await ctx.client.listTasks(node, { source: 'all', vmid, typefilter: 'qmcreate', limit: 50 }));
   if (clone)
     add(await ctx.client.listTasks(clone.node, { source: 'all', vmid: clone.vmid, typefilter: 'qmclone', limit: 50 }));
-  if (tunnel) add(await ctx.client.listTasks(node, { source: 'all', vmid, typefilter: 'qmtunnel', limit: 50 }));
+  if (!clone) add(await ctx.client.listTasks(node, { source: 'all', vmid, typefilter: 'qmtunnel', limit: 50 }));
   const unique = new Map(out.map((t) => [t.upid, t]));
   return [...unique.values()].sort((a, b) => b.starttime - a.starttime);
 }

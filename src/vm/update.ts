@@ -127,6 +127,7 @@ export async function applyChange(
     case 'migrate': {
       // Nothing moves unless the target passes its checks; the slot is the target's.
       setStep(r, 'CheckingNode');
+      await recheckMissingDisks(ctx, node, vmid);
       const how = await checkMigration(ctx, r, node, vmid, change);
       const storages = how.targetStorage ? [how.targetStorage] : [];
       if (!ctx.site.limiter.tryAcquire(r.metadata.uid, change.target!, storages, slotWake(ctx, r))) {

@@ -486,3 +486,30 @@ describe('fault-search regressions: F92, a move to another site whose target nod
     );
   });
 });
+
+/**
+ * F94: a foreign destroy of vm-b (site-2, r630-01) whose worker died on r630-02's crash freed its
+ * disk and left its config; vm-b's move to r630-02 was then sent at every other reconcile, each
+ * `qmigrate` failing its scan of the volumes ("Problem found while scanning volumes"), and the
+ * settle never converged. A failed migration now looks at the VM's disks as a failed resize or
+ * start does (DiskVolumeMissing), and nothing more is sent until they are back.
+ */
+describe('fault-search regressions: F94, a move inside the site of a VM whose disk is gone', () => {
+  it('vm-b cloning on r630-01, destroyed by another user as r630-02 crashes (its disk freed, its config left), moved to r630-02 -> DiskVolumeMissing, the migration sent once, not at every other reconcile', async () => {
+    const { journal } = await runSchedule(
+      'password',
+      [new Apply('vm-b', { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' }), vmA],
+      [
+        new Reconcile('vm-b'),
+        new Foreign('destroy', 'vm-b'),
+        crash('r630-02'),
+        new NodeMove('vm-b', undefined, 2),
+        new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2', node: 'r630-01' }),
+      ],
+      { nodes: true },
+    );
+    const all = journal.join('\n');
+    assert.ok((all.match(/Problem found while scanning volumes/g) ?? []).length <= 1, all);
+    assert.match(all, /DiskVolumeMissing/);
+  });
+});

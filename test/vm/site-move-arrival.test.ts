@@ -92,6 +92,44 @@ describe('a move arriving while its worker ends', () => {
     assert.equal(cond(cleared, 'SourceVmLeft')?.reason, 'SourceRemoved');
     assert.equal(cleared.status?.atProvider?.sourceLeft, undefined);
   });
+
+  it('a VM arriving at a VMID another resource names is waited for, not reported left from a dead create (F93)', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('arriving', { vmid: 170 }));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    // The move's worker held once the target's mtunnel made its `lock: create` placeholder
+    // (qemu-server Qemu.pm:6711-6712), its `qmtunnel` task running on the target.
+    const holds = Array.from({ length: 40 }, (_, i) =>
+      c1.addFault({ kind: 'task', type: 'qmigrate', id: String(vmid), action: 'stall', step: i + 1 }),
+    );
+    eng.apply(vm('arriving', { vmid: 170, site: SITE2, node: NODE2 }));
+    const tunnel = () => [...c2.state.tasks.values()].find((t) => t.type === 'qmtunnel' && t.id === String(vmid));
+    let step = 0;
+    for (; ; step++) {
+      assert.ok(step < holds.length, 'the target placeholder was made');
+      await waitUntil(() => c1.faults.active.get(holds[step]!)?.reached, `the worker's wait ${step + 1}`);
+      if (c2.state.vms.get(vmid)?.config.lock === 'create' && tunnel()?.status === 'running') break;
+      c1.removeFault(holds[step]!);
+    }
+    // Another resource names that VMID on site-2 (a user's spec.forProvider.vmid, or a VMID it
+    // chose before the one there was destroyed): it finds the placeholder and no create task.
+    const waiter = eng.apply(vm('waiter', { vmid: 170, site: SITE2, node: NODE2 }));
+    await waitUntil(() => eng.attemptsOf(waiter).length >= 3, 'three reconciles of the waiter');
+    const now = eng.get(waiter);
+    assert.notEqual(now.status?.atProvider?.step, 'CreateInterrupted', cond(now, 'Synced')?.message);
+    assert.equal(cond(now, 'Ready')?.reason, 'Creating', cond(now, 'Ready')?.message);
+    assert.equal(c2.state.vms.get(vmid)?.config.lock, 'create', 'the placeholder is left to its worker');
+    for (const h of holds.slice(step)) c1.removeFault(h);
+    const moved = await eng.waitFor(
+      key,
+      (x) => x.status?.atProvider?.site === SITE2 && x.status?.atProvider?.step === 'Ready',
+      'Ready on site-2',
+    );
+    assert.equal(moved.status?.atProvider?.vmId, vmid);
+    const refused = await eng.waitFor(waiter, (x) => cond(x, 'Synced')?.reason === 'VMIDConflict', 'VMIDConflict');
+    assert.match(cond(refused, 'Synced')!.message!, /not this resource's|not created by this resource/);
+  });
 });
 
 /**
