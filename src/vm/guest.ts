@@ -86,15 +86,19 @@ export async function observeGuest(
   }
   const now = ctx.site.now();
   // Counted on: from the last known uptime by this process's clock, or PVE's own in the bulk list
-  // (pvestatd's, a status cycle late) when that is further on.
+  // (pvestatd's, a status cycle late) when that is further on. Right after a boot the list still
+  // shows the boot before's uptime, which is not this boot's until the list shows less: taken,
+  // it made a VM just rebooted AgentNotResponding ("running for 788s").
   const listed = found.entry.status === 'running' && found.entry.uptime ? found.entry.uptime * 1000 : 0;
+  if (m.listedBefore !== undefined && listed < m.listedBefore) m.listedBefore = undefined;
+  const fromList = m.listedBefore === undefined ? listed : 0;
   const up =
     status?.uptime !== undefined
       ? status.uptime * 1000
       : how.started
         ? 0
         : m.uptimeMs !== undefined && m.uptimeAt !== undefined
-          ? Math.max(m.uptimeMs + (now - m.uptimeAt), listed)
+          ? Math.max(m.uptimeMs + (now - m.uptimeAt), fromList)
           : undefined;
   if (up !== undefined) {
     // A new boot (the uptime went back, or the VM was seen stopped): agent and cloud-init are asked
@@ -105,6 +109,7 @@ export async function observeGuest(
     if (m.uptimeMs === undefined || up + UPTIME_RESOLUTION_MS <= m.uptimeMs || how.started) {
       m.boot = (m.boot ?? 0) + 1;
       m.agentAnswered = undefined;
+      m.listedBefore = listed > up + UPTIME_RESOLUTION_MS ? listed : undefined;
       guestBooted(ctx);
     }
     m.uptimeMs = up;

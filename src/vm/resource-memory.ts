@@ -55,6 +55,11 @@ export interface ResourceMemory {
   cloudInitExec?: { pid: number; json: boolean; at: number };
   /** When uptimeMs was read or known (this process's clock): a guest poll counts on from it. */
   uptimeAt?: number;
+  /**
+   * The bulk list's uptime (ms) of the boot before this one, shown when this boot began: pvestatd's
+   * list is a status cycle late, and its figure is not this boot's until it shows less (guest.ts).
+   */
+  listedBefore?: number;
   /** When this process sent the VM's start (its clock): the boot's first ask waits as long (guest-timing.ts). */
   startSentAt?: number;
   /** The node of our task in flight, found offline (node-offline.ts onOfflineTaskNode): not asked until the list shows it back. */
@@ -100,6 +105,7 @@ export function newResourceMemory(): ResourceMemory {
     agentAnswered: undefined,
     cloudInitExec: undefined,
     uptimeAt: undefined,
+    listedBefore: undefined,
     startSentAt: undefined,
     planned: undefined,
     view: undefined,

@@ -38,4 +38,28 @@ describe('boots counted from the uptime', () => {
     await full(0); // restarted
     assert.equal(memory.boot, 2, 'a new boot');
   });
+
+  it("the bulk list's uptime of the boot before is not this boot's: a reboot is not taken for a VM up 13 minutes", async () => {
+    let now = 0;
+    const memory: ResourceMemory = { secrets: { sshKeys: [] } };
+    const ctx = { site: { now: () => now, name: 'site-1' }, memory, options: {} } as unknown as StepContext;
+    const r = { metadata: { name: 'vm-a', namespace: 'default' }, spec: { forProvider: {} }, status: {} } as ProxmoxVM;
+    // pvestatd's list is a status cycle late: after a reboot it still shows the uptime before it.
+    const found = { node: 'pve1', vmid: 100, entry: { status: 'running', uptime: 788 } } as unknown as ObservedVm;
+    await observeGuest(ctx, r, found, undefined, { uptime: 788 } as VmStatus, 'running');
+    assert.equal(memory.boot, 1);
+    now = 5_000;
+    await observeGuest(ctx, r, found, undefined, { uptime: 2 } as VmStatus, 'running'); // rebooted
+    assert.equal(memory.boot, 2);
+    now = 6_000;
+    await observeGuest(ctx, r, found, undefined, undefined, 'running'); // a poll: the list's 788 is the old boot's
+    assert.ok(memory.uptimeMs! < 10_000, `counted on from this boot's 2 s, not the list's 788 s: ${memory.uptimeMs}`);
+    assert.equal(memory.boot, 2);
+    // Once the list has caught up, its figure is this boot's and taken when it is further on.
+    now = 20_000;
+    const caughtUp = { ...found, entry: { status: 'running', uptime: 18 } } as unknown as ObservedVm;
+    await observeGuest(ctx, r, caughtUp, undefined, undefined, 'running');
+    assert.equal(memory.uptimeMs, 18_000);
+    assert.equal(memory.boot, 2);
+  });
 });
