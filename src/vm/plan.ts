@@ -20,6 +20,7 @@ import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
 import type { StepContext } from './context.ts';
 import { type Change, changes } from './drift.ts';
 import { observe } from './observe.ts';
+import { createRefusal } from './plan-create.ts';
 import { readAheadCreate } from './preflight.ts';
 import { siteQuorum } from './site-quorum.ts';
 import { driveSize, parseNetValue } from './spec.ts';
@@ -247,13 +248,11 @@ export async function planResource(
     if (lastFull) ctx.memory.lastFull = lastFull;
     else ctx.memory.lastFull = undefined;
   }
-  const plan = await planObserved(ctx, r, key, copy, observed, read).catch((e) => {
+  const plan = await planObserved(ctx, r, key, copy, observed, read, opts.readAhead === true).catch((e) => {
     const unread = notAnswered(ctx, r, copy, key, e);
     if (unread) return unread;
     throw e;
   });
-  // An apply carries the plan out at once: its creates' first reads need not wait for it.
-  if (opts.readAhead && plan.action === 'create') readAheadCreate(ctx, r);
   if (planRead && plan.action === 'no-op' && observed.obs.upToDate && sameStatus(copy, r))
     ctx.memory.lastFull = planRead;
   if (plan.action !== 'no-op' && plan.action !== 'refused') {
@@ -316,10 +315,18 @@ async function planObserved(
   copy: ProxmoxVM,
   observed: Awaited<ReturnType<typeof observe>>,
   read: { node: string; vmid: number; config: VmConfig } | undefined,
+  readAhead: boolean,
 ): Promise<ResourcePlan> {
   const a = copy.status?.atProvider ?? {};
   const vmidText = externalName(copy);
-  if (!observed.obs.exists) return { key, action: 'create', changes: [], pending: [] };
+  if (!observed.obs.exists) {
+    // An apply carries the plan out at once: its creates' first reads need not wait for it.
+    if (readAhead) readAheadCreate(ctx, r);
+    // What apply would refuse at once is refused here (plan-create.ts), not planned as a create.
+    const refused = await createRefusal(ctx, copy);
+    if (refused) return { key, action: 'refused', changes: [], pending: [], ...refused };
+    return { key, action: 'create', changes: [], pending: [] };
+  }
   // Found by its marker on another site of the config: adopted there (then moved, if the spec says).
   if (a.site && a.site !== ctx.site.name && vmidText !== externalName(r))
     return {

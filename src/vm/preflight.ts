@@ -56,28 +56,7 @@ export async function preflight(
   atProvider(r).node = node;
   readAhead(ctx, r, node);
   await desiredSnippet(ctx, r, node);
-  setStep(r, 'CheckingBridge');
-  await checkBridges(ctx, r, node);
-  setStep(r, 'CheckingStorage');
-  const storage = fp.storage ?? 'local-lvm';
-  const storages = await nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node));
-  // Creates already in flight on this storage count: their disks are not in Proxmox's numbers yet.
-  const inFlight = ctx.site.storageInFlight(node, storage, r.metadata.uid);
-  const entry = checkStorage(storages, storage, (diskBytes(fp) ?? 0) + inFlight, 'spec.forProvider.storage');
-  for (const [i, d] of (fp.disks ?? []).entries()) {
-    checkStorage(
-      storages,
-      d.storage ?? storage,
-      parseQuantity(d.size, GiB) ?? 0,
-      `spec.forProvider.disks[${i}].storage`,
-    );
-  }
-  const ciStorage = fp.cloudInit?.storage ?? storage;
-  if (ciStorage !== storage) checkStorage(storages, ciStorage, 4 * MiB, 'spec.forProvider.cloudInit.storage');
-  setStep(r, 'ResolvingImage');
-  const source = await resolveSource(ctx, r, node, storages);
-  const cloneOnSource = await cloneOnTemplateNode(ctx, r, node, storage, entry, source);
-  await checkCapacity(ctx, r, node);
+  const { storage, ciStorage, entry, source, cloneOnSource } = await checkOnNode(ctx, r, node);
   if (ctx.memory.snippet && !snippetChecked(ctx) && source.kind !== 'template') {
     // The snippet before the VM: a failed upload leaves no VM, at worst a file named for this
     // resource; no config ever names a file that is not on the node. (A clone gets its snippet
@@ -104,6 +83,42 @@ export async function preflight(
     bytes: diskBytes(fp) ?? 0,
   });
   return { plan: { node, storage, ciStorage, source, ...(cloneOnSource ? { cloneOnSource } : {}) } };
+}
+
+/**
+ * Steps 4-7 and capacity on `node`: its bridges, the storages of the disks, the image or template,
+ * and room for the VM. Reads only (the shared node facts): preflight's, and the plan's look at
+ * what a create would be refused for (plan-create.ts).
+ */
+export async function checkOnNode(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  node: string,
+): Promise<{ storage: string; ciStorage: string; entry: StorageEntry; source: CreateSource; cloneOnSource: boolean }> {
+  const fp = r.spec.forProvider;
+  setStep(r, 'CheckingBridge');
+  await checkBridges(ctx, r, node);
+  setStep(r, 'CheckingStorage');
+  const storage = fp.storage ?? 'local-lvm';
+  const storages = await nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node));
+  // Creates already in flight on this storage count: their disks are not in Proxmox's numbers yet.
+  const inFlight = ctx.site.storageInFlight(node, storage, r.metadata.uid);
+  const entry = checkStorage(storages, storage, (diskBytes(fp) ?? 0) + inFlight, 'spec.forProvider.storage');
+  for (const [i, d] of (fp.disks ?? []).entries()) {
+    checkStorage(
+      storages,
+      d.storage ?? storage,
+      parseQuantity(d.size, GiB) ?? 0,
+      `spec.forProvider.disks[${i}].storage`,
+    );
+  }
+  const ciStorage = fp.cloudInit?.storage ?? storage;
+  if (ciStorage !== storage) checkStorage(storages, ciStorage, 4 * MiB, 'spec.forProvider.cloudInit.storage');
+  setStep(r, 'ResolvingImage');
+  const source = await resolveSource(ctx, r, node, storages);
+  const cloneOnSource = await cloneOnTemplateNode(ctx, r, node, storage, entry, source);
+  await checkCapacity(ctx, r, node);
+  return { storage, ciStorage, entry, source, cloneOnSource };
 }
 
 /**

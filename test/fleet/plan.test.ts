@@ -276,7 +276,9 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
       '  - site-2/ceph-fs (shared): 10240 GiB of disks requested, 8192 GiB free of 8192 GiB',
     ]);
     assert.match(text, /^ {2}local +\[.*\] .*\(cannot hold VM disks\)$/m);
-    assert.match(text, /Plan: 3 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged\./);
+    // Each VM's create is refused as apply would refuse it at once, with its reason and fix.
+    assert.match(text, /! refused +default\/wide: InsufficientCapacity: 8 vCPUs requested but node ml110-01 has 5/);
+    assert.match(text, /Plan: 0 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged, 3 refused\./);
   });
 
   it('per VM, what apply would do (read live); --detailed-exitcode: 3 when something changes, 0 when nothing', async () => {

@@ -80,9 +80,46 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     const [adopt] = await planResources([lost], (r) => other.connector.connect(r), keyOf).finally(() => other.stop());
     assert.equal(adopt!.action, 'adopt');
 
-    const [bad] = await plan(vm('plan-bad', { cpu: 64 }));
-    // Not created yet: observe cannot refuse it, creation would (capacity is the plan command's part).
-    assert.equal(bad!.action, 'create');
+    // Not created yet: what its create would be refused for at once is refused in the plan (apply
+    // failed it right after planning a create), naming what is missing and the fix.
+    const [big, bridge, image, storage] = await plan(
+      vm('plan-bad', { cpu: 64 }),
+      vm('plan-bridge', { network: 'vmbr9' }),
+      vm('plan-image', { image: 'local:import/nosuch.qcow2' }),
+      vm('plan-storage', { storage: 'nosuch' }),
+    );
+    assert.deepEqual(
+      [big, bridge, image, storage].map((p) => [p!.action, p!.reason]),
+      [
+        ['refused', 'InsufficientCapacity'],
+        ['refused', 'BridgeNotFound'],
+        ['refused', 'ImageNotFound'],
+        ['refused', 'StorageNotFound'],
+      ],
+    );
+    assert.match(bridge!.message ?? '', /bridge 'vmbr9' does not exist on node ml110-01 \(bridges: .*vmbr0/);
+    // A read that fails says nothing of what the create would meet: still planned as a create
+    // (the create's own checks read again, and wait or fail as they do).
+    const unread = sim.cluster(SITE1).addFault({
+      kind: 'request',
+      status: 500,
+      message: 'unable to read network config',
+      method: 'GET',
+      path: '/nodes/{node}/network',
+    });
+    // (A runtime of its own: the site's node facts read above would serve it.)
+    const alone = new Engine(sim);
+    try {
+      const waits = {
+        ...vm('plan-waits', { network: 'vmbr7' }),
+        metadata: { ...vm('plan-waits').metadata, uid: 'u-4' },
+      };
+      const [shown] = await planResources([waits], (r) => alone.connector.connect(r), keyOf);
+      assert.equal(shown!.action, 'create');
+    } finally {
+      sim.cluster(SITE1).removeFault(unread);
+      await alone.stop();
+    }
     // A site change is a remote migration, shown before it is made: from, to, how, how long.
     const vmsThere = sim.cluster('site-2').state.vms.size;
     const [site] = await plan(vm('plan-1', { site: 'site-2', node: 'r630-01' }));
@@ -95,17 +132,22 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     assert.equal(sim.cluster('site-2').state.vms.size, vmsThere, 'planning created nothing on site-2');
   });
 
-  it("a plan carried out at once (apply) starts its creates' node reads; a plan alone reads none", async () => {
+  it("a plan reads the node facts its create's checks need, once each; carried out at once (apply), its create's reads start with it", async () => {
     const c = sim.cluster(SITE1);
     const nodeReads = () =>
       ['GET /nodes/{node}/status', 'GET /nodes/{node}/network', 'GET /nodes/{node}/storage'].map((k) => count(c, k));
     const fresh = { ...vm('plan-ahead'), metadata: { ...vm('plan-ahead').metadata, namespace: 'default', uid: 'u-3' } };
     // Runtimes of their own: a site's node facts are shared by its resources, and these have none read yet.
     const alone = new Engine(sim);
-    const before = nodeReads();
+    const first = nodeReads();
     const [shown] = await planResources([fresh], (r) => alone.connector.connect(r), keyOf).finally(() => alone.stop());
     assert.equal(shown!.action, 'create');
-    assert.deepEqual(nodeReads(), before, 'a plan alone (plan, apply before its confirmation) reads no node facts');
+    assert.deepEqual(
+      nodeReads(),
+      first.map((n) => n + 1),
+      "a plan alone (plan, apply before its confirmation) reads the node's status, bridges and storages once each, for what the create would be refused for",
+    );
+    const before = nodeReads();
     const applying = new Engine(sim);
     const changes = JSON.stringify(mutations(c));
     try {
