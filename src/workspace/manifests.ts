@@ -16,7 +16,7 @@ import {
 } from '../api/metadata.ts';
 import { IMAGE_KIND, imageSpecProblems, type ProxmoxImage } from '../api/proxmoximage.ts';
 import { type ProxmoxTemplate, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
-import { API_VERSION, GROUP, type ProxmoxVM } from '../api/proxmoxvm.ts';
+import { API_VERSION, BRIDGE_PATTERN, GROUP, type ProxmoxVM } from '../api/proxmoxvm.ts';
 import { vmSchemas } from '../api/proxmoxvm-schema.ts';
 import { type ManifestDoc, type ManifestProblem, readManifestFile } from './documents.ts';
 import { type CheckedKind, specPasses, specSchemas } from './spec-check.ts';
@@ -65,6 +65,34 @@ export function manifestFiles(paths: string[]): string[] {
     else if (/\.ya?ml$/i.test(p)) out.push(p);
   }
   return out;
+}
+
+/**
+ * Names other tools give a field of this one (Proxmox's own `qm` options, Terraform providers'),
+ * which are not near it in spelling: `cores` is three edits from `node`, none from what is meant.
+ */
+const FIELD_ALIASES: Record<string, string> = {
+  cores: 'cpu',
+  vcpus: 'cpu',
+  sockets: 'cpu',
+  cpus: 'cpu',
+  ram: 'memory',
+  mem: 'memory',
+  bridge: 'network',
+  net0: 'networks',
+  scsi0: 'disk',
+  size: 'disk',
+  disk_size: 'disk',
+  target_node: 'node',
+  clone: 'template',
+  sshkeys: 'cloudInit',
+  ciuser: 'cloudInit',
+};
+
+/** The field `word` stands for in other tools, when `allowed` has it. */
+function fieldAlias(word: string, allowed: string[]): string | undefined {
+  const to = FIELD_ALIASES[word.toLowerCase()];
+  return to && allowed.includes(to) ? to : undefined;
 }
 
 /** Nearest allowed name for a "did you mean" hint (Levenshtein <= 3). */
@@ -218,7 +246,7 @@ function checkManaged(d: ManifestDoc, kind: CheckedKind): ManifestProblem[] {
       const allowed = Object.keys((schema?.properties as Record<string, unknown> | undefined) ?? {});
       for (const k of extra) {
         const f = `${field}.${k}`;
-        const hint = didYouMean(k, allowed);
+        const hint = fieldAlias(k, allowed) ?? didYouMean(k, allowed);
         // `spec.cpu`: a forProvider field one level too high (forProvider: forgotten or mis-indented).
         const misplaced =
           !hint &&
@@ -279,9 +307,23 @@ function checkManaged(d: ManifestDoc, kind: CheckedKind): ManifestProblem[] {
         out.push({ file: d.file, ...at(field), field, message: problem });
         continue;
       }
-    } else if (e.keyword === 'minimum' || e.keyword === 'maximum') message = `must be${range}`;
-    else if (e.keyword === 'type' && (e.params as { type?: string }).type === 'integer')
+    } else if (e.keyword === 'pattern' && schema?.pattern === BRIDGE_PATTERN)
+      message = 'expected a Linux bridge name like vmbr0: a letter, then up to 14 letters, digits, _ . or -';
+    else if (e.keyword === 'minimum' || e.keyword === 'maximum') message = `must be${range}`;
+    else if (e.keyword === 'type' && (e.params as { type?: string }).type === 'integer') {
       message = `must be a whole number${range}`;
+      // `cpu: "2"`: a number quoted in the YAML is a string.
+      if (typeof found === 'string' && /^\d+$/.test(found.trim())) hint = ` (write ${found.trim()} without quotes)`;
+    } else if (
+      e.keyword === 'type' &&
+      (e.params as { type?: string }).type === 'boolean' &&
+      typeof found === 'string'
+    ) {
+      // YAML 1.2 reads yes/no/on/off as strings, not booleans (YAML 1.1 did).
+      const yes = /^(yes|y|on|true)$/i.test(found.trim());
+      const no = /^(no|n|off|false)$/i.test(found.trim());
+      if (yes || no) hint = ` (did you mean ${yes}?)`;
+    }
     if (field === 'spec') field = 'spec';
     out.push({
       file: d.file,

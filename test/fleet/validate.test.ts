@@ -237,6 +237,32 @@ describe('validate', () => {
     ]);
   });
 
+  it("other tools' names, quoted numbers, YAML 1.1 booleans and a bad bridge name get the hint that fixes them", () => {
+    const d = join(dir, 'hints');
+    mkdirSync(d);
+    writeFileSync(
+      join(d, 'hints.yaml'),
+      vm(
+        'hints',
+        '    cores: 2\n    ram: 4Gi\n    agent: yes\n    network: "vmbr 0"\n    disks:\n      - size: "10"\n',
+      ),
+    );
+    const f = rel(join(d, 'hints.yaml'));
+    const found = validateManifests([d]).problems.map(formatProblem);
+    const expect = [
+      /spec\.forProvider\.cores: unknown field 'cores' \(did you mean 'cpu'\?\)/,
+      /spec\.forProvider\.ram: unknown field 'ram' \(did you mean 'memory'\?\)/,
+      /spec\.forProvider\.agent: must be boolean; found "yes" \(did you mean true\?\)/,
+      /spec\.forProvider\.network: expected a Linux bridge name like vmbr0: a letter, then up to 14 letters, digits, _ \. or -; found "vmbr 0"/,
+    ];
+    for (const e of expect)
+      assert.ok(
+        found.some((p) => e.test(p)),
+        `${e} in:\n${found.join('\n')}`,
+      );
+    assert.ok(found.every((p) => p.startsWith(`${f}:`)));
+  });
+
   it('phases and dependencies: unknown dependency (did you mean), cycle, a dependency in a later phase, a bad phase', () => {
     const d = join(dir, 'deps');
     mkdirSync(d);
