@@ -79,7 +79,14 @@ export async function noteNode(
   if (!last || last === node || !ctx.site.ssh || !(a.userDataSnippet || needsSnippet(r))) return;
   const nodes = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory)).nodes;
   if (!nodes.some((e) => e.node === last)) return;
-  await writeSnippetOn(ctx, r, node);
+  try {
+    await writeSnippetOn(ctx, r, node);
+  } catch (e) {
+    // Not recorded on its new node until its snippet is there: recorded at once, the next
+    // reconcile took the move as seen and never wrote the file (sshd down there: fault search F95).
+    a.node = last;
+    throw e;
+  }
   a.snippetLeftOn = last;
 }
 

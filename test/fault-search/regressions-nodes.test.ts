@@ -513,3 +513,31 @@ describe('fault-search regressions: F94, a move inside the site of a VM whose di
     assert.match(all, /DiskVolumeMissing/);
   });
 });
+
+/**
+ * F95: vm-c's VM, made on site-2's r630-02 with its snippet, migrated by another user to r630-01,
+ * whose sshd refused the snippet's upload at the reconcile that saw it there: the status took the
+ * new node at once, and the next reconcile, finding the VM where the status said, never wrote the
+ * file (the VM would not start there: "can't find file"). The node is recorded once the file is.
+ */
+describe('fault-search regressions: F95, a VM moved by another user to a node whose sshd refuses its snippet', () => {
+  it("vm-c moved to r630-01 by another user while r630-01's sshd refuses -> SnippetUploadFailed, and the snippet is written once sshd is back", async () => {
+    const { journal } = await runSchedule(
+      'token',
+      [new Apply('vm-c', { cpu: 1, memory: '1Gi' })],
+      [
+        new NodeMove('vm-c', { kind: 'foreign', what: 'take-persisted-vmid' }),
+        new Foreign('migrate', 'vm-c'),
+        new Fault(
+          'sshd on r630-01 refuses connections for the next 1 command(s)',
+          { kind: 'ssh-refused', node: 'r630-01' },
+          1,
+          'site-2',
+        ),
+        new Reconcile('vm-c', { where: { step: 'connected' }, what: { kind: 'foreign', what: 'take-persisted-vmid' } }),
+      ],
+      { nodes: true },
+    );
+    assert.match(journal.join('\n'), /SnippetUploadFailed/);
+  });
+});
