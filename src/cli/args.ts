@@ -31,6 +31,25 @@ export function duration(v: string): number {
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
 }
 
+/** A duration as `text` writes it back: `100ms`, `1s`, `90s`. */
+function spelled(ms: number): string {
+  return ms < 1000 ? `${ms}ms` : `${ms / 1000}s`;
+}
+
+/**
+ * A duration of at least `minMs`: what a value below it would do (check without pause, give up at
+ * once) is never what the flag is for, so it is refused (exit 2) instead of a busy loop or a run
+ * that times out before it starts.
+ */
+export function durationAtLeast(minMs: number, example: string): (v: string) => number {
+  return (v) => {
+    const ms = duration(v);
+    if (ms < minMs)
+      throw new InvalidArgumentError(`expected a duration of at least ${spelled(minMs)}, like ${example}`);
+    return ms;
+  };
+}
+
 /** `-o`: with json or yaml, stdout holds the document alone (docs/output.md). */
 export const outputOption = () =>
   new Option('-o, --output <format>', 'output format; json and yaml leave stdout to the document alone')
@@ -51,9 +70,15 @@ export async function runCommand(fn: () => Promise<number> | number): Promise<vo
   }
 }
 
-/** A duration option whose help shows the default as written (`30m`), not in milliseconds. */
-export function durationOption(flags: string, description: string, defaultText: string): Option {
-  return new Option(flags, description).argParser(duration).default(duration(defaultText), defaultText);
+/**
+ * A duration option whose help shows the default as written (`30m`), not in milliseconds. `minMs`:
+ * the least value it takes (see durationAtLeast); without it, 0 is allowed and the help says what
+ * it means.
+ */
+export function durationOption(flags: string, description: string, defaultText: string, minMs?: number): Option {
+  return new Option(flags, description)
+    .argParser(minMs === undefined ? duration : durationAtLeast(minMs, defaultText))
+    .default(duration(defaultText), defaultText);
 }
 
 /**

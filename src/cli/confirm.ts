@@ -3,6 +3,21 @@
  * terminal a prompt that takes only "yes"; without a terminal (CI, a pipe) --yes is required, so
  * that nothing is changed by a command nobody could answer.
  */
+import { Option } from 'commander';
+
+/**
+ * `-y, --yes` and `--auto-approve` (Terraform's name) are the same on every command that asks
+ * before it changes or destroys anything (apply, delete, gc --delete), so that the flag one of
+ * them suggests works on all of them. `what`: what the flag lets go ahead.
+ */
+export function yesOption(what: string): Option {
+  return new Option('-y, --yes', what);
+}
+
+export function autoApproveOption(): Option {
+  return new Option('--auto-approve', 'the same as --yes (as Terraform names it)');
+}
+
 export function confirmer(opts: {
   yes?: boolean | undefined;
   /** `apply`, `delete`. */

@@ -5,6 +5,7 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { DEFAULT_KUBE_BURST, DEFAULT_KUBE_QPS } from '../kube/ratelimit.ts';
 import { driftIntervalOption, durationOption, wholeNumber as int } from './args.ts';
+import { refuseGiven } from './paths.ts';
 
 /** `--kube-qps`: requests a second, a fraction allowed; 0 turns the limit off. */
 function qps(v: string): number {
@@ -49,11 +50,11 @@ export function registerController(program: Command): void {
       process.env.POD_NAMESPACE ?? 'crossplane-system',
     )
     .option('--leader-election <bool>', 'use leader election (true/false)', (v) => v !== 'false', true)
-    .addOption(durationOption('--lease-duration <d>', 'leader lease duration', '15s'))
-    .addOption(durationOption('--renew-deadline <d>', 'leader renew deadline', '10s'))
-    .addOption(durationOption('--retry-period <d>', 'leader retry period', '2s'))
+    .addOption(durationOption('--lease-duration <d>', 'leader lease duration; at least 1s', '15s', 1000))
+    .addOption(durationOption('--renew-deadline <d>', 'leader renew deadline; at least 1s', '10s', 1000))
+    .addOption(durationOption('--retry-period <d>', 'leader retry period; at least 100ms', '2s', 100))
     .option('--workers <n>', 'concurrent reconciles', int, 8)
-    .addOption(durationOption('--poll <d>', 'poll interval of a ready resource', '1m'))
+    .addOption(durationOption('--poll <d>', 'poll interval of a ready resource; at least 1s', '1m', 1000))
     .addOption(driftIntervalOption())
     .option('--health-port <port>', 'port of /healthz and /readyz', int, 8081)
     .option('--metrics-port <port>', 'port of /metrics (Prometheus)', int, 8080)
@@ -66,7 +67,9 @@ export function registerController(program: Command): void {
       '--installation <id>',
       "installation of ProviderConfigs without spec.installation, written into every VM's ownership marker (default: k8s-<uid of the kube-system namespace>)",
     )
-    .addOption(durationOption('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again', '2s'))
+    .addOption(
+      durationOption('--task-poll <d>', 'how soon to look at an in-flight Proxmox task again; at least 10ms', '2s', 10),
+    )
     .option(
       '--kube-qps <n>',
       'Kubernetes API requests a second (client-go QPS; watches are not limited; 0: no limit)',
@@ -103,6 +106,9 @@ export function registerController(program: Command): void {
         cmd: Command,
       ) => {
         await checkInstallation(o.installation, cmd);
+        refuseGiven(cmd, [
+          { flag: '--kubeconfig', path: o.kubeconfig, what: "a kubeconfig file (kubectl's ~/.kube/config)" },
+        ]);
         // Loaded on use: the other commands start faster without the Kubernetes runtime.
         const { KubeApi, loadKubeConfig } = await import('../kube/api.ts');
         const { ProviderController } = await import('../kube/controller.ts');

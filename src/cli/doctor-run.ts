@@ -12,6 +12,7 @@ import { needsFromPath, type VmNeeds } from '../doctor/manifests.ts';
 import { type Credentials, parseTokenString, passwordCredentials } from '../proxmox/auth.ts';
 import { normalizeFingerprint } from '../proxmox/tls.ts';
 import type { DoctorDeps, Opts } from './doctor.ts';
+import { configPath, givenProblem, manifestPaths } from './paths.ts';
 
 class UsageError extends Error {}
 
@@ -108,6 +109,16 @@ export async function runDoctorCommand(given: Opts, cmd: Command, deps: DoctorDe
   try {
     if (o.config !== undefined && o.endpoint.length) throw new UsageError('give --config or --endpoint, not both');
     if (o.config === undefined && !o.endpoint.length) throw new UsageError('give --config FILE or --endpoint URL');
+    // A file named on the command line that is not there: one line, as every command says it.
+    const missing = givenProblem([
+      manifestPaths(o.filename),
+      configPath(o.config),
+      { flag: '--secret-file', path: o.secretFile, what: 'a YAML file with the credentials Secret' },
+      { flag: '--token-file', path: o.tokenFile, what: 'a file holding USER@REALM!ID=SECRET' },
+      { flag: '--password-file', path: o.passwordFile, what: 'a file holding the password' },
+      { flag: '--ca-file', path: o.caFile, what: 'a PEM CA bundle' },
+    ]);
+    if (missing) throw new UsageError(missing);
     let needs: VmNeeds[] = [];
     for (const f of o.filename) {
       try {

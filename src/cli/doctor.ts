@@ -35,6 +35,13 @@ export interface Opts {
   timeout: number;
 }
 
+/**
+ * The options as commander gives them: a repeatable option never given is undefined (it has no
+ * default, which --help would print as `(default: [])`).
+ */
+type Repeatable = 'secretFile' | 'endpoint' | 'node' | 'fingerprint' | 'filename';
+type Parsed = Omit<Opts, Repeatable> & Partial<Pick<Opts, Repeatable>>;
+
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
 function secondsArg(v: string): number {
@@ -50,16 +57,15 @@ export function registerDoctor(program: Command, deps: DoctorDeps = {}): void {
       'Check that the provider can work against Proxmox VE: reachability and TLS, auth, version and capabilities, node health, bridges, storages, the images the manifests use, and the privileges of the credentials. Exit 0: all good; 1: problems (each with its fix); 2: usage error.',
     )
     .option('--config <file>', 'ProviderConfig / ClusterProviderConfig YAML (with its Secret, or see --secret-file)')
-    .option('--secret-file <file>', 'a YAML file with the credentials Secret (repeatable)', collect, [])
+    .option('--secret-file <file>', 'a YAML file with the credentials Secret (repeatable)', collect)
     .option('--name <name>', 'which provider config of the file (when it has several)')
     .option('--site <name>', 'check only this site (with --endpoint: the name to report)')
     .option(
       '--endpoint <url>',
       'instead of --config: a PVE API URL, https://HOST:8006 (repeatable: nodes of one cluster)',
       collect,
-      [],
     )
-    .option('--node <name>', 'with --endpoint: a node to check (repeatable; default: all)', collect, [])
+    .option('--node <name>', 'with --endpoint: a node to check (repeatable; default: all)', collect)
     .option(
       '--token <USER@REALM!ID=SECRET>',
       'with --endpoint: an API token (visible in the process list: prefer --token-file)',
@@ -69,14 +75,13 @@ export function registerDoctor(program: Command, deps: DoctorDeps = {}): void {
     .option('--password-file <file>', 'with --user: a file holding the password')
     // Collected as given: doctor-run.ts checks each (normalizeFingerprint lives with the TLS client,
     // which --help need not load) and reports a bad one as commander reports an invalid argument.
-    .option('--fingerprint <sha256>', 'with --endpoint: pin this certificate fingerprint (repeatable)', collect, [])
+    .option('--fingerprint <sha256>', 'with --endpoint: pin this certificate fingerprint (repeatable)', collect)
     .option('--ca-file <file>', 'with --endpoint: PEM CA bundle to verify the certificate')
     .option('--insecure-skip-tls-verify', 'with --endpoint: do not verify TLS at all')
     .option(
       '-f, --filename <path>',
       'manifests (file or directory) whose bridges, storages, images and templates to check (repeatable)',
       collect,
-      [],
     )
     .addOption(new Option('-o, --output <format>', 'report format').choices(['text', 'json']).default('text'))
     .option('--timeout <seconds>', 'request timeout', secondsArg, 15)
@@ -88,7 +93,20 @@ Examples:
   provider-proxmox doctor --config provider-config.yaml --site site-1 -f examples/production
   provider-proxmox doctor --endpoint https://pve1:8006 --token-file token.txt --fingerprint AB:CD:...`,
     )
-    .action(async (o: Opts, cmd: Command) => (await import('./doctor-run.ts')).runDoctorCommand(o, cmd, deps));
+    .action(async (o: Parsed, cmd: Command) =>
+      (await import('./doctor-run.ts')).runDoctorCommand(
+        {
+          ...o,
+          secretFile: o.secretFile ?? [],
+          endpoint: o.endpoint ?? [],
+          node: o.node ?? [],
+          fingerprint: o.fingerprint ?? [],
+          filename: o.filename ?? [],
+        },
+        cmd,
+        deps,
+      ),
+    );
 }
 
 /** Run `doctor ARGS...` in a fresh program (tests, embedding); resolves with the exit code. */

@@ -5,6 +5,8 @@
  */
 import type { Command } from 'commander';
 import { outputOption, runCommand } from './args.ts';
+import { autoApproveOption, yesOption } from './confirm.ts';
+import { checkGiven, configPath, manifestPaths } from './paths.ts';
 
 const fleet = () => import('../fleet/commands.ts');
 const local = () => import('../local/commands.ts');
@@ -21,13 +23,14 @@ export function registerFleet(program: Command): void {
     .option('--config <file>', 'ProviderConfig to check site and ProviderConfig references against')
     .addOption(output())
     .action((o: { filename: string[]; config?: string; output: 'table' }) =>
-      run(async () =>
-        (await fleet()).validateCommand({
+      run(async () => {
+        await checkGiven([manifestPaths(o.filename), configPath(o.config)]);
+        return (await fleet()).validateCommand({
           files: o.filename,
           ...(o.config ? { config: o.config } : {}),
           output: o.output,
-        }),
-      ),
+        });
+      }),
     );
 
   program
@@ -44,16 +47,17 @@ export function registerFleet(program: Command): void {
     )
     .addOption(output())
     .action((o: { filename: string[]; config?: string; state?: string; output: 'table'; detailedExitcode?: boolean }) =>
-      run(async () =>
-        (await fleet()).planCommand({
+      run(async () => {
+        await checkGiven([manifestPaths(o.filename), configPath(o.config)]);
+        return (await fleet()).planCommand({
           files: o.filename,
           changesOf: (await local()).planChanges,
           ...(o.config ? { config: o.config } : {}),
           ...(o.state ? { state: o.state } : {}),
           output: o.output,
           detailedExitCode: Boolean(o.detailedExitcode),
-        }),
-      ),
+        });
+      }),
     );
 
   program
@@ -70,7 +74,8 @@ export function registerFleet(program: Command): void {
       '--delete',
       'delete the orphans whose uid this state file held (stop, unlock when the credentials may, destroy with purge); each is checked again right before',
     )
-    .option('--yes', 'confirm --delete')
+    .addOption(yesOption('confirm --delete'))
+    .addOption(autoApproveOption())
     .option('--include-half-created', 'with --delete, also delete half-created and stuck VMs of existing resources')
     .option(
       '--include-unknown',
@@ -87,22 +92,24 @@ export function registerFleet(program: Command): void {
         state?: string;
         delete?: boolean;
         yes?: boolean;
+        autoApprove?: boolean;
         includeHalfCreated?: boolean;
         includeUnknown?: boolean;
         snippets?: boolean;
         output: 'table';
       }) =>
-        run(async () =>
-          (await fleet()).gcCommand({
+        run(async () => {
+          await checkGiven([configPath(o.config)]);
+          return (await fleet()).gcCommand({
             ...(o.config ? { config: o.config } : {}),
             ...(o.state ? { state: o.state } : {}),
             delete: Boolean(o.delete),
-            yes: Boolean(o.yes),
+            yes: Boolean(o.yes || o.autoApprove),
             includeHalfCreated: Boolean(o.includeHalfCreated),
             includeUnknown: Boolean(o.includeUnknown),
             snippets: Boolean(o.snippets),
             output: o.output,
-          }),
-        ),
+          });
+        }),
     );
 }

@@ -2,25 +2,35 @@
 import { type Command, Option } from 'commander';
 import {
   driftIntervalOption,
-  duration,
+  durationAtLeast,
   durationOption,
   outputOption,
   positive,
   runCommand,
   STATE_HELP,
 } from './args.ts';
-import { confirmer } from './confirm.ts';
+import { autoApproveOption, confirmer, yesOption } from './confirm.ts';
+import { checkGiven, configPath, manifestPaths } from './paths.ts';
 
 /** Loaded on use, so that every command starts fast. */
 const local = () => import('../local/commands.ts');
 const run = runCommand;
 
+/**
+ * The shortest `status --watch --interval`: the least `watch -n` takes. Below it the loop spins
+ * (0 ran at 95% CPU) with nothing more to show.
+ */
+const MIN_POLL_MS = 100;
+
+/** The shortest `--task-poll`: a simulator sped up a hundredfold ends a task in tens of ms. */
+const MIN_TASK_POLL_MS = 10;
+
 /** In-flight work: Proxmox tasks at most every DURATION, a booting guest at most every 2.5x that (or halfway to its kind's learned time). */
 const taskPoll = () =>
   new Option(
     '--task-poll <duration>',
-    'the longest wait between two checks of an in-flight Proxmox task, default 2s (a booting guest: 2.5x that, or once halfway to the time guests of its kind took, if longer); a task or guest is checked sooner while it is young or expected to end, see docs/architecture.md',
-  ).argParser(duration);
+    `the longest wait between two checks of an in-flight Proxmox task, default 2s (a booting guest: 2.5x that, or once halfway to the time guests of its kind took, if longer); a task or guest is checked sooner while it is young or expected to end, see docs/architecture.md; at least ${MIN_TASK_POLL_MS}ms`,
+  ).argParser(durationAtLeast(MIN_TASK_POLL_MS, '2s'));
 
 function pollArgs(ms: number | undefined): { taskPollMs?: number; agentPollMs?: number } {
   return ms === undefined ? {} : { taskPollMs: ms, agentPollMs: Math.round(ms * 2.5) };
@@ -55,7 +65,7 @@ export function registerLocal(program: Command): void {
     )
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', STATE_HELP)
-    .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
+    .addOption(durationOption('--timeout <duration>', 'give up after this long; at least 1s', '30m', 1000))
     .addOption(offlineGrace())
     .option('--workers <n>', 'concurrent reconciles', positive, 8)
     .option(
@@ -63,13 +73,17 @@ export function registerLocal(program: Command): void {
       'fleet file with phases (phases: [{name, members: [...], maxParallel}]); overrides the phase annotations',
     )
     .option('--no-wait', 'start every phase at once instead of waiting for the previous one to be Ready')
-    .option('--max-parallel <n>', 'at most N VMs of a phase in progress at once', positive)
+    .option(
+      '--max-parallel <n>',
+      "at most N VMs of a phase in progress at once (default: no limit; a fleet file's maxParallel sets it per phase; --workers bounds the reconciles at once)",
+      positive,
+    )
     .option(
       '--dry-run',
       'print the phases and, read from Proxmox, what would be created, adopted or changed, field by field; change nothing',
     )
-    .option('-y, --yes', 'apply without asking (needed when stdin is not a terminal)')
-    .option('--auto-approve', 'the same as --yes (as Terraform names it)')
+    .addOption(yesOption('apply without asking (needed when stdin is not a terminal)'))
+    .addOption(autoApproveOption())
     .addOption(
       new Option(
         '--reboot-policy <policy>',
@@ -124,8 +138,13 @@ Example:
         autoApprove?: boolean;
         rebootPolicy?: 'Never' | 'IfNeeded';
       }) =>
-        run(async () =>
-          (await local()).applyCommand({
+        run(async () => {
+          await checkGiven([
+            manifestPaths(o.filename),
+            configPath(o.config),
+            { flag: '--fleet', path: o.fleet, what: 'a fleet file (phases: [{name, members: [...]}])' },
+          ]);
+          return (await local()).applyCommand({
             files: o.filename,
             ...confirmArg(o.yes || o.autoApprove, 'apply', 'Apply these changes?'),
             ...(o.rebootPolicy ? { rebootPolicy: o.rebootPolicy } : {}),
@@ -142,8 +161,8 @@ Example:
             quiet: Boolean(o.quiet),
             ...pollArgs(o.taskPoll),
             driftIntervalMs: o.driftInterval,
-          }),
-        ),
+          });
+        }),
     );
 
   program
@@ -154,11 +173,12 @@ Example:
     .requiredOption('-f, --filename <path...>', 'manifest files or directories')
     .option('--config <file>', 'ProviderConfig (+ Secret) YAML; default: the one among the manifests')
     .option('--state <file>', STATE_HELP)
-    .addOption(durationOption('--timeout <duration>', 'give up after this long', '30m'))
+    .addOption(durationOption('--timeout <duration>', 'give up after this long; at least 1s', '30m', 1000))
     .addOption(offlineGrace())
     .option('-q, --quiet', 'no live progress')
     .option('--dry-run', 'print which VMs would be destroyed (read from Proxmox); destroy nothing')
-    .option('-y, --yes', 'delete without asking (needed when stdin is not a terminal)')
+    .addOption(yesOption('delete without asking (needed when stdin is not a terminal)'))
+    .addOption(autoApproveOption())
     .addOption(taskPoll())
     .action(
       (o: {
@@ -171,20 +191,22 @@ Example:
         taskPoll?: number;
         dryRun?: boolean;
         yes?: boolean;
+        autoApprove?: boolean;
       }) =>
-        run(async () =>
-          (await local()).deleteCommand({
+        run(async () => {
+          await checkGiven([manifestPaths(o.filename), configPath(o.config)]);
+          return (await local()).deleteCommand({
             files: o.filename,
             dryRun: Boolean(o.dryRun),
-            ...confirmArg(o.yes, 'delete', 'Destroy these VMs?'),
+            ...confirmArg(o.yes || o.autoApprove, 'delete', 'Destroy these VMs?'),
             ...(o.config ? { config: o.config } : {}),
             ...(o.state ? { state: o.state } : {}),
             timeoutMs: o.timeout,
             offlineGraceMs: o.offlineGrace,
             quiet: Boolean(o.quiet),
             ...pollArgs(o.taskPoll),
-          }),
-        ),
+          });
+        }),
     );
 
   program
@@ -202,15 +224,15 @@ Example:
       "list this installation's VMs as Proxmox holds them (by ownership marker, every site of --config), with whether the state file knows each; works without a state file",
     )
     .option('--kubeconfig <file>', 'list the ProxmoxVMs of a cluster (the controller runtime) instead of a state file')
-    .option('-n, --namespace <ns>', 'with --kubeconfig: one namespace (default: all)')
+    .option('-n, --namespace <ns>', 'with --kubeconfig: one namespace (default: all); without it, a usage error')
     .addOption(output())
     .option(
       '-w, --watch',
       'redraw until Ctrl-C: in place on a terminal, otherwise printed again when something changes (JSON: one line per change)',
     )
     .addOption(
-      new Option('--interval <duration>', 'with --watch: how often the state file is read')
-        .argParser(duration)
+      new Option('--interval <duration>', `with --watch: how often the state file is read; at least ${MIN_POLL_MS}ms`)
+        .argParser(durationAtLeast(MIN_POLL_MS, '2s'))
         .default(2000, '2s'),
     )
     .addHelpText(
@@ -235,8 +257,12 @@ Examples:
         kubeconfig?: string;
         namespace?: string;
       }) =>
-        run(async () =>
-          (await local()).statusCommand({
+        run(async () => {
+          await checkGiven([
+            configPath(o.config),
+            { flag: '--kubeconfig', path: o.kubeconfig, what: "a kubeconfig file (kubectl's ~/.kube/config)" },
+          ]);
+          return (await local()).statusCommand({
             ...(o.state ? { state: o.state } : {}),
             ...(o.config ? { config: o.config } : {}),
             ...(o.live ? { live: true } : {}),
@@ -244,8 +270,8 @@ Examples:
             ...(o.namespace ? { namespace: o.namespace } : {}),
             output: o.output,
             ...(o.watch ? { watch: true, intervalMs: o.interval } : {}),
-          }),
-        ),
+          });
+        }),
     );
 
   program
@@ -263,8 +289,13 @@ Examples:
       new URL('../../examples/production', import.meta.url).pathname,
     ])
     .action((o: { speed: number; filename: string[]; profile: '8.4' }) =>
-      run(async () =>
-        (await import('../local/demo.ts')).demoCommand({ speed: o.speed, files: o.filename, profile: o.profile }),
-      ),
+      run(async () => {
+        await checkGiven([manifestPaths(o.filename)]);
+        return (await import('../local/demo.ts')).demoCommand({
+          speed: o.speed,
+          files: o.filename,
+          profile: o.profile,
+        });
+      }),
     );
 }

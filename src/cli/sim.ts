@@ -3,6 +3,7 @@ import { chmodSync, writeFileSync } from 'node:fs';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { PROFILE_NAMES } from '../sim/profiles.ts';
 import { parseTokenArg } from '../sim/token-arg.ts';
+import { refuseGiven } from './paths.ts';
 
 function speedArg(v: string): number {
   const n = Number(v);
@@ -48,16 +49,20 @@ Examples:
   provider-proxmox sim --token 'automation@pve!ci=3f9c...' --print-config sim-config.yaml`,
     )
     .action(
-      async (o: {
-        topology?: string;
-        profile: string;
-        speed: number;
-        http?: boolean;
-        rootPassword?: string;
-        token?: string[];
-        state?: string;
-        printConfig?: string;
-      }) => {
+      async (
+        o: {
+          topology?: string;
+          profile: string;
+          speed: number;
+          http?: boolean;
+          rootPassword?: string;
+          token?: string[];
+          state?: string;
+          printConfig?: string;
+        },
+        cmd: Command,
+      ) => {
+        refuseGiven(cmd, [{ flag: '--topology', path: o.topology, what: 'a topology YAML file (docs/simulator.md)' }]);
         const { startSimulator } = await import('../sim/index.ts');
         const { loadState, saveState } = await import('../sim/persist.ts');
         const { providerConfigYaml } = await import('../sim/provider-config.ts');

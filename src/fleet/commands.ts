@@ -41,7 +41,15 @@ async function configFrom(
   return config ? loadConfigArg(config) : configAmong(others());
 }
 
-/** Exit 0 when the manifests are valid, 1 with every problem listed. */
+/**
+ * What validate, plan and apply say of paths that hold nothing they would act on (an empty
+ * directory, the wrong one, only a ProviderConfig): a usage error, the same words from each.
+ */
+export function nothingToApply(files: string[]): string {
+  return `no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${files.join(', ')}: pass the files or directories that hold the manifests`;
+}
+
+/** Exit 0 when the manifests are valid, 1 with every problem listed, 2 when there are none at all. */
 export async function validateCommand(args: {
   files: string[];
   config?: string;
@@ -50,6 +58,8 @@ export async function validateCommand(args: {
 }): Promise<number> {
   const config = args.config ? await loadConfigArg(args.config) : undefined;
   const r = validateManifests(args.files, config ? { config } : {});
+  // Valid because there is nothing in it is no answer: refused as apply refuses it (exit 2).
+  if (!r.problems.length && !r.resources && !r.images && !r.templates) throw new UsageError(nothingToApply(args.files));
   emit(
     args.out,
     render(r, args.output ?? 'table', () =>
@@ -93,6 +103,7 @@ export async function planCommand(args: {
 }): Promise<number> {
   const m = loadManifests(args.files);
   if (m.problems.length) throw new ManifestError(m.problems);
+  if (!m.vms.length && !m.images.length && !m.templates.length) throw new UsageError(nothingToApply(args.files));
   const config = await configFrom(args.config, () => m.others);
   if (!config)
     throw new UsageError('plan reads capacities live: pass --config FILE (a ProviderConfig with its Secret)');
@@ -125,7 +136,13 @@ export async function planCommand(args: {
     args.out,
     render({ ...p, changes }, args.output ?? 'table', () =>
       // (A site without quorum is among formatPlan's warnings already.)
-      [formatPlan(p), '', 'Changes, read from Proxmox:', ...describePlans(changes, { warnings: false })].join('\n'),
+      [
+        formatPlan(p),
+        '',
+        // The header only over something: a plan without changes is its summary line alone.
+        ...(changes.some((c) => c.action !== 'no-op') ? ['Changes, read from Proxmox:'] : []),
+        ...describePlans(changes, { warnings: false }),
+      ].join('\n'),
     ),
   );
   const refusedImage = (p.images ?? []).some((i) => i.action === 'refused');
@@ -159,7 +176,7 @@ export async function gcCommand(args: {
   now?: () => number;
 }): Promise<number> {
   // Before anything is read or contacted: deleting needs the confirmation.
-  if (args.delete && !args.yes) throw new UsageError('--delete removes VMs: add --yes to confirm');
+  if (args.delete && !args.yes) throw new UsageError('--delete removes VMs: add --yes (or --auto-approve) to confirm');
   const config = await configFrom(args.config, () => loadManifests(args.files ?? []).others);
   if (!config) throw new UsageError('gc needs --config FILE (a ProviderConfig with its Secret)');
   const { collect, formatGc, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } = await import('./gc.ts');

@@ -370,6 +370,11 @@ function gib(b: number): string {
   return Number.isInteger(g) ? `${g}` : g.toFixed(1);
 }
 
+/** `1 VM`, `2 VMs`. */
+function count(n: number, one: string): string {
+  return `${n} ${one}${n === 1 ? '' : 's'}`;
+}
+
 function bar(used: number, extra: number, total: number, width = 30): string {
   if (total <= 0) return ''.padEnd(width + 2);
   const u = Math.min(width, Math.round((used / total) * width));
@@ -412,7 +417,7 @@ export function formatPlan(p: PlanResult): string {
   }
   if (p.images?.length) out.push('images and templates (before the VMs):', ...formatImagePlans(p.images), '');
   out.push(
-    `total: ${p.totals.vms} VMs, ${p.totals.cpus} vCPUs, ${gib(p.totals.memory)} GiB memory, ${gib(p.totals.disk)} GiB disk`,
+    `total: ${count(p.totals.vms, 'VM')}, ${count(p.totals.cpus, 'vCPU')}, ${gib(p.totals.memory)} GiB memory, ${gib(p.totals.disk)} GiB disk`,
   );
   out.push(`phases: ${p.phases.map((x) => `${x.name} (${x.members.length})`).join(' -> ')}`);
   const v = p.findings.filter((f) => f.severity === 'violation');

@@ -29,6 +29,9 @@ import {
 export interface ValidateResult {
   files: number;
   resources: number;
+  /** ProxmoxImages and ProxmoxTemplates: with `resources`, whether there is anything to apply. */
+  images: number;
+  templates: number;
   problems: ManifestProblem[];
 }
 
@@ -309,5 +312,11 @@ export function validateManifests(
     ...m.templates.map((x) => x.doc.file),
     ...m.problems.map((p) => p.file),
   ]);
-  return { files: files.size, resources: m.vms.length, problems };
+  return {
+    files: files.size,
+    resources: m.vms.length,
+    images: m.images.length,
+    templates: m.templates.length,
+    problems,
+  };
 }

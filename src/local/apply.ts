@@ -23,14 +23,25 @@ import {
   PHASE_ANNOTATION,
   phaseToPrepare,
   planRollout,
+  type ResourceState,
   RolloutError,
   type RolloutPlan,
 } from '../workspace/phases.ts';
 import { readStateFile } from '../workspace/state-file.ts';
+import { fleetFileProblems, formatFleetProblems } from './fleet-file.ts';
 import { outputFor } from './output.ts';
 import { formatRows } from './render.ts';
 import { ageSpan } from './resource-view.ts';
-import { type ApplyArgs, loadVms, openRuntime, planChanges, planTarget, resolveConfig } from './setup.ts';
+import {
+  type ApplyArgs,
+  loadVms,
+  missingDirs,
+  openRuntime,
+  planChanges,
+  planTarget,
+  removeEmptyDirs,
+  resolveConfig,
+} from './setup.ts';
 
 /**
  * Reconcile the manifests phase by phase until every VM is Ready (exit 0) or failed clearly
@@ -41,8 +52,14 @@ import { type ApplyArgs, loadVms, openRuntime, planChanges, planTarget, resolveC
 export async function applyCommand(args: ApplyArgs): Promise<number> {
   // (loadVms refuses every manifest problem, these kinds' included)
   const { vms, others, images, templates } = loadVms(args.files);
+  // The same words as validate's and plan's (src/fleet/commands.ts nothingToApply; local does not import fleet).
   if (!vms.length && !images.length && !templates.length)
-    throw new UsageError(`no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${args.files.join(', ')}`);
+    throw new UsageError(
+      `no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${args.files.join(', ')}: pass the files or directories that hold the manifests`,
+    );
+  // A fleet file with a problem stops apply as a bad flag does (exit 2), each problem at its line.
+  const fleetProblems = args.fleet ? fleetFileProblems(args.fleet, vms) : [];
+  if (fleetProblems.length) throw new UsageError(formatFleetProblems(fleetProblems));
   let plan: RolloutPlan;
   try {
     plan = planRollout(vms, {
@@ -65,7 +82,14 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   if (args.rebootPolicy) for (const vm of vms) vm.spec.forProvider.rebootPolicy ??= args.rebootPolicy;
   if (args.dryRun) return dryRun(args, plan, byKey, others);
   const config = await resolveConfig(args, others);
-  const rt = openRuntime(config, chooseState(args, config), args, others);
+  const stateFile = chooseState(args, config);
+  const made = missingDirs(stateFile);
+  const rt = openRuntime(config, stateFile, args, others);
+  // Before the changes start: nothing was written, so no state directory is left behind either.
+  const closeUnchanged = async () => {
+    await rt.close();
+    removeEmptyDirs(made);
+  };
   // stdout: the table or, with -o json|yaml, the document alone; the human lines go to o.say (src/local/output.ts).
   const o = outputFor(args);
   let planned: ResourcePlan[];
@@ -78,23 +102,33 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       { readAhead: (k) => !args.confirm && (args.noWait || firstPhase.has(k)) },
     );
   } catch (e) {
-    await rt.close();
+    await closeUnchanged();
     throw e;
   }
-  if (!args.quiet) o.say(['Changes, read from Proxmox:', ...describePlans(planned), ''].join('\n'));
+  // The header only over something: a plan without changes is its summary line alone.
+  const header = planned.some((p) => p.action !== 'no-op') ? ['Changes, read from Proxmox:'] : [];
+  if (!args.quiet) o.say([...header, ...describePlans(planned), ''].join('\n'));
   if (
     args.confirm &&
     plansChange(planned) &&
     !(await args.confirm(planned).catch(async (e) => {
-      await rt.close();
+      await closeUnchanged();
       throw e;
     }))
   ) {
     o.say('Apply cancelled: nothing was changed.');
-    await rt.close();
+    await closeUnchanged();
     return 1;
   }
   const progress = o.progress();
+  // The VMs this run rebooted (a status written with the step Rebooting): the Done line counts
+  // what happened, and the plan's action says only whether a reboot was expected.
+  const rebooted = new Set<string>();
+  let watching = false;
+  const stopWatching = rt.store.addIndex((key, obj) => {
+    if (watching && obj?.status?.atProvider?.step === 'Rebooting') rebooted.add(key);
+  });
+  watching = true;
   const abort = new AbortController();
   const onSignal = () => abort.abort();
   process.once('SIGINT', onSignal);
@@ -175,7 +209,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
           if (plan.phases.length > 1) progress.log(phaseLine);
           progress.update(
             rows,
-            `${args.header ?? 'Applying'} ${keys.length} VMs, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) ${phaseLine}`,
+            `${args.header ?? 'Applying'} ${keys.length} VM${keys.length === 1 ? '' : 's'}, ${ready} ready (${((Date.now() - started) / 1000).toFixed(0)}s) ${phaseLine}`,
           );
         }
         if (keys.every((k) => stateNow(k) === 'ready')) return 'ok';
@@ -218,17 +252,20 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
         }
         o.say(lines.join('\n'));
       }
-    } else o.say(`\nall ${rows.length} VMs ready`);
+    } else o.say(rows.length === 1 ? '\nthe VM is ready' : `\nall ${rows.length} VMs ready`);
     if (!args.quiet)
       o.say(
         done(
           planned,
+          (k) => rt.stateOf(k),
+          rebooted,
           keys.map((k) => rt.store.getSync(k)),
         ),
       );
     // Interrupted is never "done", even when every VM happened to be Ready by then.
     return res.ok && !abort.signal.aborted ? 0 : 1;
   } finally {
+    stopWatching();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     args.signal?.removeEventListener('abort', onSignal);
@@ -236,14 +273,38 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   }
 }
 
-/** What apply did, by the plan's actions and where each resource ended (pending reboots named). */
-function done(planned: ResourcePlan[], after: Array<ProxmoxVM | undefined>): string {
-  const n = (a: string) => planned.filter((p) => p.action === a).length;
+/**
+ * What apply did, VM by VM: a VM this run saw Ready counts as its planned action (create, adopt,
+ * update...), one that failed as failed, one never started or still in progress (a timeout, an
+ * interruption) as such; a reboot counts when this run rebooted the VM. The VMs that wait for a
+ * reboot are named.
+ */
+function done(
+  planned: ResourcePlan[],
+  stateOf: (key: string) => ResourceState,
+  rebooted: ReadonlySet<string>,
+  after: Array<ProxmoxVM | undefined>,
+): string {
+  const counts = new Map<string, number>();
+  const add = (what: string) => counts.set(what, (counts.get(what) ?? 0) + 1);
+  for (const p of planned) {
+    const state = stateOf(p.key);
+    if (state === 'failed') add('failed');
+    else if (state === 'absent') add('not started');
+    else if (state === 'progressing') add('not finished');
+    else if (p.action === 'update' || p.action === 'update-reboot') add('updated');
+    else if (p.action !== 'reboot') add(DONE_OF[p.action]);
+    // A planned reboot that turned out not to be needed (the VM was rebooted by hand meanwhile).
+    else if (!rebooted.has(p.key)) add('unchanged');
+    if (rebooted.has(p.key)) add('rebooted');
+  }
+  const n = (what: string) => counts.get(what) ?? 0;
+  const some = (what: string, label = what) => (n(what) ? `, ${n(what)} ${label}` : '');
   const waiting = after.filter(
     (r): r is ProxmoxVM => r !== undefined && getCondition(r, 'PendingReboot')?.status === 'True',
   );
   const lines = [
-    `Done: ${n('create')} created, ${n('adopt')} adopted, ${n('update') + n('update-reboot')} updated, ${n('reboot')} rebooted, ${n('no-op')} unchanged${n('replace') ? `, ${n('replace')} replaced` : ''}${n('retire-duplicate') ? `, ${n('retire-duplicate')} duplicate VM(s) destroyed` : ''}.`,
+    `Done: ${n('created')} created, ${n('adopted')} adopted, ${n('updated')} updated, ${n('rebooted')} rebooted, ${n('unchanged')} unchanged${some('replaced')}${some('duplicates', 'duplicate VM(s) destroyed')}, ${n('failed')} failed${some('not started')}${some('not finished')}.`,
   ];
   if (waiting.length)
     lines.push(
@@ -251,6 +312,17 @@ function done(planned: ResourcePlan[], after: Array<ProxmoxVM | undefined>): str
     );
   return lines.join('\n');
 }
+
+/** The Done line's word for a planned action carried out (update and reboot are counted apart). */
+const DONE_OF: Record<Exclude<ResourcePlan['action'], 'update' | 'update-reboot' | 'reboot'>, string> = {
+  create: 'created',
+  adopt: 'adopted',
+  'no-op': 'unchanged',
+  // (a change the plan refused, whose VM this run still found Ready: nothing was changed)
+  refused: 'unchanged',
+  replace: 'replaced',
+  'retire-duplicate': 'duplicates',
+};
 
 /** `phase 1 (at most 2 at once): 3 VM(s), after the previous phase is Ready`. */
 function phaseLine(p: RolloutPlan['phases'][number], first: boolean, noWait: boolean): string {

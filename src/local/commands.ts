@@ -17,6 +17,21 @@ export * from './status.ts';
 /** One clean message for an error of any cluster-less command (fleet's too: src/cli/args.ts runCommand). */
 export function describeError(e: unknown): string {
   if (e instanceof ManifestError) return e.problems.map(formatProblem).join('\n');
-  if (e instanceof ConfigError || e instanceof StateFileError) return e.message;
+  if (e instanceof StateFileError) return stateFileLine(e.message);
+  if (e instanceof ConfigError) return e.message;
   return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * A StateFileError in one line. The JSON parser's own message quotes the file's first bytes, line
+ * breaks and all (a text file given as --state broke the line in three); what the reader needs
+ * instead is what the file should have been.
+ */
+function stateFileLine(message: string): string {
+  return message
+    .replace(
+      /: it is not JSON \([\s\S]*\); the state file is only/,
+      ': it is neither a state database (SQLite, as apply writes) nor valid JSON (a state file of an earlier version); the state file is only',
+    )
+    .replace(/\s*\n\s*/g, ' ');
 }

@@ -11,7 +11,15 @@ import { manifestKey } from '../workspace/phases.ts';
 import { readStateFile } from '../workspace/state-file.ts';
 import { Progress, table } from './render.ts';
 import { ageSpan } from './resource-view.ts';
-import { type ApplyArgs, loadVms, openRuntime, planTarget, resolveConfig } from './setup.ts';
+import {
+  type ApplyArgs,
+  loadVms,
+  missingDirs,
+  openRuntime,
+  planTarget,
+  removeEmptyDirs,
+  resolveConfig,
+} from './setup.ts';
 
 /**
  * What the delete does with a resource's plan, one answer for the list and the confirmation:
@@ -70,6 +78,7 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
   const dryState = args.dryRun
     ? new Map((readStateFile<ProxmoxVM>(state)?.objects ?? []).map((o) => [manifestKey(o), o]))
     : undefined;
+  const made = missingDirs(args.dryRun ? undefined : state);
   const rt = openRuntime(config, args.dryRun ? undefined : state, args, others);
   const stored = (key: string) => (dryState ? dryState.get(key) : rt.store.getSync(key));
   const progress = new Progress(args.out);
@@ -116,7 +125,7 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
         if (!args.quiet)
           progress.update(
             rt.rows().filter((r) => deleting.has(r.key)),
-            `Deleting ${keys.length} VMs`,
+            `Deleting ${keys.length} VM${keys.length === 1 ? '' : 's'}`,
           );
       },
     });
@@ -140,5 +149,7 @@ export async function deleteCommand(args: ApplyArgs): Promise<number> {
     return res.ok ? 0 : 1;
   } finally {
     await rt.close();
+    // Nothing written (declined, refused, or nothing to delete): no empty state directory left behind.
+    removeEmptyDirs(made);
   }
 }

@@ -4,7 +4,7 @@
  * ProviderConfig and the state file is src/workspace/arguments.ts (plan and gc find them the same
  * way without a runtime); this file is what needs the runtime.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
@@ -105,6 +105,33 @@ export function manifestSecrets(others: ManifestDoc[]): Map<string, Record<strin
     out.set(`${md.namespace ?? 'default'}/${md.name}`, data);
   }
   return out;
+}
+
+/**
+ * The directories of `state` that do not exist yet, deepest first: openRuntime makes them (the
+ * state's lock file goes there), and a run that stops before it writes anything (a confirmation
+ * refused or declined) removes them again with removeEmptyDirs, leaving no empty
+ * `<state root>/<installation>/` behind.
+ */
+export function missingDirs(state: string | undefined): string[] {
+  const out: string[] = [];
+  if (!state) return out;
+  for (let d = dirname(resolve(state)); !existsSync(d); d = dirname(d)) {
+    out.push(d);
+    if (dirname(d) === d) break;
+  }
+  return out;
+}
+
+/** Remove `dirs` (deepest first) while they are empty: a state written meanwhile keeps its own. */
+export function removeEmptyDirs(dirs: readonly string[]): void {
+  for (const d of dirs) {
+    try {
+      rmdirSync(d);
+    } catch {
+      return; // not empty (a state was written), or not ours to remove: leave it and its parents
+    }
+  }
 }
 
 export function openRuntime(

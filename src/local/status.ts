@@ -10,7 +10,7 @@ import { clientForSite } from '../proxmox/site.ts';
 import { classify, inventory } from '../vm/inventory.ts';
 import { chooseState, cliInstallationOf, loadConfigArg, stateFileFor, UsageError } from '../workspace/arguments.ts';
 import { write } from '../workspace/lines.ts';
-import { readStateFile, stateRoot } from '../workspace/state-file.ts';
+import { existingState, readStateFile, stateRoot } from '../workspace/state-file.ts';
 import { outputFor } from './output.ts';
 import { formatLive, formatRows, formatRowsLine, isLiveTerminal, type LiveView, StatusScreen } from './render.ts';
 import { type Row, rowOf, sortRows } from './resource-view.ts';
@@ -70,8 +70,10 @@ export function statusSource(args: StatusArgs, config: LoadedProviderConfig | un
   const installation = config ? cliInstallationOf(config) : undefined;
   const c = stateFileFor({ state: args.state, installation, cwd: args.cwd });
   if ('none' in c) return c;
+  // (An explicit --state that does not exist stops `status` before this, see statusCommand: only
+  // --watch waits for it.)
   const missing = args.state
-    ? `no state file at ${c.file}: nothing has been applied from here (use --state FILE)`
+    ? `no state file at ${c.file} yet: waiting for an apply with --state ${args.state} to write it`
     : `no state file at ${c.file}: nothing has been applied${installation ? ` for installation ${installation}` : ''} (status --live --config FILE lists its VMs in Proxmox)`;
   return { file: c.file, missing, ...(c.note ? { note: c.note } : {}) };
 }
@@ -92,10 +94,20 @@ export function readStatus(file: string, missing: string): { rows: Row[] } | { m
  * With `watch`: until a signal.
  */
 export async function statusCommand(args: StatusArgs): Promise<number> {
+  // A state file has no namespaces to pick from: -n alone would be ignored, and read as filtered.
+  if (args.namespace && !args.kubeconfig)
+    throw new UsageError(
+      `-n ${args.namespace} picks a namespace of a cluster: add --kubeconfig FILE, or leave -n out (a state file lists every namespace)`,
+    );
   if (args.live) return liveStatus(args);
   if (args.watch) return watchStatus(args);
   let r: { rows: Row[] } | { missing: string };
   if (args.kubeconfig) r = await readKubeStatus(args.kubeconfig, args.namespace);
+  else if (args.state && !existingState(args.state))
+    // A path given by hand that is not there is a typo far more often than a fleet never applied.
+    throw new UsageError(
+      `--state ${args.state}: no such state file; pass the file an apply wrote (apply --state FILE), or leave --state out for the installation's own under ${stateRoot()}`,
+    );
   else {
     const src = statusSource(args, await statusConfig(args));
     if ('file' in src && src.note) write(args.err ?? process.stderr, src.note);

@@ -213,7 +213,7 @@ describe('gc', () => {
     await assert.rejects(gc({ config, state, delete: true }), (e: Error) => e instanceof UsageError);
     const res = await cli(['gc', '--config', config, '--state', state, '--delete']);
     assert.equal(res.code, 2, res.stdout + res.stderr);
-    assert.match(res.stderr, /--delete removes VMs: add --yes to confirm/);
+    assert.match(res.stderr, /--delete removes VMs: add --yes \(or --auto-approve\) to confirm/);
     assert.equal(counters(), 0, 'no request reached the simulator');
     assert.ok(names().includes('gc-gone'));
   });

@@ -167,14 +167,21 @@ describe('status', () => {
       out: c.out,
       err: e.out,
     });
-    await until(() => e.writes.length === 1, 'the no-state-file message (stderr: stdout holds JSON lines only)');
-    assert.match(e.writes[0]!, /^no state file at .*later\.json: nothing has been applied from here/);
-    writeState(f, [vm('a', '1')]);
-    await until(() => c.writes.length === 1, 'the rows');
-    writeState(f, [vm('a', '1'), vm('b', '1')]);
-    await until(() => c.writes.length === 2, 'the changed rows');
-    stop.abort();
-    await done;
+    try {
+      await until(() => e.writes.length === 1, 'the no-state-file message (stderr: stdout holds JSON lines only)');
+      assert.match(
+        e.writes[0]!,
+        /^no state file at .*later\.json yet: waiting for an apply with --state \S+later\.json to write it/,
+      );
+      writeState(f, [vm('a', '1')]);
+      await until(() => c.writes.length === 1, 'the rows');
+      writeState(f, [vm('a', '1'), vm('b', '1')]);
+      await until(() => c.writes.length === 2, 'the changed rows');
+    } finally {
+      // Also when an assertion fails: the watch would keep the test process alive.
+      stop.abort();
+      await done;
+    }
     assert.deepEqual(
       c.writes.map((l) => parseStatusList(l).items.map((r) => r.name)),
       [['a'], ['a', 'b']],
@@ -184,7 +191,7 @@ describe('status', () => {
   it('the CLI: status --watch prints changes and exits 0 on SIGINT', async () => {
     const f = join(dir, 'cli.json');
     writeState(f, [vm('one', '1')]);
-    const child = spawnCli(['status', '--watch', '--state', f, '--interval', '20ms']);
+    const child = spawnCli(['status', '--watch', '--state', f, '--interval', '100ms']);
     let stdout = '';
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (d: string) => {

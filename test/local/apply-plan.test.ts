@@ -5,7 +5,7 @@
  * `delete --dry-run` lists what would be destroyed.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { parseMarker } from '../../src/vm/spec.ts';
@@ -49,8 +49,54 @@ describe('apply and delete: plan, confirmation, summary', () => {
     assert.equal(res.code, 0, res.stdout + res.stderr);
     assert.match(res.stdout, /Changes, read from Proxmox:/);
     assert.match(res.stdout, /Plan: 2 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged\./);
-    assert.match(res.stdout, /Done: 2 created, 0 adopted, 0 updated, 0 rebooted, 0 unchanged\./);
+    assert.match(res.stdout, /Done: 2 created, 0 adopted, 0 updated, 0 rebooted, 0 unchanged, 0 failed\./);
     assert.equal(vms('plan-a').length, 1);
+  });
+
+  it('nothing to change: plan and apply print the summary without an empty "Changes" header', async () => {
+    const plan = await cli(['plan', '-f', m, '--config', fx.config, '--state', state]);
+    assert.equal(plan.code, 0, plan.stdout + plan.stderr);
+    assert.match(plan.stdout, /^total: 2 VMs, 2 vCPUs, /m);
+    assert.match(plan.stdout, /Plan: 0 to create, 0 to adopt, 0 to update, 0 to reboot, 2 unchanged\./);
+    assert.doesNotMatch(plan.stdout, /Changes, read from Proxmox:/);
+    // Nothing to confirm: apply goes ahead without --yes.
+    const again = await run('apply');
+    assert.equal(again.code, 0, again.stdout + again.stderr);
+    assert.doesNotMatch(again.stdout, /Changes, read from Proxmox:/);
+    assert.match(again.stdout, /Done: 0 created, 0 adopted, 0 updated, 0 rebooted, 2 unchanged, 0 failed\./);
+  });
+
+  it('one VM is counted as one: `total: 1 VM, 1 vCPU`', async () => {
+    const one = join(fx.dir, 'one');
+    mkdirSync(one);
+    writeManifests(one, [{ name: 'plan-one' }]);
+    const plan = await cli(['plan', '-f', one, '--config', fx.config, '--state', join(fx.dir, 'one.db')]);
+    assert.equal(plan.code, 0, plan.stdout + plan.stderr);
+    assert.match(plan.stdout, /^total: 1 VM, 1 vCPU, /m);
+  });
+
+  it('apply and delete refused for want of --yes leave no empty state directory behind', async () => {
+    const root = join(fx.dir, 'state-root');
+    const before = process.env.PROVIDER_PROXMOX_STATE_DIR;
+    process.env.PROVIDER_PROXMOX_STATE_DIR = root;
+    try {
+      const other = join(fx.dir, 'other');
+      mkdirSync(other);
+      writeManifests(other, [{ name: 'plan-other' }]);
+      const apply = await cli(['apply', '-f', other, '--config', fx.config, ...POLL]);
+      assert.equal(apply.code, 2, apply.stdout + apply.stderr);
+      assert.ok(
+        !existsSync(root),
+        `nothing under ${root}: ${existsSync(root) ? readdirSync(root, { recursive: true }) : ''}`,
+      );
+      // plan-a and plan-b exist: a delete from a state root that does not know them finds them by marker.
+      const del = await cli(['delete', '-f', m, '--config', fx.config, ...POLL]);
+      assert.equal(del.code, 2, del.stdout + del.stderr);
+      assert.ok(!existsSync(root), `nothing under ${root}`);
+    } finally {
+      if (before === undefined) delete process.env.PROVIDER_PROXMOX_STATE_DIR;
+      else process.env.PROVIDER_PROXMOX_STATE_DIR = before;
+    }
   });
 
   it('a memory change on a running VM: shown as waiting for the next boot, named at the end; IfNeeded reboots', async () => {
@@ -70,6 +116,15 @@ describe('apply and delete: plan, confirmation, summary', () => {
     assert.equal(vms('plan-a')[0]!.config.memory, '2048');
   });
 
+  it('a memory change applied with --reboot-policy IfNeeded in one run: Done counts it updated and rebooted', async () => {
+    writeManifests(m, [{ name: 'plan-a', memory: '3Gi' }, { name: 'plan-b' }]);
+    const res = await run('apply', '--yes', '--reboot-policy', 'IfNeeded');
+    assert.equal(res.code, 0, res.stdout + res.stderr);
+    assert.match(res.stdout, /~ update-reboot\s+default\/plan-a/);
+    assert.match(res.stdout, /Done: 0 created, 0 adopted, 1 updated, 1 rebooted, 1 unchanged, 0 failed\./);
+    assert.equal(vms('plan-a')[0]!.config.memory, '3072');
+  });
+
   it('delete --dry-run lists the VMs it would destroy; delete needs --yes without a terminal', async () => {
     const dry = await run('delete', '--dry-run');
     assert.equal(dry.code, 0, dry.stdout + dry.stderr);
@@ -79,9 +134,34 @@ describe('apply and delete: plan, confirmation, summary', () => {
     const refused = await run('delete');
     assert.equal(refused.code, 2, refused.stdout + refused.stderr);
     assert.equal(vms('plan-a').length, 1, 'nothing destroyed');
-    const del = await run('delete', '--yes');
+    // The flag the refusal suggests besides --yes.
+    assert.match(refused.stderr, /pass --yes \(or --auto-approve\)/);
+    const del = await run('delete', '--auto-approve');
     assert.equal(del.code, 0, del.stdout + del.stderr);
     assert.equal(vms('plan-a').length + vms('plan-b').length, 0);
+  });
+});
+
+describe("apply's Done line counts what happened, not the plan", () => {
+  let fx: CliFixture;
+  before(async () => {
+    fx = await cliFixture('pp-apply-done-');
+  });
+  after(async () => {
+    await fx.close();
+  });
+
+  it('two VMs that fail for good (a missing bridge, a missing image): 0 created, 2 failed', async () => {
+    const m = join(fx.dir, 'm');
+    mkdirSync(m);
+    writeManifests(m, [
+      { name: 'done-bridge', network: 'vmbr9' },
+      { name: 'done-image', image: 'local:iso/no-such-image.img' },
+    ]);
+    const res = await cli(['apply', '--yes', '-f', m, '--config', fx.config, '--state', join(fx.dir, 's.db'), ...POLL]);
+    assert.equal(res.code, 1, res.stdout + res.stderr);
+    assert.match(res.stdout, /2 VM\(s\) failed/);
+    assert.match(res.stdout, /Done: 0 created, 0 adopted, 0 updated, 0 rebooted, 0 unchanged, 2 failed\./);
   });
 });
 
