@@ -224,7 +224,7 @@ export async function planFleet(
             severity: 'violation',
             site: site.name,
             vm: name,
-            message: `${name}: no online node of ${site.name} has ${gib(memory)} GiB of free memory and room for ${gib(own)} GiB on storage '${storage}' (content images)`,
+            message: `${name}: ${whyNowhere(site.name, [...plans.values()], storage, own, memory)}`,
           });
           continue;
         }
@@ -285,7 +285,8 @@ export async function planFleet(
       addDisk(storage, diskBytes(fp) ?? 0, 'storage');
       for (const [i, d] of (fp.disks ?? []).entries())
         addDisk(d.storage ?? storage, parseQuantity(d.size, GiB) ?? 0, `disks[${i}].storage`);
-      if (cpus > p.cpus) {
+      // An offline node reports no CPUs nor memory (0): its own finding says it is offline.
+      if (p.online && cpus > p.cpus) {
         findings.push({
           severity: 'violation',
           site: site.name,
@@ -302,13 +303,16 @@ export async function planFleet(
         if (s.shared) sharedRequested.set(s.storage, (sharedRequested.get(s.storage) ?? 0) + s.requested);
     for (const p of plans.values()) {
       if (!p.vms.length) continue;
-      if (!p.online)
+      if (!p.online) {
         findings.push({
           severity: 'violation',
           site: site.name,
           node: p.node,
           message: `${p.node} is offline; ${p.vms.length} VM(s) are meant for it`,
         });
+        // Its CPUs and memory read 0 while it is down: no overcommit to tell ("on 0 cores (Infinity%)").
+        continue;
+      }
       const vcpus = p.existing.cpus + p.requested.cpus;
       if (vcpus > p.cpus) {
         findings.push({
@@ -427,4 +431,38 @@ export function formatPlan(p: PlanResult): string {
   for (const i of p.images ?? []) if (i.action === 'refused') out.push(`  - ${i.kind} ${i.key}: ${i.message}`);
   if (!v.length) out.push('', 'no hard violations');
   return out.join('\n');
+}
+
+/**
+ * Why an unpinned VM fits on no node of a site, naming what is wrong first: a storage no online
+ * node has (with the ones they have), one that cannot hold disks, then room on it, then memory. Said
+ * all at once ("no node has the memory and room on storage X"), a storage that does not exist read
+ * as a shortage of memory.
+ */
+function whyNowhere(
+  site: string,
+  nodes: Array<{
+    online: boolean;
+    memory: number;
+    memoryUsed: number;
+    storages: Array<{ storage: string; imagesAllowed: boolean; free: number; requested: number }>;
+  }>,
+  storage: string,
+  disk: number,
+  memory: number,
+): string {
+  const online = nodes.filter((p) => p.online);
+  if (!online.length) return `no node of ${site} is online`;
+  const having = online.filter((p) => p.storages.some((s) => s.storage === storage));
+  if (!having.length) {
+    const known = [...new Set(online.flatMap((p) => p.storages.filter((s) => s.imagesAllowed).map((s) => s.storage)))];
+    return `no online node of ${site} has storage '${storage}' (spec.forProvider.storage; storages for VM disks there: ${known.sort().join(', ') || 'none'})`;
+  }
+  const images = having.filter((p) => p.storages.some((s) => s.storage === storage && s.imagesAllowed));
+  if (!images.length) return `storage '${storage}' of ${site} cannot hold VM disks (its content has no 'images')`;
+  const room = images.filter((p) =>
+    p.storages.some((s) => s.storage === storage && s.imagesAllowed && s.free - s.requested >= disk),
+  );
+  if (!room.length) return `no online node of ${site} has room for ${gib(disk)} GiB on storage '${storage}'`;
+  return `no online node of ${site} with room on storage '${storage}' has ${gib(memory)} GiB of free memory`;
 }

@@ -406,6 +406,18 @@ describe('plan: placement of unpinned VMs, unknown sites, foreign VMs', () => {
     } as ProxmoxVM;
   }
 
+  it('a node that is offline is one violation for the VMs meant for it, not overcommit on its 0 cores', async () => {
+    const site2 = sim.cluster('site-2');
+    const id = site2.addFault({ kind: 'node-crash', node: 'r630-02' });
+    try {
+      const p = await planFleet([vm('o1', { node: 'r630-02', cpu: 2 }), vm('o2', { node: 'r630-02', cpu: 4 })], config);
+      const about = p.findings.filter((f) => f.node === 'r630-02').map((f) => `${f.severity}: ${f.message}`);
+      assert.deepEqual(about, ['violation: r630-02 is offline; 2 VM(s) are meant for it']);
+    } finally {
+      site2.removeFault(id);
+    }
+  });
+
   it("a site whose cluster lost quorum (r630-02 down: site-2's two nodes, no QDevice) is a warning naming the fix", async () => {
     const site2 = sim.cluster('site-2');
     const id = site2.addFault({ kind: 'node-crash', node: 'r630-02' });
@@ -438,6 +450,8 @@ describe('plan: placement of unpinned VMs, unknown sites, foreign VMs', () => {
         vm('too-big-disk', { memory: '1Gi', disk: '200Gi' }),
         // more memory than any node has free
         vm('too-big-mem', { memory: '1Ti' }),
+        // a storage no node has: named as that, not as a shortage of memory
+        vm('no-storage', { memory: '1Gi', storage: 'nosuch' }),
       ],
       config,
     );
@@ -456,8 +470,9 @@ describe('plan: placement of unpinned VMs, unknown sites, foreign VMs', () => {
     assert.deepEqual(
       p.findings.filter((f) => f.severity === 'violation').map((f) => f.message),
       [
-        "too-big-disk: no online node of site-2 has 1 GiB of free memory and room for 200 GiB on storage 'local-lvm' (content images)",
-        "too-big-mem: no online node of site-2 has 1024 GiB of free memory and room for 10 GiB on storage 'local-lvm' (content images)",
+        "too-big-disk: no online node of site-2 has room for 200 GiB on storage 'local-lvm'",
+        "too-big-mem: no online node of site-2 with room on storage 'local-lvm' has 1024 GiB of free memory",
+        "no-storage: no online node of site-2 has storage 'nosuch' (spec.forProvider.storage; storages for VM disks there: ceph-fs, local-lvm)",
       ],
     );
     assert.match(formatPlan(p), /u1 +phase 0 +1 cpu +64 GiB +10 GiB on local-lvm {2}\(placed here\)/);
