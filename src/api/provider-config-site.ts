@@ -34,7 +34,7 @@ export function siteSecret(loaded: LoadedProviderConfig, siteName: string): Secr
       {
         line: loaded.lineOf(ref.field),
         field: ref.field,
-        message: `Secret ${ref.namespace}/${ref.name} is not in this file; add it (kind: Secret with stringData tokenid + token, or username + password) or pass its file`,
+        message: `Secret ${ref.namespace}/${ref.name} is not in this file; add it (kind: Secret with stringData tokenid + token, or username + password), or, for doctor, pass its own file with --secret-file`,
       },
     ]);
   }
@@ -68,7 +68,7 @@ export function siteSsh(loaded: LoadedProviderConfig, siteName: string): SiteSsh
         field,
         message: secret
           ? `Secret ${ns}/${ssh.secretRef.name} has no key privateKey; add the OpenSSH private key under stringData.privateKey`
-          : `Secret ${ns}/${ssh.secretRef.name} is not in this file; add it (kind: Secret with stringData.privateKey: the OpenSSH private key) or pass its file`,
+          : `Secret ${ns}/${ssh.secretRef.name} is not in this file; add it (kind: Secret with stringData.privateKey: the OpenSSH private key), or, for doctor, pass its own file with --secret-file`,
       },
     ]);
   return {

@@ -108,7 +108,9 @@ function show(key: string, v: string | number | undefined): string | undefined {
   if (v === undefined) return undefined;
   if (SECRET_KEYS.test(key)) return '(secret)';
   const s = String(v);
-  return key === 'sshkeys' ? `${s.split('\n').filter(Boolean).length} key(s)` : s;
+  if (key === 'sshkeys') return `${s.split('\n').filter(Boolean).length} key(s)`;
+  // PVE's memory is in MiB; a bare 4096 -> 8192 read as bytes, or as GiB.
+  return key === 'memory' && /^\d+$/.test(s) ? `${s} MiB` : s;
 }
 
 /** One Change as the fields it touches. */

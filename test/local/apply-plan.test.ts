@@ -104,7 +104,7 @@ describe('apply and delete: plan, confirmation, summary', () => {
     const res = await run('apply', '--yes');
     assert.equal(res.code, 0, res.stdout + res.stderr);
     assert.match(res.stdout, /~ update-reboot\s+default\/plan-a \(VM \d+ on ml110-01\)/);
-    assert.match(res.stdout, /memory: 1024 -> 2048 \(at the next boot\)/);
+    assert.match(res.stdout, /memory: 1024 MiB -> 2048 MiB \(at the next boot\)/);
     assert.match(res.stdout, /1 VM\(s\) run with changes Proxmox applies only at the next boot: plan-a \(memory\)/);
     const vm = vms('plan-a')[0]!;
     assert.equal(vm.config.memory, '1024', 'pending, not applied');

@@ -57,7 +57,7 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     assert.equal(mem!.action, 'update-reboot');
     assert.deepEqual(mem!.changes.map((f) => [f.key, f.from, f.to, f.reboot]).sort(), [
       ['cores', '1', '2', true],
-      ['memory', '1024', '2048', true],
+      ['memory', '1024 MiB', '2048 MiB', true],
     ]);
     assert.equal(mem!.vmid, vmid);
 
