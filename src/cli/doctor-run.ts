@@ -163,13 +163,13 @@ export async function runDoctorCommand(given: Opts, cmd: Command, deps: DoctorDe
             warnings: 0,
             sites: [
               {
-                site: '(config)',
+                site: `ProviderConfig ${o.config}`,
                 endpoints: [],
                 checks: e.problems.map((p) => ({
                   id: 'config',
                   status: 'fail' as const,
                   detail: p,
-                  fix: 'correct the file',
+                  fix: 'correct that field of the file (see docs/install.md for a ProviderConfig), then run doctor again',
                 })),
               },
             ],

@@ -109,8 +109,8 @@ export async function checkNodes(ctx: Ctx): Promise<string[]> {
       add({
         id: `manifest ${n.name}`,
         status: 'fail',
-        detail: `${n.where}: node '${n.node}' is not a node of site ${site.name} (${wanted.join(', ')})`,
-        fix: `fix spec.forProvider.node in ${n.where}, or add the node to ${site.where}`,
+        detail: `${n.at.node ?? n.where}: node '${n.node}' is not a node of site ${site.name} (${wanted.join(', ')})`,
+        fix: `fix spec.forProvider.node in ${n.at.node ?? n.where}, or add the node to ${site.where}`,
       });
     }
   }
@@ -145,9 +145,11 @@ export async function checkBridges(ctx: Ctx, node: string): Promise<string[]> {
     for (const [b, users] of required) {
       const entry = list.find((x) => x.iface === b);
       if (!entry) {
-        problems.push(`${b} does not exist (used by ${users.map((u) => `${u.name} at ${u.where}`).join(', ')})`);
+        problems.push(
+          `${b} does not exist (used by ${users.map((u) => `${u.name} at ${u.at.network ?? u.at.networks ?? u.where}`).join(', ')})`,
+        );
         fixes.push(
-          `create bridge ${b} on ${node} (System → Network → Create → Linux Bridge) or change network/networks[].bridge in ${users.map((u) => u.where).join(', ')}; existing bridges: ${names.join(', ') || 'none'}`,
+          `create bridge ${b} on ${node} (System → Network → Create → Linux Bridge) or change network/networks[].bridge in ${users.map((u) => u.at.network ?? u.at.networks ?? u.where).join(', ')}; existing bridges: ${names.join(', ') || 'none'}`,
         );
       } else if (entry.active === 0) {
         problems.push(`${b} exists but is not active`);
@@ -203,7 +205,7 @@ export async function checkStorages(ctx: Ctx, node: string): Promise<{ storages:
   const fixes: string[] = [];
   const warns: string[] = [];
   for (const [name, users] of required) {
-    const where = users.map((u) => u.where).join(', ');
+    const where = users.map((u) => u.at.storage ?? u.at.disks ?? u.where).join(', ');
     const s = list.find((x) => x.storage === name);
     if (!s) {
       problems.push(`storage ${name} does not exist on ${node} (or is not visible to these credentials)`);
@@ -261,8 +263,8 @@ export async function checkImagesAndTemplates(ctx: Ctx, node: string, storages: 
         add({
           id,
           status: 'fail',
-          detail: `${n.where}: no VM '${n.template}' on ${node}`,
-          fix: `create the template VM on ${node} (or fix template in ${n.where})`,
+          detail: `${n.at.template ?? n.where}: no VM '${n.template}' on ${node}`,
+          fix: `create the template VM on ${node} (or fix template in ${n.at.template ?? n.where})`,
         });
       else if (t.template !== 1)
         add({
@@ -282,8 +284,8 @@ export async function checkImagesAndTemplates(ctx: Ctx, node: string, storages: 
       add({
         id,
         status: 'fail',
-        detail: `PVE ${caps.version.text} has no import-from (7.2 and later): a VM cannot be created from a cloud image over the API (${n.where})`,
-        fix: `make a template VM from the image once on the node (\`qm create\`, \`qm importdisk\`, \`qm template\`) and set template: in ${n.where} instead of image, or upgrade Proxmox VE`,
+        detail: `PVE ${caps.version.text} has no import-from (7.2 and later): a VM cannot be created from a cloud image over the API (${n.at.image ?? n.where})`,
+        fix: `make a template VM from the image once on the node (\`qm create\`, \`qm importdisk\`, \`qm template\`) and set template: in ${n.at.image ?? n.where} instead of image, or upgrade Proxmox VE`,
       });
       continue;
     }
@@ -307,8 +309,8 @@ export async function checkImagesAndTemplates(ctx: Ctx, node: string, storages: 
       add({
         id,
         status: 'fail',
-        detail: `not found on ${node} (looked in ${looked.join(', ') || 'no storage'}) (${n.where})`,
-        fix: `upload the image to ${node}${caps.importContent ? " (to a storage with content 'import' on PVE 8.3+)" : ''}, or fix image in ${n.where}`,
+        detail: `not found on ${node} (looked in ${looked.join(', ') || 'no storage'}) (${n.at.image ?? n.where})`,
+        fix: `upload the image to ${node}${caps.importContent ? " (to a storage with content 'import' on PVE 8.3+)" : ''}, or fix image in ${n.at.image ?? n.where}`,
       });
       continue;
     }
@@ -328,13 +330,13 @@ export async function checkImagesAndTemplates(ctx: Ctx, node: string, storages: 
         id,
         status: 'fail',
         detail:
-          `${found.volid} is a '${found.content}' volume: with ${ctx.site.credentials?.kind === 'token' ? 'an API token' : 'these credentials'} ` +
-          `it cannot be imported over the API (import-from accepts 'images'${caps.importContent ? " or 'import'" : ''} volumes; absolute paths are root@pam-only) (${n.where})`,
+          `${found.volid} is ${/^[aeiou]/i.test(String(found.content)) ? 'an' : 'a'} '${found.content}' volume: with ${ctx.site.credentials?.kind === 'token' ? 'an API token' : 'these credentials'} ` +
+          `it cannot be imported over the API (import-from accepts 'images'${caps.importContent ? " or 'import'" : ''} volumes; absolute paths are root@pam-only) (${n.at.image ?? n.where})`,
         fix:
           (caps.importContent
             ? `put the image in an 'import' storage (e.g. ${found.volid.replace(/:[a-z]+\//, ':import/')}; enable content 'import' on a dir storage) and reference that; `
             : 'upgrade to PVE 8.3+ and use an import volume; ') +
-          `or use template: (clone a template VM) in ${n.where}; or give the provider root@pam password credentials`,
+          `or use template: (clone a template VM) in ${n.at.image ?? n.where}; or give the provider root@pam password credentials`,
       });
     }
   }
@@ -347,7 +349,7 @@ export async function checkPools(ctx: Ctx): Promise<string[]> {
   try {
     const list = (await ctx.c.listPools()).map((p) => p.poolid);
     for (const p of pools) {
-      const users = ctx.needs.filter((n) => n.pool === p).map((n) => n.where);
+      const users = ctx.needs.filter((n) => n.pool === p).map((n) => n.at.pool ?? n.where);
       if (list.includes(p)) ctx.add({ id: `pool ${p}`, status: 'ok', detail: 'exists' });
       else
         ctx.add({

@@ -180,8 +180,8 @@ export async function runDoctor(o: DoctorOptions): Promise<DoctorReport> {
       sites[0].checks.push({
         id: `manifest ${n.name}`,
         status: 'fail',
-        detail: `${n.where}: site '${n.site}' is not in the configuration (sites: ${[...names].join(', ')})`,
-        fix: `fix spec.forProvider.site in ${n.where}, or add the site to the ProviderConfig`,
+        detail: `${n.at.site ?? n.where}: site '${n.site}' is not in the configuration (sites: ${[...names].join(', ')})`,
+        fix: `fix spec.forProvider.site in ${n.at.site ?? n.where}, or add the site to the ProviderConfig`,
       });
     }
   }
@@ -201,7 +201,11 @@ const MARK: Record<CheckStatus, string> = { ok: 'ok  ', warn: 'WARN', fail: 'FAI
 export function renderText(r: DoctorReport): string {
   const lines: string[] = [];
   for (const s of r.sites) {
-    lines.push(`site ${s.site} (${s.endpoints.join(', ')})${s.version ? `: Proxmox VE ${s.version}` : ''}`);
+    // (A report on the ProviderConfig file itself has no endpoints to name.)
+    const where = s.endpoints.length ? ` (${s.endpoints.join(', ')})` : '';
+    lines.push(
+      `${s.endpoints.length ? `site ${s.site}` : s.site}${where}${s.version ? `: Proxmox VE ${s.version}` : ''}`,
+    );
     const width = Math.min(36, Math.max(...s.checks.map((c) => c.id.length)));
     for (const c of s.checks) {
       lines.push(`  ${MARK[c.status]}  ${c.id.padEnd(width)}  ${c.detail}`);

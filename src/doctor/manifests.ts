@@ -9,9 +9,14 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isMap, isPair, isScalar, LineCounter, parseAllDocuments, type YAMLMap } from 'yaml';
 
+/** The forProvider fields whose problems doctor reports at their own line. */
+export type NeedField = 'site' | 'node' | 'network' | 'networks' | 'storage' | 'disks' | 'image' | 'template' | 'pool';
+
 export interface VmNeeds {
-  /** `file:line` of the resource. */
+  /** `file:line` of the resource (its `spec:`). */
   where: string;
+  /** `file:line` of each field it has: a problem points at the line to fix, not at `spec:`. */
+  at: Partial<Record<NeedField, string>>;
   kind: string;
   name: string;
   site: string | undefined;
@@ -57,6 +62,12 @@ export function needsFromYaml(text: string, file: string): VmNeeds[] {
       const r = specPair && isPair(specPair) && isScalar(specPair.key) ? specPair.key.range : contents.range;
       if (r) line = lc.linePos(r[0]).line;
     }
+    const base = v.kind === 'ProxmoxVMScaleSet' ? ['spec', 'template', 'spec', 'forProvider'] : ['spec', 'forProvider'];
+    const at: VmNeeds['at'] = {};
+    for (const f of ['site', 'node', 'network', 'networks', 'storage', 'disks', 'image', 'template', 'pool'] as const) {
+      const node = d.getIn([...base, f], true) as { range?: [number, number, number] } | undefined;
+      if (node?.range) at[f] = `${file}:${lc.linePos(node.range[0]).line}`;
+    }
     const meta = (v.metadata ?? {}) as Record<string, unknown>;
     const bridges = new Set<string>();
     const storages = new Set<string>();
@@ -76,6 +87,7 @@ export function needsFromYaml(text: string, file: string): VmNeeds[] {
         : undefined);
     out.push({
       where: `${file}${line ? `:${line}` : ''}`,
+      at,
       kind: String(v.kind),
       name: str(meta.name) ?? '(unnamed)',
       site: str(fp.site),

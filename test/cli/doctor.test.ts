@@ -1,5 +1,6 @@
 /** `provider-proxmox doctor` against the simulator: healthy, PVE 6.4, wrong token, missing bridge, storage without images... */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -137,7 +138,8 @@ describe('doctor', () => {
       assert.equal(c.status, 'fail');
       assert.match(c.detail, /has no import-from/);
       assert.match(c.fix!, /template/);
-      assert.match(c.detail, /img64\.yaml:5\)/);
+      // At the line of the field to fix, not the resource's `spec:`.
+      assert.match(c.detail, new RegExp(`img64\\.yaml:${lineOf(m, 'image:')}\\)`));
       const t = await doctor([
         '--config',
         config,
@@ -191,7 +193,10 @@ describe('doctor', () => {
       assert.equal(r.code, 1);
       const b = check(r.json!, 'site-1', 'bridges ml110-01');
       assert.equal(b.status, 'fail');
-      assert.match(b.detail, /vmbr1 does not exist \(used by web-01 at .*vms\.yaml:5\)/);
+      assert.match(
+        b.detail,
+        new RegExp(`vmbr1 does not exist \\(used by web-01 at .*vms\\.yaml:${lineOf(m, 'network:')}\\)`),
+      );
       assert.match(b.fix!, /create bridge vmbr1 on ml110-01/);
       assert.match(b.fix!, /existing bridges: vmbr0/);
       const st = check(r.json!, 'site-1', 'storage ml110-01');
@@ -549,3 +554,12 @@ describe('provider-proxmox doctor (the real command line)', () => {
     });
   });
 });
+
+/** The 1-based line of the first line of `path` containing `text`. */
+function lineOf(path: string, text: string): number {
+  return (
+    readFileSync(path, 'utf8')
+      .split('\n')
+      .findIndex((l) => l.includes(text)) + 1
+  );
+}
