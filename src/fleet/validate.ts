@@ -198,9 +198,10 @@ export function validateManifests(
     for (const d of parseDepends(str(deps))) {
       if (d === self) push(`metadata.annotations.${DEPENDS_ANNOTATION}`, `'${d}' depends on itself`);
       else if (!names.has(d)) {
+        // (Never the resource itself: web-9's depends-on: web-10 suggested web-9.)
         const hint = didYouMean(
           d,
-          [...names].filter((n): n is string => Boolean(n)),
+          [...names].filter((n): n is string => Boolean(n) && n !== self),
         );
         push(
           `metadata.annotations.${DEPENDS_ANNOTATION}`,

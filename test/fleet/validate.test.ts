@@ -275,12 +275,15 @@ describe('validate', () => {
     writeFileSync(join(d, 'e.yaml'), vm('early', '', { annotations: ann('1', 'late') }));
     writeFileSync(join(d, 'f.yaml'), vm('late', '', { annotations: ann('3') }));
     writeFileSync(join(d, 'g.yaml'), vm('odd', '', { annotations: ann('phase one') }));
+    // web-10 is a typo's distance from web-9 itself: no hint names the resource itself
+    writeFileSync(join(d, 'h.yaml'), vm('web-9', '', { annotations: ann('1', 'web-10') }));
     const byFile = validateManifests([d]).problems.map((p) => `${p.file.split('/').pop()}:${p.line}: ${p.message}`);
     assert.deepEqual(byFile, [
       "b.yaml:7: depends on 'dsn', which is not among the manifests (did you mean 'dns'?)",
       'c.yaml:7: dependency cycle: x -> y -> x',
       "e.yaml:7: 'early' (phase 1) depends on 'late', which is in the later phase 3: it would wait forever",
       `g.yaml:6: phase must be a number or a name (letters, digits, '.', '_', '-'); found "phase one"`,
+      "h.yaml:7: depends on 'web-10', which is not among the manifests",
     ]);
   });
 
