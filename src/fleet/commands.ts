@@ -179,7 +179,8 @@ export async function gcCommand(args: {
   if (args.delete && !args.yes) throw new UsageError('--delete removes VMs: add --yes (or --auto-approve) to confirm');
   const config = await configFrom(args.config, () => loadManifests(args.files ?? []).others);
   if (!config) throw new UsageError('gc needs --config FILE (a ProviderConfig with its Secret)');
-  const { collect, formatGc, INFORMATIONAL, knownResources, scanFleet, wrongStoreNote } = await import('./gc.ts');
+  const { collect, INFORMATIONAL, knownResources, scanFleet } = await import('./gc.ts');
+  const { formatGc, wrongStoreNote } = await import('./gc-text.ts');
   // The state file apply writes for this installation (or --state, or the old ./.provider-proxmox one).
   const stateFile = chooseState({ state: args.state }, config);
   const installation = installationOf(config.config, cliInstallation);
