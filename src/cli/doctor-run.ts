@@ -129,8 +129,8 @@ export async function runDoctorCommand(given: Opts, cmd: Command, deps: DoctorDe
     }
     let sites: DoctorSite[];
     const client = {
-      requestTimeoutMs: o.timeout * 1000,
-      connectTimeoutMs: Math.min(o.timeout, 10) * 1000,
+      requestTimeoutMs: o.timeout,
+      connectTimeoutMs: Math.min(o.timeout, 10_000),
       ...deps.client,
     };
     if (o.config !== undefined) {

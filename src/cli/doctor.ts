@@ -4,8 +4,9 @@
  * schemas) is doctor-run.ts, loaded when the command runs, so that every other command and
  * `--help` start without it.
  */
-import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { Command, CommanderError, Option } from 'commander';
 import type { DoctorOptions } from '../doctor/doctor.ts';
+import { durationOption } from './args.ts';
 
 export interface DoctorDeps {
   stdout?: (s: string) => void;
@@ -44,12 +45,6 @@ type Parsed = Omit<Opts, Repeatable> & Partial<Pick<Opts, Repeatable>>;
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 
-function secondsArg(v: string): number {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('expected a number of seconds > 0');
-  return n;
-}
-
 export function registerDoctor(program: Command, deps: DoctorDeps = {}): void {
   program
     .command('doctor')
@@ -84,7 +79,7 @@ export function registerDoctor(program: Command, deps: DoctorDeps = {}): void {
       collect,
     )
     .addOption(new Option('-o, --output <format>', 'report format').choices(['text', 'json']).default('text'))
-    .option('--timeout <seconds>', 'request timeout', secondsArg, 15)
+    .addOption(durationOption('--timeout <d>', 'request timeout (a bare number is seconds)', '15s', 100))
     .addHelpText(
       'after',
       `

@@ -36,6 +36,7 @@ describe('intervals and timeouts too short to use', () => {
     [['delete', '-f', 'm', '--timeout', '0'], '--timeout', '1s'],
     [['apply', '-f', 'm', '--task-poll', '0'], '--task-poll', '10ms'],
     [['controller', '--poll', '0'], '--poll', '1s'],
+    [['doctor', '--timeout', '0'], '--timeout', '100ms'],
   ] as const)
     it(`${args.join(' ')}: exit 2, naming ${flag} and its least value`, async () => {
       const res = await cli([...args]);
@@ -53,6 +54,9 @@ describe('intervals and timeouts too short to use', () => {
     assert.equal(parse('apply', '--task-poll', '20ms'), 20);
     assert.equal(parse('apply', '--offline-grace', '0'), 0, '0 is documented: at once');
     assert.equal(parse('apply', '--drift-interval', '0'), 0, '0 is documented: every poll');
+    // doctor's --timeout takes a duration as the others do (it took bare seconds alone: 5s was refused).
+    assert.equal(parse('doctor', '--timeout', '5s'), 5000);
+    assert.equal(parse('doctor', '--timeout', '5'), 5000, 'a bare number is seconds');
   });
 });
 
