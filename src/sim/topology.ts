@@ -153,8 +153,15 @@ export function parseTopology(text: string, file: string): Topology {
   }
   if (problems.length) throw new TopologyError(problems.join('\n'));
   const where = (path: (string | number)[]): string => {
-    const node = doc.getIn(path, true) as { range?: [number, number] } | undefined;
-    const offset = node && typeof node === 'object' && node.range ? node.range[0] : 0;
+    // A field that is missing is placed at the mapping that lacks it (it was 1:1, the file's start).
+    let offset = 0;
+    for (let p = path; p.length; p = p.slice(0, -1)) {
+      const node = doc.getIn(p, true) as { range?: [number, number] } | undefined;
+      if (node && typeof node === 'object' && node.range) {
+        offset = node.range[0];
+        break;
+      }
+    }
     const pos = lc.linePos(offset);
     return `${file}:${pos.line}:${pos.col}: ${path.join('.')}`;
   };
@@ -169,12 +176,23 @@ export function parseTopology(text: string, file: string): Topology {
   const size = (path: (string | number)[], v: unknown, required: boolean): number => {
     if (v === undefined && !required) return 0;
     const n = parseSize(v);
-    if (n === undefined) fail(path, `expected a size like 100G or a byte count, got ${JSON.stringify(v)}`);
+    if (n === undefined)
+      fail(
+        path,
+        v === undefined
+          ? 'required: a size like 100G or a byte count'
+          : `expected a size like 100G or a byte count, got ${JSON.stringify(v)}`,
+      );
     return n ?? 0;
   };
   const str = (path: (string | number)[], v: unknown, re?: RegExp, what?: string): string => {
     if (typeof v !== 'string' || v === '' || (re && !re.test(v))) {
-      fail(path, `expected ${what ?? 'a non-empty string'}, got ${JSON.stringify(v)}`);
+      fail(
+        path,
+        v === undefined
+          ? `required: ${what ?? 'a non-empty string'}`
+          : `expected ${what ?? 'a non-empty string'}, got ${JSON.stringify(v)}`,
+      );
       return '';
     }
     return v;

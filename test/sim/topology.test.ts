@@ -235,6 +235,17 @@ describe('topology errors', () => {
     );
   });
 
+  it('a field that is missing is placed at the mapping that lacks it, and named as required', () => {
+    const got = problems(
+      'clusters:\n  - name: a\n    listen: 127.0.0.1:18010\n    nodes:\n      - cpus: 4\n        memory: 8G\n',
+      'missing.yaml',
+    );
+    const name = got.find((l) => l.includes('clusters.0.nodes.0.name'));
+    assert.ok(name, got.join('\n'));
+    assert.match(name, /^missing\.yaml:5:9: clusters\.0\.nodes\.0\.name: required: /);
+    assert.ok(!got.some((l) => /got undefined|:1:1:/.test(l)), got.join('\n'));
+  });
+
   it('reports YAML syntax errors with file:line:col', () => {
     const got = problems('clusters:\n  - name: a\n    listen: [127.0.0.1:1\n', 'syntax.yaml');
     assert.match(got[0] ?? '', /^syntax\.yaml:\d+:\d+: /);
