@@ -46,7 +46,7 @@ export function registerController(program: Command): void {
     .option('--kubeconfig <file>', 'kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)')
     .option(
       '--namespace <ns>',
-      'namespace of the leader-election Lease (default: $POD_NAMESPACE when set, as in the Deployment)',
+      'namespace of the leader-election Lease; $POD_NAMESPACE when set, as in the Deployment',
       process.env.POD_NAMESPACE ?? 'crossplane-system',
     )
     .option('--leader-election <bool>', 'use leader election (true/false)', (v) => v !== 'false', true)

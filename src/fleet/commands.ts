@@ -19,7 +19,7 @@ import { chooseState, configAmong, loadConfigArg, UsageError } from '../workspac
 import { write as emit } from '../workspace/lines.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
 import { RolloutError } from '../workspace/phases.ts';
-import { existingState, readStateFile, type StateFile, StateFileError, stateRoot } from '../workspace/state-file.ts';
+import { readStateFile, type StateFile, StateFileError } from '../workspace/state-file.ts';
 import type { GcFinding } from './gc.ts';
 import type { SnippetFinding } from './gc-snippets.ts';
 import type { PlanResult } from './plan.ts';
@@ -107,12 +107,6 @@ export async function planCommand(args: {
   const config = await configFrom(args.config, () => m.others);
   if (!config)
     throw new UsageError('plan reads capacities live: pass --config FILE (a ProviderConfig with its Secret)');
-  // Before anything is read from Proxmox. A path given by hand that is not there is a typo far more often than a fleet never applied
-  // (it planned every VM as a create, as status listed nothing).
-  if (args.state && !existingState(args.state))
-    throw new UsageError(
-      `--state ${args.state}: no such state file; pass the file an apply wrote (apply --state FILE), or leave --state out for the installation's own under ${stateRoot()}`,
-    );
   const vms: ProxmoxVM[] = m.vms.map((x) => x.vm);
   // Loaded here, not at start: `validate` (and `--help`) need none of the engine or the client.
   const [{ formatPlan, planFleet }, { describePlans, plansChange }, { planImages }] = await Promise.all([

@@ -257,7 +257,10 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       o.say(
         done(
           planned,
-          (k) => rt.stateOf(k),
+          // Ended ok: every VM was ready when the run's check said so; a reconcile that ran on
+          // since (a guest poll) may count one as progressing again ("all 2 VMs ready" over
+          // "1 not finished").
+          (k) => (res.ok ? 'ready' : rt.stateOf(k)),
           rebooted,
           keys.map((k) => rt.store.getSync(k)),
         ),

@@ -20,7 +20,6 @@ import { applyCommand, planChanges } from '../../src/local/commands.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { providerConfigYaml } from '../../src/sim/provider-config.ts';
 import { defaultTopology } from '../../src/sim/topology.ts';
-import { UsageError } from '../../src/workspace/arguments.ts';
 import { loadManifests } from '../../src/workspace/manifests.ts';
 import { capture } from '../helpers/capture.ts';
 import { ROOT } from '../helpers/cli.ts';
@@ -280,21 +279,6 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
     // Each VM's create is refused as apply would refuse it at once, with its reason and fix.
     assert.match(text, /! refused +default\/wide: InsufficientCapacity: 8 vCPUs requested but node ml110-01 has 5/);
     assert.match(text, /Plan: 0 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged, 3 refused\./);
-  });
-
-  it('--state naming no file: a usage error naming it, before anything is read (it planned every VM as a create)', async () => {
-    const c = capture();
-    await assert.rejects(
-      planCommand({
-        changesOf: planChanges,
-        files: [join(dir, 'violations')],
-        config: configFile,
-        out: c.out,
-        state: join(dir, 'nosuch.db'),
-      }),
-      (e: Error) => e instanceof UsageError && /--state .*nosuch\.db: no such state file; pass /.test(e.message),
-    );
-    assert.equal(c.text(), '');
   });
 
   it('per VM, what apply would do (read live); --detailed-exitcode: 3 when something changes, 0 when nothing', async () => {
