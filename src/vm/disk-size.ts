@@ -9,7 +9,8 @@
  *
  * So a resize planned again with the arguments of the last one this process sent reads the
  * volume's size first (one request, on a path no rollout takes): a volume already that large is
- * reported (DiskSizeStale, with the command to run) instead of resized again. A smaller one (the
+ * reported (DiskSizeStale, with the command to run) instead of resized again, unless a resize of
+ * the VM still runs (its answer was lost: it writes the config when it ends). A smaller one (the
  * resize failed before it grew the volume) is resized as before.
  */
 import { reason } from './conditions.ts';
@@ -27,6 +28,17 @@ export async function checkStaleDiskSize(ctx: StepContext, node: string, vmid: n
   const volume = volumes.find((v) => listedAs(v.volid) === listedAs(change.volume!));
   const want = parsePveSize(change.size);
   if (!volume || want === undefined || volume.size < want) return;
+  // The resize sent before may still run (its answer lost): it grew the volume and writes the
+  // config when it ends, which is no stale size (fault search F96).
+  const running = (await ctx.client.listTasks(node, { source: 'active', vmid, typefilter: 'resize' })).find(
+    (t) => t.endtime === undefined,
+  );
+  if (running)
+    throw reason(
+      'Locked',
+      `a resize of VM ${vmid} is still running (task ${running.upid}): its config shows the new size of ${change.disk} when it ends; waiting for it`,
+      true,
+    );
   throw reason(
     'DiskSizeStale',
     `${change.disk} of VM ${vmid} is ${change.size} or more on its storage (${change.volume}), but its config still shows the size it had before: a resize grew the volume and its write of the config failed (no quorum, or its worker died). Resizing again changes nothing (Proxmox compares with the volume). Fix: qm disk rescan --vmid ${vmid} on node ${node}, which writes the volume's size into the config`,

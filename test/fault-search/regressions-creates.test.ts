@@ -306,3 +306,35 @@ describe('fault-search regressions: changes to a VM', () => {
     );
   });
 });
+
+/**
+ * F96: vm-a's resize on site-2 was applied and its answer lost; its worker, still running (held),
+ * had grown the volume and not yet written the config. The resize planned again read the volume's
+ * size, found it grown and reported DiskSizeStale (with `qm disk rescan` to run) while the resize
+ * it took for dead was still on its way to write the config. A running resize of the VM is waited for.
+ */
+describe('fault-search regressions: F96, a resize whose answer was lost, still running', () => {
+  it('vm-a (site-2) resized, the answer lost, the worker held before its config write -> no DiskSizeStale while it runs', async () => {
+    await runSchedule(
+      'token',
+      [vmC, vmB],
+      [
+        new Fault(
+          'PUT resize is applied, then its answer is lost (connection reset) x1',
+          { kind: 'reply-lost', method: 'PUT', path: '/nodes/{node}/qemu/{vmid}/resize', count: 1 },
+          undefined,
+          'site-2',
+        ),
+        new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2' }),
+        new Fault(
+          'task resize hangs until healed',
+          { kind: 'task', type: 'resize', action: 'stall' },
+          undefined,
+          'site-2',
+        ),
+        new Converge('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+});
