@@ -509,8 +509,10 @@ describe('fault-search regressions: F94, a move inside the site of a VM whose di
       { nodes: true },
     );
     const all = journal.join('\n');
+    // (The destroy's worker is killed by the crash only when the two meet: a run where the destroy
+    // ended first has no disk gone, and converges as it should. test/vm/no-quorum.test.ts makes the
+    // state every time.)
     assert.ok((all.match(/Problem found while scanning volumes/g) ?? []).length <= 1, all);
-    assert.match(all, /DiskVolumeMissing/);
   });
 });
 

@@ -139,6 +139,30 @@ describe('a site without quorum', () => {
     assert.equal(ownedBy(c, again.metadata.uid).length, 1);
   });
 
+  it('a move to the other node of a VM whose disks a destroy freed: DiskVolumeMissing, the migration sent once, not for good (F94)', async () => {
+    const key = eng.apply(vm('quorum-diskless-move', { node: 'pve-a', powerState: 'stopped' }));
+    const vmid = (await eng.waitFor(key, (x) => x.status?.atProvider?.step === 'Ready', 'Ready')).status!.atProvider!
+      .vmId!;
+    const crash = c.addFault({ kind: 'node-crash', node: 'pve-b' });
+    const res = await raw(c.url, 'DELETE', `/nodes/pve-a/qemu/${vmid}`, {});
+    assert.equal(res.status, 200, res.text);
+    assert.match(
+      (await waitTask(c.url, 'pve-a', (res.json as { data: string }).data)).exitstatus ?? '',
+      /Permission denied/,
+    );
+    c.removeFault(crash);
+    const migrations = () =>
+      [...c.state.tasks.values()].filter((t) => t.type === 'qmigrate' && t.id === String(vmid)).length;
+    eng.apply(vm('quorum-diskless-move', { node: 'pve-b', powerState: 'stopped' }));
+    await eng.waitSynced(key, 'DiskVolumeMissing');
+    const sent = migrations();
+    assert.ok(sent <= 1, `${sent} migrations sent`);
+    const n = eng.attemptsOf(key).length;
+    await eng.waitFor(key, () => eng.attemptsOf(key).length >= n + 2, 'two more reconciles');
+    assert.equal(cond(eng.get(key), 'Synced')?.reason, 'DiskVolumeMissing');
+    assert.equal(migrations(), sent, 'no migration after the report');
+  });
+
   it('a lock whose worker may run on a node that is down: Locked, naming that node (LockWithoutTask once it is back: lock-holder.ts)', async () => {
     const key = eng.apply(vm('quorum-lock', { node: 'pve-a' }));
     const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
