@@ -15,7 +15,7 @@ import { cliInstallation, installationOf } from '../api/provider-config.ts';
 import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
-import { chooseState, configAmong, loadConfigArg, UsageError } from '../workspace/arguments.ts';
+import { chooseState, configAmong, loadConfigArg, nothingToApply, UsageError } from '../workspace/arguments.ts';
 import { write as emit } from '../workspace/lines.ts';
 import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
 import { RolloutError } from '../workspace/phases.ts';
@@ -41,14 +41,6 @@ async function configFrom(
   return config ? loadConfigArg(config) : configAmong(others());
 }
 
-/**
- * What validate, plan and apply say of paths that hold nothing they would act on (an empty
- * directory, the wrong one, only a ProviderConfig): a usage error, the same words from each.
- */
-export function nothingToApply(files: string[]): string {
-  return `no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${files.join(', ')}: pass the files or directories that hold the manifests`;
-}
-
 /** Exit 0 when the manifests are valid, 1 with every problem listed, 2 when there are none at all. */
 export async function validateCommand(args: {
   files: string[];
@@ -59,7 +51,7 @@ export async function validateCommand(args: {
   const config = args.config ? await loadConfigArg(args.config) : undefined;
   const r = validateManifests(args.files, config ? { config } : {});
   // Valid because there is nothing in it is no answer: refused as apply refuses it (exit 2).
-  if (!r.problems.length && !r.resources && !r.images && !r.templates) throw new UsageError(nothingToApply(args.files));
+  if (!r.problems.length && !r.resources && !r.images && !r.templates) throw nothingToApply(args.files);
   emit(
     args.out,
     render(r, args.output ?? 'table', () =>
@@ -103,7 +95,7 @@ export async function planCommand(args: {
 }): Promise<number> {
   const m = loadManifests(args.files);
   if (m.problems.length) throw new ManifestError(m.problems);
-  if (!m.vms.length && !m.images.length && !m.templates.length) throw new UsageError(nothingToApply(args.files));
+  if (!m.vms.length && !m.images.length && !m.templates.length) throw nothingToApply(args.files);
   const config = await configFrom(args.config, () => m.others);
   if (!config)
     throw new UsageError('plan reads capacities live: pass --config FILE (a ProviderConfig with its Secret)');
@@ -136,13 +128,7 @@ export async function planCommand(args: {
     args.out,
     render({ ...p, changes }, args.output ?? 'table', () =>
       // (A site without quorum is among formatPlan's warnings already.)
-      [
-        formatPlan(p),
-        '',
-        // The header only over something: a plan without changes is its summary line alone.
-        ...(changes.some((c) => c.action !== 'no-op') ? ['Changes, read from Proxmox:'] : []),
-        ...describePlans(changes, { warnings: false }),
-      ].join('\n'),
+      [formatPlan(p), '', ...describePlans(changes, { warnings: false, header: true })].join('\n'),
     ),
   );
   const refusedImage = (p.images ?? []).some((i) => i.action === 'refused');

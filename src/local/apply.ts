@@ -12,6 +12,7 @@ import {
   cliInstallationOf,
   configAmong,
   loadConfigArg,
+  nothingToApply,
   stateFileFor,
   UsageError,
 } from '../workspace/arguments.ts';
@@ -52,11 +53,7 @@ import {
 export async function applyCommand(args: ApplyArgs): Promise<number> {
   // (loadVms refuses every manifest problem, these kinds' included)
   const { vms, others, images, templates } = loadVms(args.files);
-  // The same words as validate's and plan's (src/fleet/commands.ts nothingToApply; local does not import fleet).
-  if (!vms.length && !images.length && !templates.length)
-    throw new UsageError(
-      `no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${args.files.join(', ')}: pass the files or directories that hold the manifests`,
-    );
+  if (!vms.length && !images.length && !templates.length) throw nothingToApply(args.files);
   // A fleet file with a problem stops apply as a bad flag does (exit 2), each problem at its line.
   const fleetProblems = args.fleet ? fleetFileProblems(args.fleet, vms) : [];
   if (fleetProblems.length) throw new UsageError(formatFleetProblems(fleetProblems));
@@ -105,9 +102,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     await closeUnchanged();
     throw e;
   }
-  // The header only over something: a plan without changes is its summary line alone.
-  const header = planned.some((p) => p.action !== 'no-op') ? ['Changes, read from Proxmox:'] : [];
-  if (!args.quiet) o.say([...header, ...describePlans(planned), ''].join('\n'));
+  if (!args.quiet) o.say([...describePlans(planned, { header: true }), ''].join('\n'));
   if (
     args.confirm &&
     plansChange(planned) &&

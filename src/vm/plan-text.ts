@@ -30,13 +30,20 @@ export function planWarnings(plans: ResourcePlan[]): string[] {
 /**
  * The plan as an operator reads it: one line per resource that changes (with `unchanged`, every
  * resource), its fields below it, then the counts (unless `summary: false`). `suffix` adds to a
- * resource's line (the rollout's "after ...").
+ * resource's line (the rollout's "after ..."). `header`: a title over the changes, only when there
+ * is one (a plan without changes is its summary line alone).
  */
 export function describePlans(
   plans: ResourcePlan[],
-  opts: { unchanged?: boolean; summary?: boolean; warnings?: boolean; suffix?: (p: ResourcePlan) => string } = {},
+  opts: {
+    unchanged?: boolean;
+    summary?: boolean;
+    warnings?: boolean;
+    header?: boolean;
+    suffix?: (p: ResourcePlan) => string;
+  } = {},
 ): string[] {
-  const lines: string[] = [];
+  const lines: string[] = opts.header && plans.some((p) => p.action !== 'no-op') ? ['Changes, read from Proxmox:'] : [];
   for (const p of plans) {
     if (p.action === 'no-op' && !opts.unchanged) continue;
     const where = p.vmid !== undefined ? ` (VM ${p.vmid}${p.node ? ` on ${p.node}` : ''})` : '';

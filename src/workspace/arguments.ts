@@ -29,6 +29,16 @@ import {
 /** The command line asks for something impossible: the CLI exits 2 (src/cli/args.ts runCommand). */
 export class UsageError extends Error {}
 
+/**
+ * What validate, plan and apply say of paths that hold nothing they would act on (an empty
+ * directory, the wrong one, only a ProviderConfig): a usage error, the same words from each.
+ */
+export function nothingToApply(files: string[]): UsageError {
+  return new UsageError(
+    `no ProxmoxVM, ProxmoxImage or ProxmoxTemplate in ${files.join(', ')}: pass the files or directories that hold the manifests`,
+  );
+}
+
 // --- the ProviderConfig -----------------------------------------------------------------------------
 
 /** --config FILE, loaded; a file that is unreadable or holds no usable ProviderConfig is a usage error (exit 2). */
