@@ -11,9 +11,9 @@ import { atProvider, isReady, ready } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { type MarkedVm, mayBeMarked } from './inventory.ts';
-import { listIndex } from './list-index.ts';
+import { listIndex, unheldTagged } from './list-index.ts';
 import { isOwnVm, type ObservedVm } from './lookup.ts';
-import { isPlaceholderLock } from './spec.ts';
+import { isPlaceholderLock, vmName } from './spec.ts';
 
 /**
  * The VMs that two runtimes of one installation both made for this resource (two state files
@@ -25,7 +25,8 @@ import { isPlaceholderLock } from './spec.ts';
  * `kept`: a twin at a lower VMID (this resource's VM `found` is the duplicate: retire it, then
  * adopt `kept`). `strays`: unlocked twins at higher VMIDs that no resource of this runtime holds
  * (another runtime, or none, made them; retire them). Costs nothing unless the bulk list shows
- * another tagged VM with the same name. `fresh`: a fresh bulk list and fresh marker reads (before
+ * another VM with the same name, or a tagged one no resource holds that pvestatd has not named yet.
+ * `fresh`: a fresh bulk list and fresh marker reads (before
  * a VM is first called Ready: of two runtimes racing, the later one to get there then sees the
  * other's VM complete, since that one was complete before its own runtime got there).
  */
@@ -35,14 +36,22 @@ export async function duplicatesOf(
   found: ObservedVm,
   fresh = false,
 ): Promise<{ kept?: MarkedVm; strays: MarkedVm[] }> {
-  const named = listIndex(await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory)).byName.get(
-    found.entry.name ?? '',
-  );
-  if (!named) return { strays: [] };
+  const index = listIndex(await ctx.site.clusterResources(fresh, ctx.signal, ctx.memory));
   const held = ctx.options.vmidHolders?.(ctx.site.name);
-  const twins = named.filter(
+  const name = vmName(r);
+  const candidates = new Set([
+    ...(index.byName.get(name) ?? []),
+    ...(found.entry.name !== undefined && found.entry.name !== name ? (index.byName.get(found.entry.name) ?? []) : []),
+    // The name in the list is pvestatd's, as of its last tick (pve-manager PVE/API2Tools.pm
+    // extract_vm_stats), while tags and lock follow the config: a VM made since that tick is
+    // listed nameless or as its placeholder's `VM <vmid>` (a loaded or hung pvestatd lags for
+    // long). Two runtimes racing each went by name alone, missed the other's new VM, and both
+    // called their own Ready. Such VMs are read too; they are the few made since the last tick.
+    ...unheldTagged(index, held, r.metadata.uid).filter((e) => e.name === undefined || e.name === `VM ${e.vmid}`),
+  ]);
+  const twins = [...candidates].filter(
     (e) =>
-      mayBeMarked(e, found.entry.name) &&
+      mayBeMarked(e, e.name) &&
       e.template !== 1 &&
       !isPlaceholderLock(e.lock) &&
       Number(e.vmid) !== found.vmid &&

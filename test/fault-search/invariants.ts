@@ -8,7 +8,7 @@
  * half-created placeholders and a migration's leftovers included; and every resource got there.
  */
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
-import { externalName, getCondition } from '../../src/engine/resource.ts';
+import { externalName, getCondition, keyOf } from '../../src/engine/resource.ts';
 import type { SimCluster } from '../../src/sim/index.ts';
 import { DRIVE_KEY_RE, isCdrom, isCloudinit, parseDrive } from '../../src/sim/qemu-config.ts';
 import type { VmState } from '../../src/sim/state.ts';
@@ -225,6 +225,7 @@ export function checkAlways(w: World): void {
       violated('two VMs for one resource', `uid ${uid} is carried by ${vms.map(describeVm).join(' and ')} (${tasks})`);
     }
   }
+  readyOnTwoVms(w);
   // A config never names a snippet that is not there (it would not start: "can't find file").
   for (const p of allVms(w)) {
     const volid = /(?:^|,)user=([^,]+)/.exec(p.vm.config.cicustom ?? '')?.[1];
@@ -263,6 +264,35 @@ export function checkAlways(w: World): void {
       }
     }
   checkData(w);
+}
+
+/**
+ * Two state files' resources of one manifest are never both Ready on two VMs that are both there,
+ * unlocked and carrying its marker: a CLI apply ends once its resources are Ready, so both applies
+ * would end and leave a duplicate. Before a VM is first called Ready, its runtime looks once more
+ * for the other's (duplicates.ts); of two racing, the later one sees the earlier one's VM, even
+ * while pvestatd has not named it yet (a CI run of test/local/two-states.test.ts, F97).
+ */
+function readyOnTwoVms(w: World): void {
+  for (const b of w.otherStore?.listSync() ?? []) {
+    const a = w.store.getSync(keyOf(b));
+    if (!a || [a, b].some((r) => r.metadata.deletionTimestamp || getCondition(r, 'Ready')?.status !== 'True')) continue;
+    const at = [a, b].map((r) => {
+      const site = r.status?.atProvider?.site as SiteName | undefined;
+      const vmid = r.status?.atProvider?.vmId;
+      const vm = site && vmid !== undefined ? w.cluster(site).state.vms.get(vmid) : undefined;
+      const m = parseMarker(vm?.config.description);
+      const marked =
+        vm && !vm.config.lock && m && ownerKey(m) === ownerKey(r.metadata) && (m.vmid ?? vm.vmid) === vm.vmid;
+      return marked ? { site: site!, c: w.cluster(site!), vm } : undefined;
+    });
+    const [pa, pb] = at;
+    if (!pa || !pb || (pa.site === pb.site && pa.vm.vmid === pb.vm.vmid)) continue;
+    violated(
+      'two state files Ready on two VMs',
+      `${ownerKey(b.metadata)} is Ready on ${describeVm(pa)} in the main state and on ${describeVm(pb)} in the other`,
+    );
+  }
 }
 
 /**

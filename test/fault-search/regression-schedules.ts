@@ -3,7 +3,7 @@
  * resources' manifests, and faults and acts as the searches draw them. Those files together hold
  * the distinct failures the fault search found (FINDINGS.md), each as the minimal fixed schedule
  * that showed it, run through the same runner and invariants as the search. FINDINGS.md has,
- * under the same name (F1, F1b, ... F92), the invariant that broke, how it was found and the
+ * under the same name (F1, F1b, ... F97), the invariant that broke, how it was found and the
  * engine code responsible. A test passes once the engine keeps every invariant on its schedule. A
  * finding still open (its fix is outside test/) is a `todo` test: it runs, and reports its
  * failure, without failing the suite.

@@ -290,6 +290,27 @@ describe('fault-search regressions: changes to a VM', () => {
     );
   });
 
+  it("F97: two state files' creates of vm-a race while pvestatd hangs (the bulk list names neither VM) -> the later one to Ready sees the earlier one's VM by its tag and marker; never both Ready on two VMs", async () => {
+    await runSchedule(
+      'token',
+      [vmA],
+      [
+        new Fault(
+          "pvestatd on ml110-01 hangs (its VMs' statistics stale) for the next 30 command(s)",
+          { kind: 'stats-stalled', node: 'ml110-01' },
+          30,
+        ),
+        new Fault('task qmcreate hangs until healed', { kind: 'task', type: 'qmcreate', action: 'stall' }),
+        new Reconcile('vm-a'),
+        new OtherState('vm-a'),
+        new Heal(1),
+        new Converge('vm-a'),
+        ...[1, 2, 3, 4, 5, 6, 7, 8].map(() => new OtherState('vm-a')),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F58: another state file's process carries vm-c's create (100) on to its resize; someone destroys the VM and makes another at 100 -> that process's next change (the start it planned) is not sent to the other VM: the list shows other tags there, and it reads the VM in full first", async () => {
     await runSchedule(
       'token',

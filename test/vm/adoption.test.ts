@@ -109,6 +109,37 @@ for (const holders of ['scan', 'index'] as const)
       }
     });
 
+    it('two runtimes racing while pvestatd hangs (no VM of the race has a name in the bulk list): still one VM', async () => {
+      const c = sim.cluster(SITE1);
+      // pvestatd's list lags its configs (a loaded or hung pvestatd; the simulator's ticker skips
+      // periods on a loaded host): a VM made since its last tick is listed with no name. Each
+      // runtime's last look before Ready went by name alone and missed the other's VM, so both
+      // called their own Ready (a CI run of test/local/two-states.test.ts).
+      const hung = [...c.state.nodes.keys()].map((node) => c.addFault({ kind: 'stats-stalled', node }));
+      const slow = c.addFault({ kind: 'task', type: 'qmcreate', action: 'stall', durationMs: 300, count: 2 });
+      const a = await new Engine(sim, { holders }).start();
+      const b = await new Engine(sim, { holders }).start();
+      try {
+        const ka = a.apply(vm('race-unnamed'));
+        const kb = b.apply(vm('race-unnamed'));
+        await Promise.all([a.waitReady(ka), b.waitReady(kb)]);
+        await waitUntil(
+          () => named(sim, 'race-unnamed').length === 1 || undefined,
+          'one VM left while pvestatd still hangs',
+          20_000,
+          () => JSON.stringify(named(sim, 'race-unnamed').map((g) => g.vmid)),
+        );
+        const kept = named(sim, 'race-unnamed')[0]!.vmid;
+        assert.equal((await a.waitReady(ka)).status!.atProvider!.vmId, kept);
+        assert.equal((await b.waitReady(kb)).status!.atProvider!.vmId, kept);
+      } finally {
+        c.removeFault(slow);
+        for (const f of hung) c.removeFault(f);
+        await a.stop();
+        await b.stop();
+      }
+    });
+
     it('another installation never adopts, changes or destroys our VMs', async () => {
       const c = sim.cluster(SITE1);
       const ours = await new Engine(sim, { holders }).start();
