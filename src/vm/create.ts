@@ -28,6 +28,7 @@ import {
   parseUserData,
   printNet,
   vmName,
+  wholeGiB,
 } from './spec.ts';
 import { clearOfLateDestroys, confirmedAt, giveUpVmid, vmidChosenByUs } from './vmid.ts';
 
@@ -139,10 +140,10 @@ export function createConfig(
   };
   const disk = diskBytes(fp);
   if (source.kind === 'import') cfg.scsi0 = `${storage}:0,import-from=${source.from},iothread=1`;
-  else cfg.scsi0 = `${storage}:${Math.max(1, Math.ceil((disk ?? 20 * GiB) / GiB))},iothread=1`;
+  else cfg.scsi0 = `${storage}:${wholeGiB(disk ?? 20 * GiB)},iothread=1`;
   for (const [i, d] of (fp.disks ?? []).entries()) {
     const slot = d.slot ?? `scsi${i + 1}`;
-    const size = Math.ceil((parseQuantity(d.size, GiB) ?? GiB) / GiB);
+    const size = wholeGiB(parseQuantity(d.size, GiB) ?? GiB);
     cfg[slot] = [`${d.storage ?? storage}:${size}`, ...diskOptions(d)].join(',');
   }
   for (const n of nets) cfg[n.key] = printNet(n);

@@ -25,6 +25,7 @@ import {
   parseUserData,
   printNet,
   vmName,
+  wholeGiB,
 } from './spec.ts';
 
 export interface Change {
@@ -181,23 +182,24 @@ export function changes(
   const d0 = cfg.scsi0;
   if (wantDisk && d0) {
     const size = driveSize(d0);
+    const wantG = wholeGiB(wantDisk);
     if (size !== undefined && size < wantDisk) {
       out.push({
         kind: 'resize',
-        why: `growing scsi0 to ${Math.round(wantDisk / GiB)}G`,
+        why: `growing scsi0 to ${wantG}G`,
         disk: 'scsi0',
-        size: `${Math.round(wantDisk / GiB)}G`,
+        size: `${wantG}G`,
         volume: driveVolume(d0),
       });
     }
-    if (size !== undefined && size > wantDisk + GiB / 2) {
+    if (size !== undefined && size > wantG * GiB + GiB / 2) {
       setCondition(
         r,
         {
           type: 'DiskShrinkRefused',
           status: 'True',
           reason: 'ShrinkNotSupported',
-          message: `scsi0 is ${Math.round(size / GiB)}G; Proxmox cannot shrink disks, the requested ${Math.round(wantDisk / GiB)}G is ignored`,
+          message: `scsi0 is ${Math.round(size / GiB)}G; Proxmox cannot shrink disks, the requested ${wantG}G is ignored`,
           observedGeneration: r.metadata.generation,
         },
         Date.now(),
@@ -213,7 +215,7 @@ export function changes(
       out.push({
         kind: 'config',
         why: `adding disk ${slot}`,
-        set: { [slot]: [`${storage}:${Math.ceil(bytes / GiB)}`, ...diskOptions(d)].join(',') },
+        set: { [slot]: [`${storage}:${wholeGiB(bytes)}`, ...diskOptions(d)].join(',') },
       });
       continue;
     }
@@ -223,7 +225,7 @@ export function changes(
         kind: 'resize',
         why: `growing ${slot}`,
         disk: slot,
-        size: `${Math.ceil(bytes / GiB)}G`,
+        size: `${wholeGiB(bytes)}G`,
         volume: driveVolume(cur),
       });
   }

@@ -34,6 +34,16 @@ export function diskBytes(fp: ForProvider): number | undefined {
   return fp.disk === undefined ? undefined : parseQuantity(fp.disk, GiB);
 }
 
+/**
+ * The whole GiB a disk of `bytes` is made or grown to (PVE's `storage:N` and resize `NG`): the
+ * next one up, never less than asked. Rounded to the nearest, `10.4Gi` was resized to 10G, which
+ * stayed short of the spec, and every reconcile resized to 10G again (PVE writes nothing for a
+ * resize to the size it has: qemu-server Qemu.pm resize_vm), reported as a stale config.
+ */
+export function wholeGiB(bytes: number): number {
+  return Math.max(1, Math.ceil(bytes / GiB));
+}
+
 /** Step 1: every problem of the spec, each with its field and what is allowed. */
 export function validateSpec(r: ProxmoxVM): Problem[] {
   const fp = r.spec.forProvider ?? ({} as ForProvider);

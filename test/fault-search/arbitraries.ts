@@ -46,6 +46,7 @@ const edit: fc.Arbitrary<Edit> = fc.record(
     memory: fc.constantFrom('1Gi' as const, '2Gi' as const),
     powerState: fc.constantFrom('running' as const, 'stopped' as const),
     site,
+    disk: fc.constant('10.4Gi' as const),
   },
   { requiredKeys: ['cpu', 'memory', 'site'] },
 );

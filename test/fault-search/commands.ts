@@ -50,7 +50,7 @@ export abstract class OnApplied extends Step {
 }
 
 export const showEdit = (e: Edit) =>
-  `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}${e.site && e.site !== SITE ? ` site=${e.site}` : ''}${e.site === 'site-2' && e.node ? ` node=${e.node}` : ''}${e.replacePolicy ? ` replacePolicy=${e.replacePolicy}` : ''}`;
+  `cpu=${e.cpu} memory=${e.memory}${e.powerState ? ` powerState=${e.powerState}` : ''}${e.site && e.site !== SITE ? ` site=${e.site}` : ''}${e.site === 'site-2' && e.node ? ` node=${e.node}` : ''}${e.replacePolicy ? ` replacePolicy=${e.replacePolicy}` : ''}${e.disk ? ` disk=${e.disk}` : ''}`;
 
 /** The user deletes the resource's manifest (from both state files: see Delete). */
 function deleteManifest(w: World, name: Name): void {

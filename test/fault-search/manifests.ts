@@ -86,6 +86,11 @@ export interface Edit {
   node?: Site2Node;
   /** A move no remote migration can make replaces the VM (a new one, then the old destroyed): data lost by choice. */
   replacePolicy?: 'CreateThenDelete';
+  /**
+   * scsi0's size; 8Gi when not given. 10.4Gi is no whole GiB: the disk is grown to the next one
+   * up, once (rounded to the nearest, it was resized for ever); back to 8Gi, the shrink is refused.
+   */
+  disk?: '10.4Gi';
 }
 
 export function manifest(name: Name, edit: Edit): ProxmoxVM {
@@ -99,7 +104,7 @@ export function manifest(name: Name, edit: Edit): ProxmoxVM {
         node: edit.site === 'site-2' && edit.node ? edit.node : NODE_OF[edit.site ?? SITE],
         cpu: edit.cpu,
         memory: edit.memory,
-        disk: '8Gi',
+        disk: edit.disk ?? '8Gi',
         storage: 'local-lvm',
         network: 'vmbr0',
         ...SOURCE[name],

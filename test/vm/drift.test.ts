@@ -193,4 +193,29 @@ describe('drift and updates against the simulator', () => {
     assert.equal(diskSize(String((await getConfig(c, NODE1, vmid)).scsi0)), '12G');
     assert.equal(resizes().length, before + 1);
   });
+
+  it('a disk size in no whole GiB (10.4Gi, 20G: 18.6 GiB) grows once to the next whole GiB, then holds: no resize per reconcile, no shrink refused', async () => {
+    const c = sim.cluster(SITE1);
+    for (const [name, disk, want] of [
+      ['odd-disk-gi', '10.4Gi', '11G'],
+      ['odd-disk-g', '20G', '19G'],
+      ['odd-disk-mi', '2500Mi', '3G'],
+    ] as const) {
+      const { key, vmid } = await readyVm(name, { disk });
+      const resizes = () => [...c.state.tasks.values()].filter((t) => t.type === 'resize' && t.id === String(vmid));
+      assert.equal(diskSize(String((await getConfig(c, NODE1, vmid)).scsi0)), want, disk);
+      const sent = resizes().length;
+      // Drift reads (driftIntervalMs 0: every poll reads the config in full) plan nothing more.
+      const polls = eng.attemptsOf(key).length;
+      await waitUntil(() => eng.attemptsOf(key).length >= polls + 5 || undefined, 'five more reconciles');
+      assert.equal(resizes().length, sent, `${disk}: no resize after the first`);
+      const r = eng.get(key);
+      assert.equal(
+        cond(r, 'DiskShrinkRefused')?.status ?? 'False',
+        'False',
+        `${disk}: ${cond(r, 'DiskShrinkRefused')?.message}`,
+      );
+      assert.equal(cond(r, 'Ready')?.status, 'True');
+    }
+  });
 });
