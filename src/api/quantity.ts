@@ -28,3 +28,20 @@ export function formatBytes(b: number): string {
   if (b >= GiB) return `${(b / GiB).toFixed(1)}Gi`;
   return `${Math.round(b / MiB)}Mi`;
 }
+
+/**
+ * A size written in decimal units (`4G`: 4,000,000,000 bytes, as Kubernetes reads a quantity),
+ * which a Proxmox operator rarely means: PVE's own `4G` and "4 gigs" are GiB. Valid, so warned
+ * about, not refused: what it is in bytes and in `shownIn` (memory: MiB, PVE's unit; disks: GiB),
+ * and the binary spelling. Undefined for any other size.
+ */
+export function decimalSizeWarning(q: string | number | undefined, shownIn: 'MiB' | 'GiB'): string | undefined {
+  if (typeof q !== 'string') return undefined;
+  const m = /^([0-9]+(?:\.[0-9]+)?)(k|K|M|G|T|P)$/.exec(q.trim());
+  if (!m) return undefined;
+  const bytes = parseQuantity(q, 1)!;
+  const unit = m[2]!.toUpperCase();
+  const binary = `${m[1]}${unit === 'K' ? 'Ki' : `${unit}i`}`;
+  const as = shownIn === 'GiB' && bytes >= GiB ? `${(bytes / GiB).toFixed(1)} GiB` : `${(bytes / MiB).toFixed(1)} MiB`;
+  return `'${q}' is ${bytes.toLocaleString('en-US')} bytes, ${as} (${m[2]} is a power of 1000, as in Kubernetes); for ${m[1]} ${unit === 'K' ? 'KiB' : `${unit}iB`} write '${binary}'`;
+}

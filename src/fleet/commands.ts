@@ -55,9 +55,13 @@ export async function validateCommand(args: {
   emit(
     args.out,
     render(r, args.output ?? 'table', () =>
-      r.problems.length
-        ? `${r.problems.map(formatProblem).join('\n')}\n\n${r.problems.length} problem(s) in ${new Set(r.problems.map((p) => p.file)).size} file(s); ${r.resources} valid ProxmoxVM(s)`
-        : `${r.resources} ProxmoxVM(s) in ${r.files} file(s): valid`,
+      [
+        ...r.warnings.map((w) => `warning: ${formatProblem(w)}`),
+        ...(r.warnings.length ? [''] : []),
+        r.problems.length
+          ? `${r.problems.map(formatProblem).join('\n')}\n\n${r.problems.length} problem(s) in ${new Set(r.problems.map((p) => p.file)).size} file(s); ${r.resources} valid ProxmoxVM(s)`
+          : `${r.resources} ProxmoxVM(s) in ${r.files} file(s): valid${r.warnings.length ? `, ${r.warnings.length} warning(s)` : ''}`,
+      ].join('\n'),
     ),
   );
   return r.problems.length ? 1 : 0;
@@ -126,9 +130,15 @@ export async function planCommand(args: {
   const changes = await args.changesOf(config, vms, stored?.objects ?? [], m.others);
   emit(
     args.out,
-    render({ ...p, changes }, args.output ?? 'table', () =>
+    render({ ...p, changes, ...(m.warnings.length ? { warnings: m.warnings } : {}) }, args.output ?? 'table', () =>
       // (A site without quorum is among formatPlan's warnings already.)
-      [formatPlan(p), '', ...describePlans(changes, { warnings: false, header: true })].join('\n'),
+      [
+        ...m.warnings.map((w) => `warning: ${formatProblem(w)}`),
+        ...(m.warnings.length ? [''] : []),
+        formatPlan(p),
+        '',
+        ...describePlans(changes, { warnings: false, header: true }),
+      ].join('\n'),
     ),
   );
   const refusedImage = (p.images ?? []).some((i) => i.action === 'refused');

@@ -33,6 +33,8 @@ export interface ValidateResult {
   images: number;
   templates: number;
   problems: ManifestProblem[];
+  /** Valid but rarely meant (loadManifests' warnings): shown, exit 0 all the same. */
+  warnings: ManifestProblem[];
 }
 
 /** Kinds a manifest directory of ours may hold besides ProxmoxVM; anything else of our group is a typo. */
@@ -319,5 +321,6 @@ export function validateManifests(
     images: m.images.length,
     templates: m.templates.length,
     problems,
+    warnings: m.warnings,
   };
 }

@@ -16,7 +16,7 @@ import {
   stateFileFor,
   UsageError,
 } from '../workspace/arguments.ts';
-import type { ManifestDoc } from '../workspace/manifests.ts';
+import { formatProblem, type ManifestDoc } from '../workspace/manifests.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -52,8 +52,11 @@ import {
  */
 export async function applyCommand(args: ApplyArgs): Promise<number> {
   // (loadVms refuses every manifest problem, these kinds' included)
-  const { vms, others, images, templates } = loadVms(args.files);
+  const { vms, others, images, templates, warnings } = loadVms(args.files);
   if (!vms.length && !images.length && !templates.length) throw nothingToApply(args.files);
+  // stdout: the table or, with -o json|yaml, the document alone; the human lines go to o.say (src/local/output.ts).
+  const o = outputFor(args);
+  for (const w of warnings) o.note(`warning: ${formatProblem(w)}`);
   // A fleet file with a problem stops apply as a bad flag does (exit 2), each problem at its line.
   const fleetProblems = args.fleet ? fleetFileProblems(args.fleet, vms) : [];
   if (fleetProblems.length) throw new UsageError(formatFleetProblems(fleetProblems));
@@ -87,8 +90,6 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
     await rt.close();
     removeEmptyDirs(made);
   };
-  // stdout: the table or, with -o json|yaml, the document alone; the human lines go to o.say (src/local/output.ts).
-  const o = outputFor(args);
   let planned: ResourcePlan[];
   const firstPhase = new Set(plan.phases[0]?.members ?? []);
   try {

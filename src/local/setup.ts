@@ -85,10 +85,17 @@ export function loadVms(files: string[]): {
   others: ManifestDoc[];
   images: LoadedManifests['images'];
   templates: LoadedManifests['templates'];
+  warnings: LoadedManifests['warnings'];
 } {
   const m = loadManifests(files);
   if (m.problems.length) throw new ManifestError(m.problems);
-  return { vms: m.vms.map((x) => internStrings(x.vm)), others: m.others, images: m.images, templates: m.templates };
+  return {
+    vms: m.vms.map((x) => internStrings(x.vm)),
+    others: m.others,
+    images: m.images,
+    templates: m.templates,
+    warnings: m.warnings,
+  };
 }
 
 /** v1 Secrets among the manifests (`namespace/name` -> data), for cloud-init references. */

@@ -263,6 +263,35 @@ describe('validate', () => {
     assert.ok(found.every((p) => p.startsWith(`${f}:`)));
   });
 
+  it('sizes in decimal units (memory: 4G is 3814.7 MiB, not 4 GiB) are valid, and warned about at their line with the binary spelling; exit 0', async () => {
+    const d = join(dir, 'decimal');
+    mkdirSync(d);
+    writeFileSync(
+      join(d, 'decimal.yaml'),
+      vm('decimal', '', {
+        forProvider:
+          '    site: site-1\n    memory: 4G\n    disk: 20G\n    disks:\n      - size: 100Gi\n      - size: 1.5T\n',
+      }),
+    );
+    writeFileSync(
+      join(d, 'binary.yaml'),
+      vm('binary', '', { forProvider: '    site: site-1\n    memory: 4096\n    disk: 20Gi\n' }),
+    );
+    const f = rel(join(d, 'decimal.yaml'));
+    const r = validateManifests([d]);
+    assert.deepEqual(r.problems, []);
+    assert.deepEqual(r.warnings.map(formatProblem), [
+      `${f}:8:13: spec.forProvider.memory: '4G' is 4,000,000,000 bytes, 3814.7 MiB (G is a power of 1000, as in Kubernetes); for 4 GiB write '4Gi'`,
+      `${f}:9:11: spec.forProvider.disk: '20G' is 20,000,000,000 bytes, 18.6 GiB (G is a power of 1000, as in Kubernetes); for 20 GiB write '20Gi'`,
+      `${f}:12:15: spec.forProvider.disks[1].size: '1.5T' is 1,500,000,000,000 bytes, 1397.0 GiB (T is a power of 1000, as in Kubernetes); for 1.5 TiB write '1.5Ti'`,
+    ]);
+    const c = capture();
+    assert.equal(await validateCommand({ files: [d], out: c.out }), 0);
+    const lines = c.text().trimEnd().split('\n');
+    assert.equal(lines.filter((l) => l.startsWith(`warning: ${f}:`)).length, 3);
+    assert.equal(lines.at(-1), '2 ProxmoxVM(s) in 2 file(s): valid, 3 warning(s)');
+  });
+
   it('phases and dependencies: unknown dependency (did you mean), cycle, a dependency in a later phase, a bad phase', () => {
     const d = join(dir, 'deps');
     mkdirSync(d);

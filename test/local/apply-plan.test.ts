@@ -75,6 +75,31 @@ describe('apply and delete: plan, confirmation, summary', () => {
     assert.match(plan.stdout, /^total: 1 VM, 1 vCPU, /m);
   });
 
+  it('memory: 1G (decimal, 953.7 MiB): plan and apply warn at its line, naming 1Gi, and go on; the VM gets what was written', async () => {
+    const dec = join(fx.dir, 'decimal');
+    mkdirSync(dec);
+    const [file] = writeManifests(dec, [{ name: 'plan-decimal', memory: '1G' }]);
+    const warning =
+      /^warning: .*plan-decimal\.yaml:\d+:\d+: spec\.forProvider\.memory: '1G' is 1,000,000,000 bytes, 953\.7 MiB .*write '1Gi'$/m;
+    const plan = await cli(['plan', '-f', dec, '--config', fx.config, '--state', join(fx.dir, 'decimal.db')]);
+    assert.equal(plan.code, 0, plan.stdout + plan.stderr);
+    assert.match(plan.stdout, warning);
+    const res = await cli([
+      'apply',
+      '--yes',
+      '-f',
+      file!,
+      '--config',
+      fx.config,
+      '--state',
+      join(fx.dir, 'decimal.db'),
+      ...POLL,
+    ]);
+    assert.equal(res.code, 0, res.stdout + res.stderr);
+    assert.match(res.stderr, warning);
+    assert.equal(vms('plan-decimal')[0]?.config.memory, '954');
+  });
+
   it('apply and delete refused for want of --yes leave no empty state directory behind', async () => {
     const root = join(fx.dir, 'state-root');
     const before = process.env.PROVIDER_PROXMOX_STATE_DIR;
