@@ -13,6 +13,7 @@
 import { stringify } from 'yaml';
 import { cliInstallation, installationOf } from '../api/provider-config.ts';
 import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
+import type { ProxmoxImage } from '../api/proxmoximage.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
 import { chooseState, configAmong, loadConfigArg, nothingToApply, UsageError } from '../workspace/arguments.ts';
@@ -73,13 +74,15 @@ export const CHANGES_PENDING = 3;
 /**
  * What apply would do to each of `manifests`, read from Proxmox and changing nothing; `stored`:
  * the state file's resources (apply plans a manifest against its resource there), `others`: the
- * manifests' other documents (Secrets for cloud-init references).
+ * manifests' other documents (Secrets for cloud-init references), `images`: their ProxmoxImages
+ * (a file one of them downloads first is no refusal of a VM's create).
  */
 export type ChangesOf = (
   config: LoadedProviderConfig,
   manifests: ProxmoxVM[],
   stored: ProxmoxVM[],
   others: ManifestDoc[],
+  images: ProxmoxImage[],
 ) => Promise<ResourcePlan[]>;
 
 /**
@@ -127,7 +130,13 @@ export async function planCommand(args: {
   // What apply would do to each resource: the state file's view of it (as apply finds the file),
   // with the manifest's spec, observed against Proxmox without changing anything.
   const stored = readStateFile<ProxmoxVM>(chooseState({ state: args.state }, config));
-  const changes = await args.changesOf(config, vms, stored?.objects ?? [], m.others);
+  const changes = await args.changesOf(
+    config,
+    vms,
+    stored?.objects ?? [],
+    m.others,
+    m.images.map((x) => x.obj),
+  );
   emit(
     args.out,
     render({ ...p, changes, ...(m.warnings.length ? { warnings: m.warnings } : {}) }, args.output ?? 'table', () =>

@@ -98,6 +98,32 @@ export function imageUsers(cat: Catalog, img: ProxmoxImage): string[] {
   return out.sort();
 }
 
+/**
+ * The ProxmoxImage among `images` (the same apply's) that brings the file a VM's `image:` names to
+ * the VM's site, and to its node when the image names its nodes: apply downloads images before it
+ * creates VMs, so the plan's create check, which finds no such file yet (ImageNotFound), is no
+ * refusal for that VM. Matched as the create looks for it (preflight.ts resolveSource): the volid
+ * on the image's storage, whichever content type the site gives it, or the bare file name.
+ * `defaultSite`: the site of an object that names none (the config's only one).
+ */
+export function imageToCome(
+  vm: ProxmoxVM,
+  images: readonly ProxmoxImage[],
+  defaultSite: string | undefined,
+): ProxmoxImage | undefined {
+  const want = vm.spec.forProvider.image;
+  if (!want || vm.spec.forProvider.template || vm.spec.forProvider.templateRef) return undefined;
+  const site = vm.spec.forProvider.site ?? defaultSite;
+  const node = vm.spec.forProvider.node;
+  return images.find((img) => {
+    const fp = img.spec.forProvider;
+    if ((fp.site ?? defaultSite) !== site || (node && fp.nodes && !fp.nodes.includes(node))) return false;
+    const file = imageFileName(fp);
+    const storage = fp.storage ?? 'local';
+    return want === file || want === `${storage}:import/${file}` || want === `${storage}:iso/${file}`;
+  });
+}
+
 /** `namespace/name` of every VM that clones the template. */
 export function templateUsers(cat: Catalog, t: ProxmoxTemplate): string[] {
   const out: string[] = [];

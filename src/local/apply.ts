@@ -3,6 +3,7 @@
  * from Proxmox and a confirmation; `--dry-run` stops after the plan.
  */
 import { stringify } from 'yaml';
+import type { ProxmoxImage } from '../api/proxmoximage.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { getCondition } from '../engine/resource.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
@@ -80,7 +81,14 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
         vm.metadata.annotations = { ...vm.metadata.annotations, [PHASE_ANNOTATION]: p.name };
       }
   if (args.rebootPolicy) for (const vm of vms) vm.spec.forProvider.rebootPolicy ??= args.rebootPolicy;
-  if (args.dryRun) return dryRun(args, plan, byKey, others);
+  if (args.dryRun)
+    return dryRun(
+      args,
+      plan,
+      byKey,
+      others,
+      images.map((x) => x.obj),
+    );
   const config = await resolveConfig(args, others);
   const stateFile = chooseState(args, config);
   const made = missingDirs(stateFile);
@@ -97,7 +105,10 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
       keys.map((k) => planTarget(rt.store.getSync(k), byKey.get(k)!)),
       // Unless a confirmation stands between the plan and the changes, the reads of the creates
       // that start at once (the first phase's, or all without --wait) start now.
-      { readAhead: (k) => !args.confirm && (args.noWait || firstPhase.has(k)) },
+      {
+        readAhead: (k) => !args.confirm && (args.noWait || firstPhase.has(k)),
+        images: images.map((x) => x.obj),
+      },
     );
   } catch (e) {
     await closeUnchanged();
@@ -339,6 +350,7 @@ async function dryRun(
   plan: RolloutPlan,
   byKey: Map<string, ProxmoxVM>,
   others: ManifestDoc[],
+  images: ProxmoxImage[],
 ): Promise<number> {
   const o = outputFor(args);
   // The state file is found as apply finds it (the config, when there is one, names the
@@ -358,7 +370,7 @@ async function dryRun(
   const existing = new Set((data?.objects ?? []).map(manifestKey));
   const header = 'Dry run: Proxmox was only read; nothing was changed.';
   if (config) {
-    const planned = await planChanges(config, [...byKey.values()], data?.objects ?? [], others, args);
+    const planned = await planChanges(config, [...byKey.values()], data?.objects ?? [], others, images, args);
     if (o.machine) {
       if (!o.quiet) o.say(header);
       o.result(o.format === 'json' ? JSON.stringify(planned, null, 2) : stringify(planned));

@@ -15,7 +15,7 @@ import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
 import { FINALIZER, getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
-import { type Catalog, templateOnNode } from '../image/references.ts';
+import { type Catalog, imageToCome, templateOnNode } from '../image/references.ts';
 import { ImageRuntime } from '../image/runtime.ts';
 import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { VmConnector } from '../vm/connector.ts';
@@ -105,9 +105,13 @@ export class LocalRuntime {
   private readonly lastResult = new Map<string, ReconcileResult>();
   /** See RuntimeOptions.offlineGraceMs. */
   private readonly offlineGraceMs: number | undefined;
+  /** The site of a manifest that names none: the config's only one (undefined with several). */
+  private readonly defaultSite: string | undefined;
 
   constructor(opts: RuntimeOptions) {
     this.offlineGraceMs = opts.offlineGraceMs;
+    const sites = opts.config.config.spec.sites;
+    this.defaultSite = sites.length === 1 ? sites[0]!.name : undefined;
     this.installation = installationOf(opts.config.config, cliInstallation);
     if (opts.stateFile) {
       const fs = new FileStore<ProxmoxVM>(opts.stateFile);
@@ -269,8 +273,27 @@ export class LocalRuntime {
    * What reconciling each target would do, read from Proxmox through this runtime's connector;
    * `readAhead`: the ones carried out at once (apply), see planResource.
    */
-  plan(targets: ProxmoxVM[], opts: { readAhead?: (key: string) => boolean } = {}): Promise<ResourcePlan[]> {
-    return planResources(targets, (r) => this.connector.connect(r), keyOf, undefined, opts);
+  async plan(
+    targets: ProxmoxVM[],
+    opts: { readAhead?: (key: string) => boolean; images?: readonly ProxmoxImage[] } = {},
+  ): Promise<ResourcePlan[]> {
+    const plans = await planResources(targets, (r) => this.connector.connect(r), keyOf, undefined, opts);
+    const images = opts.images ?? [];
+    if (!images.length) return plans;
+    // A file the same apply's ProxmoxImage downloads first is no refusal (references.ts imageToCome).
+    return plans.map((p, i) => {
+      const img =
+        p.action === 'refused' && p.reason === 'ImageNotFound'
+          ? imageToCome(targets[i]!, images, this.defaultSite)
+          : undefined;
+      if (!img) return p;
+      const { reason: _r, message: _m, ...rest } = p;
+      return {
+        ...rest,
+        action: 'create',
+        message: `after ProxmoxImage ${img.metadata.namespace ?? 'default'}/${img.metadata.name} downloads it`,
+      };
+    });
   }
 
   /**

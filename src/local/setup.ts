@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, rmdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
+import type { ProxmoxImage } from '../api/proxmoximage.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { internStrings } from '../engine/intern.ts';
 import type { ReconcileResult } from '../engine/reconciler.ts';
@@ -195,12 +196,16 @@ export async function planChanges(
   manifests: ProxmoxVM[],
   stored: ProxmoxVM[],
   others: ManifestDoc[] = [],
+  images: readonly ProxmoxImage[] = [],
   args: ApplyArgs = { files: [] },
 ): Promise<ResourcePlan[]> {
   const byKey = new Map(stored.map((o) => [manifestKey(o), o]));
   const rt = openRuntime(config, undefined, args, others);
   try {
-    return await rt.plan(manifests.map((m) => planTarget(byKey.get(manifestKey(m)), m)));
+    return await rt.plan(
+      manifests.map((m) => planTarget(byKey.get(manifestKey(m)), m)),
+      { images },
+    );
   } finally {
     await rt.close();
   }

@@ -50,7 +50,8 @@ export function describePlans(
     const head = `  ${MARK[p.action]} ${p.action.padEnd(13)} ${p.key}${where}${opts.suffix?.(p) ?? ''}`;
     if (p.action === 'refused') lines.push(`${head}: ${p.reason}: ${p.message ?? ''}`);
     else if (p.action === 'adopt') lines.push(`${head}: found by its ownership marker; nothing is created`);
-    else if (p.action === 'create' || p.action === 'no-op') lines.push(head);
+    else if (p.action === 'create') lines.push(p.message ? `${head}: ${p.message}` : head);
+    else if (p.action === 'no-op') lines.push(head);
     else if (p.action === 'reboot')
       lines.push(`${head}: reboots to apply ${p.pending.join(', ')} (rebootPolicy: IfNeeded)`);
     else {

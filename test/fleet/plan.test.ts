@@ -281,6 +281,43 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
     assert.match(text, /Plan: 0 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged, 3 refused\./);
   });
 
+  it('a VM importing the file a ProxmoxImage of the same manifests downloads first: planned as a create after it, not refused', async () => {
+    const d = join(dir, 'image-first');
+    mkdirSync(d);
+    writeFileSync(
+      join(d, 'image.yaml'),
+      `apiVersion: proxmox.sankofa.io/v1alpha1
+kind: ProxmoxImage
+metadata: { name: noble, namespace: default }
+spec:
+  forProvider:
+    site: site-1
+    url: https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img
+    checksum: { algorithm: sha256, value: "${'0'.repeat(64)}" }
+    storage: local
+    content: import
+    fileName: noble.qcow2
+  providerConfigRef: { name: default }
+`,
+    );
+    const vm = (name: string, image: string) =>
+      vmYaml(
+        name,
+        '    site: site-1\n    node: ml110-01\n    cpu: 1\n    memory: 1Gi\n    disk: 10Gi\n    storage: local-lvm\n',
+      ).replace('image: local:import/ubuntu-22.04-cloud.qcow2', `image: ${image}`);
+    writeFileSync(join(d, 'by-volid.yaml'), vm('noble-volid', 'local:import/noble.qcow2'));
+    writeFileSync(join(d, 'by-file.yaml'), vm('noble-file', 'noble.qcow2'));
+    writeFileSync(join(d, 'elsewhere.yaml'), vm('jammy-missing', 'local:import/jammy-missing.qcow2'));
+    const c = capture();
+    // The VM whose file nobody brings is still refused (exit 1); the two that the image brings are creates.
+    assert.equal(await planCommand({ changesOf: planChanges, files: [d], config: configFile, out: c.out }), 1);
+    const text = c.text();
+    assert.match(text, /\+ create +default\/noble-volid: after ProxmoxImage default\/noble downloads it$/m);
+    assert.match(text, /\+ create +default\/noble-file: after ProxmoxImage default\/noble downloads it$/m);
+    assert.match(text, /! refused +default\/jammy-missing: ImageNotFound: /);
+    assert.match(text, /Plan: 2 to create, .* 1 refused\./);
+  });
+
   it('per VM, what apply would do (read live); --detailed-exitcode: 3 when something changes, 0 when nothing', async () => {
     const d = join(dir, 'detailed');
     mkdirSync(d);
