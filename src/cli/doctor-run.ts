@@ -5,6 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
+import { stringify } from 'yaml';
 import { ConfigError, loadProviderConfig } from '../api/provider-config-load.ts';
 import type { DoctorSite } from '../doctor/connection.ts';
 import { type DoctorReport, doctorSitesFromConfig, renderText, runDoctor } from '../doctor/doctor.ts';
@@ -102,7 +103,9 @@ export async function runDoctorCommand(given: Opts, cmd: Command, deps: DoctorDe
       process.exitCode = code;
     });
   const print = (report: DoctorReport) => {
-    out(o.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : renderText(report));
+    if (o.output === 'json') out(`${JSON.stringify(report, null, 2)}\n`);
+    else if (o.output === 'yaml') out(stringify(report));
+    else out(renderText(report));
     exit(report.ok ? 0 : 1);
   };
   let report: DoctorReport;

@@ -32,7 +32,8 @@ export interface Opts {
   caFile?: string;
   insecureSkipTlsVerify?: boolean;
   filename: string[];
-  output: 'text' | 'json';
+  /** `table` is `text` (the other commands' name for their human output). */
+  output: 'text' | 'table' | 'json' | 'yaml';
   timeout: number;
 }
 
@@ -78,7 +79,11 @@ export function registerDoctor(program: Command, deps: DoctorDeps = {}): void {
       'manifests (file or directory) whose bridges, storages, images and templates to check (repeatable)',
       collect,
     )
-    .addOption(new Option('-o, --output <format>', 'report format').choices(['text', 'json']).default('text'))
+    .addOption(
+      new Option('-o, --output <format>', 'report format (table is text)')
+        .choices(['text', 'table', 'json', 'yaml'])
+        .default('text'),
+    )
     .addOption(durationOption('--timeout <d>', 'request timeout (a bare number is seconds)', '15s', 100))
     .addHelpText(
       'after',

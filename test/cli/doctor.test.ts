@@ -159,7 +159,7 @@ describe('doctor', () => {
         'pc-badtoken.yaml',
         (await readFile(config, 'utf8')).replace(TOKEN_SECRET, 'deadbeef-0000-4000-8000-00000000dead'),
       );
-      for (const output of ['text', 'json']) {
+      for (const output of ['text', 'table', 'json', 'yaml']) {
         const r = await doctor(['--config', bad, '--site', 'site-1', '-o', output]);
         assert.equal(r.code, 1);
         assert.ok(
@@ -174,6 +174,11 @@ describe('doctor', () => {
           assert.match(a.fix!, /Secret crossplane-system\/proxmox-credentials/);
           assert.match(a.fix!, /pveum user token add root@pam provider/);
           assert.equal(check(r.json!, 'site-1', 'remaining checks').status, 'skip');
+        } else if (output === 'yaml') {
+          // The JSON document, as YAML.
+          const doc = (await import('yaml')).parse(r.out) as { ok: boolean };
+          assert.equal(doc.ok, false);
+          assert.match(r.out, /status: fail/);
         } else {
           assert.match(r.out, /FAIL {2}auth/);
         }
