@@ -372,6 +372,11 @@ export async function collect(
       if (lock && !placeholderLock) {
         return `skipped: locked (${lock}) by another operation; such locks are never cleared`;
       }
+      // Proxmox refuses to destroy a protected VM (qemu-server src/PVE/API2/Qemu.pm:2829 at
+      // e6352be6): an operator's choice, found before the VM is stopped for a destroy refused.
+      if (cfg.values.protection === '1') {
+        return `skipped: protected (protection: 1), which Proxmox refuses to destroy; to collect it, qm set ${f.vmid} --protection 0 on node ${f.node}, then run gc again`;
+      }
       if (placeholderLock) {
         const running = (await client.activeTasks(f.node, { vmid: f.vmid })).length > 0;
         if (running) {

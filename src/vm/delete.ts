@@ -4,7 +4,8 @@
  * set, on its own VM, with no task running, is cleared (root@pam's skiplock on destroy). Any other
  * lock (`backup`, `migrate`, `snapshot`, `suspended`, ...) belongs to somebody else's operation: it
  * is waited for and reported, never cleared (../shared/research/pve-failure-semantics.md, "Locks").
- * Then: stop a running VM, destroy with purge and the unreferenced disks, confirm it is gone.
+ * A VM an operator protected (`protection: 1`) is reported and left running. Then: stop a running
+ * VM, destroy with purge and the unreferenced disks, confirm it is gone.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { externalName } from '../engine/resource.ts';
@@ -91,6 +92,15 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     );
   }
   lockCleared(ctx, r, vmid);
+  // Protected by an operator: Proxmox refuses the destroy (qemu-server src/PVE/API2/Qemu.pm:2829
+  // at e6352be6, destroy_vm's early checks, before its running check). Found here, before the
+  // VM is stopped: stopping what could then not be destroyed took a protected VM down for nothing.
+  if (cfg.values.protection === '1')
+    throw reason(
+      'VMProtected',
+      `VM ${vmid} on node ${found.node} is protected (protection: 1): Proxmox refuses to destroy it, and it is left as it is (running or not). Fix: if it is to go, qm set ${vmid} --protection 0 on node ${found.node} (GUI: VM > Options > Protection); to keep it, set spec.deletionPolicy: Orphan`,
+      true,
+    );
   const status = await ctx.client.vmStatus(found.node, vmid);
   if (status.status === 'running') {
     setStep(r, 'Stopping');

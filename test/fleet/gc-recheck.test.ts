@@ -127,6 +127,20 @@ describe('gc re-checks each VM right before deleting it', () => {
     assert.deepEqual(await gcDelete(await scan(711)), ['deleted'], 'scanned again, it goes');
   });
 
+  it('a protected orphan (protection: 1) is skipped with the fix, not stopped; unprotected, it goes', async () => {
+    await plant(716);
+    await api('POST', `/nodes/${NODE}/qemu/716/status/start`);
+    await api('POST', `/nodes/${NODE}/qemu/716/config`, { protection: '1' });
+    sim.clock.advance(10 * 60_000);
+    assert.deepEqual(await gcDelete(await scan(716)), [
+      `skipped: protected (protection: 1), which Proxmox refuses to destroy; to collect it, qm set 716 --protection 0 on node ${NODE}, then run gc again`,
+    ]);
+    assert.equal(sim.cluster('site-1').state.vms.get(716)?.status, 'running', 'not stopped');
+    await api('POST', `/nodes/${NODE}/qemu/716/config`, { protection: '0' });
+    assert.deepEqual(await gcDelete(await scan(716)), ['deleted']);
+    assert.ok(!exists(716));
+  });
+
   it('a VM whose resource appeared in the state file since the scan is not deleted (the file is read again)', async () => {
     await plant(712);
     sim.clock.advance(10 * 60_000);

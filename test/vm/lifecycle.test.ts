@@ -1,10 +1,10 @@
 /**
  * The ProxmoxVM lifecycle end to end: the real engine against the simulator. Happy paths (cloud
- * image import and template clone) and deletion (Delete, Orphan, running VM, locked VM). And what
- * a resource remembers between reconciles (SiteContext.remember) keeps V8's compact shape through
- * that life: a field deleted (`delete memory.view`) turns the object into a dictionary of about
- * 450 bytes more, for every resource of a runtime (10,000: 4.5 MB), so steps clear fields by
- * setting them undefined. V8's own %HasFastProperties tells the two apart.
+ * image import and template clone) and deletion (Delete, Orphan, running VM, locked VM, protected
+ * VM). And what a resource remembers between reconciles (SiteContext.remember) keeps V8's compact
+ * shape through that life: a field deleted (`delete memory.view`) turns the object into a
+ * dictionary of about 450 bytes more, for every resource of a runtime (10,000: 4.5 MB), so steps
+ * clear fields by setting them undefined. V8's own %HasFastProperties tells the two apart.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -25,6 +25,7 @@ import {
   guests,
   NODE1,
   ownedBy,
+  putConfig,
   SITE1,
   startSim,
   TEMPLATE,
@@ -188,6 +189,29 @@ describe('ProxmoxVM lifecycle against the simulator', () => {
     } finally {
       await root.stop();
     }
+  });
+
+  it('a VM an operator protected (protection: 1): delete says VMProtected with the fix and leaves it running; unprotected, it goes', async () => {
+    // Proxmox refuses to destroy it (qemu-server destroy_vm's early checks). Before, a running one
+    // was stopped first and then its destroy refused: a protected VM taken down for nothing.
+    const c = sim.cluster(SITE1);
+    const key = eng.apply(vm('protected-1'));
+    const vmid = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    await putConfig(c, NODE1, vmid, { protection: '1' });
+    const stops = count(c, 'POST /nodes/{node}/qemu/{vmid}/status/stop');
+    const destroys = count(c, 'DELETE /nodes/{node}/qemu/{vmid}');
+    eng.delete(key);
+    const r = await eng.waitSynced(key, 'VMProtected');
+    assert.equal(
+      cond(r, 'Synced')?.message,
+      `delete failed: VM ${vmid} on node ${NODE1} is protected (protection: 1): Proxmox refuses to destroy it, and it is left as it is (running or not). Fix: if it is to go, qm set ${vmid} --protection 0 on node ${NODE1} (GUI: VM > Options > Protection); to keep it, set spec.deletionPolicy: Orphan`,
+    );
+    assert.equal(c.state.vms.get(vmid)?.status, 'running', 'not stopped');
+    assert.equal(count(c, 'POST /nodes/{node}/qemu/{vmid}/status/stop'), stops);
+    assert.equal(count(c, 'DELETE /nodes/{node}/qemu/{vmid}'), destroys, 'no destroy sent');
+    await putConfig(c, NODE1, vmid, { protection: '0' });
+    await eng.waitGone(key);
+    assert.ok(!c.state.vms.has(vmid));
   });
 
   it('a VM created without a disk size keeps the image size (no resize)', async () => {
