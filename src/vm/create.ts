@@ -14,7 +14,7 @@ import { atProvider, explain, outcomeUnknown, reason, setStep } from './conditio
 import { followTask, type StepContext } from './context.ts';
 import { locate } from './lookup.ts';
 import { ownershipOf } from './ownership.ts';
-import type { CreatePlan } from './preflight.ts';
+import { type CreatePlan, placedOn } from './preflight.ts';
 import { sshKeys } from './secrets.ts';
 import { needsSnippet, recheckSnippet } from './snippets.ts';
 import {
@@ -42,7 +42,7 @@ export async function issueCreate(
   const a = atProvider(r);
   const vmid = Number(externalName(r));
   const { node, storage, ciStorage, source } = plan;
-  await clearOfLateDestroys(ctx, r, vmid);
+  await clearOfLateDestroys(ctx, r, vmid, placedOn(plan));
   try {
     let upid: string;
     let namesSnippet = false;

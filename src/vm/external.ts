@@ -15,7 +15,7 @@ import { deleteVm } from './delete.ts';
 import type { Change } from './drift.ts';
 import { observe } from './observe.ts';
 import { planResource, type ResourcePlan } from './plan.ts';
-import { type CreatePlan, preflight, prepareCreate } from './preflight.ts';
+import { type CreatePlan, placedOn, preflight, prepareCreate } from './preflight.ts';
 import { retireBeforeDelete } from './replace.ts';
 import type { SiteContext } from './site-cache.ts';
 import { applyChange } from './update.ts';
@@ -72,7 +72,8 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   }
 
   prepareCreate(r: ProxmoxVM): Promise<{ externalName: string }> {
-    return this.guard(chooseVmid(this.ctx(r), r));
+    // (preflight ran first in this reconcile: its plan says where the VM is made.)
+    return this.guard(chooseVmid(this.ctx(r), r, this.plan && placedOn(this.plan)));
   }
 
   async create(r: ProxmoxVM): Promise<{ requeueAfterMs?: number }> {

@@ -43,6 +43,11 @@ export interface CreatePlan {
   cloneOnSource?: boolean;
 }
 
+/** The nodes a create's VM is made on: its node, and its template's first when cloned there (cloneOnSource). */
+export function placedOn(plan: CreatePlan): string[] {
+  return plan.cloneOnSource && plan.source.kind === 'template' ? [plan.source.node, plan.node] : [plan.node];
+}
+
 /** Steps 3-7 and capacity, then a concurrency slot: nothing is reserved or created unless all pass. */
 export async function preflight(
   ctx: StepContext,

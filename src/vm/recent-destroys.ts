@@ -16,12 +16,25 @@
  * is never missed, and one of another's that ended in that second is missed as the bulk list's
  * own freshness allows for (cluster-list.ts): no read can promise more. (At 10,000 VMs, where
  * resources read their own view rather than a shared list, a read per choice's list was nearly a
- * read per create.) A read that
- * fails fails the choice, retried as any failed read: a destroy on a node not read cannot be ruled
- * out (a node the list shows offline is not read: it can apply nothing, and its VMs stay listed).
+ * read per create.) A node the list shows offline is not read: it can apply nothing, and its VMs
+ * stay listed.
+ *
+ * A node whose read fails (listed online, its API not answering: pveproxy or pvedaemon hung, a
+ * partition between nodes) fails only the choices whose VM is to be made on it (NodeUnreachable,
+ * retried), and is not asked again for the late-request bound, so that choices elsewhere do not
+ * wait for its timeout each time. A late destroy reaches a VM only on the node it was sent to:
+ * pveproxy hands `/nodes/{node}/...` to that node, and destroy_vm loads the config from the node it
+ * runs on (qemu-server src/PVE/QemuConfig.pm:67-71 cfs_config_path at e6352be6, `$nodename` when
+ * none is given). So a create on another node (placedOn) is clear of it; one failed read held every
+ * create of the site until that node answered. What is not covered then: the new VM moved onto the
+ * silent node within the window while a destroy sent there is still to be applied. With no
+ * placement given (a move's target, which may change with the endpoint's failover before it is
+ * sent), every node must be read.
  */
 import { abortable } from '../proxmox/deadline.ts';
+import { AuthenticationError, PermissionError, TlsError } from '../proxmox/index.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
+import { reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { SiteContext } from './site-cache.ts';
 import { taskAuthId } from './tasks.ts';
@@ -35,11 +48,17 @@ const LONGEST_DESTROY_S = 600;
 /** VMID -> the auth ids (`user@realm` or `user@realm!token`) of its destroys in the window. */
 export type RecentDestroys = Map<number, Set<string>>;
 
+/** One look: the destroys of the nodes that answered, and the error of each node that did not. */
+interface Look {
+  destroys: RecentDestroys;
+  unread: Map<string, unknown>;
+}
+
 interface Read {
   at: number;
   /** The client's destroysSent when it began. */
   destroys: number;
-  data: Promise<RecentDestroys>;
+  data: Promise<Look>;
 }
 
 /** How long a read serves the site's choices (this process's clock). */
@@ -58,9 +77,32 @@ export function lateDestroyWindowMs(ctx: StepContext): number {
 
 /**
  * The VMIDs of the site whose destroy runs or ended within lateDestroyWindowMs, from the task
- * lists of the `nodes` (the bulk list's node entries) online.
+ * lists of the `nodes` (the bulk list's node entries) online. `placedOn`: the nodes the VM will be
+ * made on (see the top of this file); a node among them (or any, without it) whose list could not
+ * be read fails the call with that read's error.
  */
-export function recentlyDestroyed(ctx: StepContext, nodes: ClusterResource[]): Promise<RecentDestroys> {
+export async function recentlyDestroyed(
+  ctx: StepContext,
+  nodes: ClusterResource[],
+  placedOn?: readonly string[],
+): Promise<RecentDestroys> {
+  const look = await sharedLook(ctx, nodes);
+  for (const [node, error] of look.unread) {
+    if (placedOn && !placedOn.includes(node)) continue;
+    // Credentials and certificates are the site's to fix, reported as such; anything else is this
+    // node not answering: retried, the node named.
+    if (error instanceof AuthenticationError || error instanceof PermissionError || error instanceof TlsError)
+      throw error;
+    throw reason(
+      'NodeUnreachable',
+      `node ${node} of site ${ctx.site.name} did not answer the read of its destroy tasks (${error instanceof Error ? error.message : String(error)}); ${placedOn ? `the VM is made there once it answers` : 'no VMID is chosen on the site until it answers'}, as a destroy sent there before may still be applied`,
+      true,
+    );
+  }
+  return look.destroys;
+}
+
+function sharedLook(ctx: StepContext, nodes: ClusterResource[]): Promise<Look> {
   const at = ctx.site.now();
   const destroys = ctx.site.client.destroysSent;
   const cur = reads.get(ctx.site);
@@ -73,7 +115,10 @@ export function recentlyDestroyed(ctx: StepContext, nodes: ClusterResource[]): P
   return abortable(data, ctx.signal);
 }
 
-async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: number): Promise<RecentDestroys> {
+/** Per site, the nodes whose last read failed: when, and its error. */
+const silent = new WeakMap<SiteContext, Map<string, { at: number; error: unknown }>>();
+
+async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: number): Promise<Look> {
   // The site's own client: a caller aborted stops waiting, the read goes on for the others.
   const client = ctx.site.client;
   const from = Math.floor((at - lateDestroyWindowMs(ctx)) / 1000);
@@ -81,8 +126,18 @@ async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: numb
   const out: RecentDestroys = new Map();
   // A node not online cannot apply a request, nor be asked; its VMs stay in the list meanwhile.
   const online = nodes.filter((n) => n.status === 'online' && n.node);
-  const lists = await Promise.all(
-    online.map((n) =>
+  const quiet = silent.get(ctx.site) ?? new Map<string, { at: number; error: unknown }>();
+  silent.set(ctx.site, quiet);
+  const unread = new Map<string, unknown>();
+  const asked = online.filter((n) => {
+    const q = quiet.get(n.node!);
+    // Taken as silent, unasked, for the late-request bound (this process's clock): the choices
+    // for VMs on other nodes do not wait for its timeout each time.
+    if (q && at - q.at < (ctx.options.unknownOutcomeWaitMs ?? 30_000)) unread.set(n.node!, q.error);
+    return !unread.has(n.node!);
+  });
+  const lists = await Promise.allSettled(
+    asked.map((n) =>
       client.listTasks(n.node!, {
         source: 'all',
         typefilter: 'qmdestroy',
@@ -90,7 +145,15 @@ async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: numb
       }),
     ),
   );
-  for (const t of lists.flat()) {
+  for (const [i, l] of lists.entries()) {
+    const node = asked[i]!.node!;
+    if (l.status === 'fulfilled') quiet.delete(node);
+    else {
+      unread.set(node, l.reason);
+      quiet.set(node, { at, error: l.reason });
+    }
+  }
+  for (const t of lists.flatMap((l) => (l.status === 'fulfilled' ? l.value : []))) {
     const vmid = Number(t.id);
     if (!Number.isInteger(vmid)) continue;
     if (t.endtime !== undefined && t.endtime < from) continue;
@@ -98,5 +161,5 @@ async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: numb
     by.add(taskAuthId(t.upid) ?? t.user);
     out.set(vmid, by);
   }
-  return out;
+  return { destroys: out, unread };
 }

@@ -25,7 +25,11 @@ import { listIndex } from './list-index.ts';
 import { lateDestroyWindowMs, type RecentDestroys, recentlyDestroyed } from './recent-destroys.ts';
 
 /** The first free VMID >= nextid in the site's range, skipping VMIDs in use, reserved or held by other resources. */
-export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ externalName: string }> {
+export async function chooseVmid(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  placedOn?: readonly string[],
+): Promise<{ externalName: string }> {
   const fp = r.spec.forProvider;
   setStep(r, 'ReservingVMID');
   // Persisted with the external name in one write: where the create goes (F21).
@@ -35,7 +39,7 @@ export async function chooseVmid(ctx: StepContext, r: ProxmoxVM): Promise<{ exte
   // Both reads at once: nextid does not depend on the list (a round trip less before the create).
   // nextid is advisory; the resource list is enough where it fails.
   const next = nextIdShared(ctx).catch(() => min);
-  const free = await freeVmids(ctx, r);
+  const free = await freeVmids(ctx, r, placedOn);
   const start = Math.max(min, await next);
   for (let id = start; id <= max; id++) {
     if (!free(id)) continue;
@@ -83,10 +87,11 @@ export interface FreeVmids {
  * Which VMIDs of `ctx`'s site this resource may take: none that Proxmox shows (a fresh bulk list),
  * nor one reserved in this process or held by another resource of the store, nor one whose
  * destroy ended so lately that a late `DELETE` may still reach it (recent-destroys.ts, F89).
+ * `placedOn`: the nodes the VM will be made on, when known (recentlyDestroyed).
  */
-export async function freeVmids(ctx: StepContext, r: ProxmoxVM): Promise<FreeVmids> {
+export async function freeVmids(ctx: StepContext, r: ProxmoxVM, placedOn?: readonly string[]): Promise<FreeVmids> {
   const index = listIndex(await ctx.site.clusterResources(true, ctx.signal, ctx.memory));
-  const destroyedLately = await recentlyDestroyed(ctx, index.nodes);
+  const destroyedLately = await recentlyDestroyed(ctx, index.nodes, placedOn);
   const taken = index.byVmid;
   const held = ctx.options.vmidHolders?.(ctx.site.name);
   const free = (id: number) => {
@@ -156,9 +161,14 @@ export function giveUpVmid(ctx: StepContext, r: ProxmoxVM, vmid: number): Extern
  * ours may still be applied there (invariant 4). A VM destroyed by hand with the provider's own
  * credentials is made again after that wait too: nothing tells that destroy from the provider's.
  */
-export async function clearOfLateDestroys(ctx: StepContext, r: ProxmoxVM, vmid: number): Promise<void> {
+export async function clearOfLateDestroys(
+  ctx: StepContext,
+  r: ProxmoxVM,
+  vmid: number,
+  placedOn: readonly string[],
+): Promise<void> {
   const index = listIndex(await ctx.site.clusterResources(false, ctx.signal, ctx.memory));
-  const by = (await recentlyDestroyed(ctx, index.nodes)).get(vmid);
+  const by = (await recentlyDestroyed(ctx, index.nodes, placedOn)).get(vmid);
   if (!by?.has(ctx.client.auth.authId)) return;
   ctx.site.releaseCreate(r.metadata.uid);
   throw reason(

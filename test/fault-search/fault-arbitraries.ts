@@ -179,6 +179,8 @@ export interface Extras {
   migrateDie?: fc.Arbitrary<DrawnFault>;
   /** The fourth search's node crash, on site-2 (see faultArb). */
   nodeCrash?: fc.Arbitrary<DrawnFault>;
+  /** The fourth search's node whose API does not answer while it runs on (apiSilent). */
+  apiSilent?: fc.Arbitrary<DrawnFault>;
   /** Which kinds were looked for and not found (reported, never silently dropped). */
   missing: string[];
   /** The calls the request faults strike (BASE_CALLS, or NODE_CALLS for the fourth search). */
@@ -271,8 +273,27 @@ export async function probeFaultKinds(w: World, fourth = false): Promise<Extras>
     ...(dieArb ? { die: dieArb } : {}),
     ...(dieArb && fourth ? { migrateDie } : {}),
     ...(crashes ? { nodeCrash } : {}),
+    ...(fourth ? { apiSilent } : {}),
   };
 }
+
+/**
+ * r630-02's API does not answer for a few commands while the node runs on (pveproxy or pvedaemon
+ * hung there, or cut from the endpoint node r630-01 that hands `/nodes/r630-02/...` to it): every
+ * such request gets pveproxy's 595, its VMs, workers and sshd go on. Listed online all the while.
+ */
+const apiSilent: fc.Arbitrary<DrawnFault> = fc.integer({ min: 1, max: 3 }).map((lastsFor) => ({
+  label: `r630-02's API does not answer (595, the node running on) for the next ${lastsFor} command(s)`,
+  spec: {
+    kind: 'request',
+    path: 're:^/nodes/r630-02/',
+    status: 595,
+    message: 'Connection timed out',
+    count: 1_000_000_000,
+  } as FaultSpec,
+  lastsFor,
+  site: 'site-2' as const,
+}));
 
 /**
  * A node of site-2 loses power for a few commands, then boots (its `startall` starts the VMs with
@@ -332,5 +353,6 @@ export function faultArb(extras: Extras, auth: 'password' | 'token'): fc.Arbitra
       : []),
     // A crash's dead create leaves a placeholder only root@pam with a ticket may remove, as `die` does.
     ...(extras.nodeCrash && auth === 'password' ? [{ weight: 2, arbitrary: extras.nodeCrash }] : []),
+    ...(extras.apiSilent ? [{ weight: 2, arbitrary: extras.apiSilent }] : []),
   );
 }

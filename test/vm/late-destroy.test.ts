@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
 import { AS_OPERATOR, raw, waitTask } from '../helpers/sim.ts';
-import { Engine, NODE1, ownedBy, SITE1, startSim, vm } from './harness.ts';
+import { cond, Engine, NODE1, ownedBy, SITE1, startSim, twoNodeTopology, vm } from './harness.ts';
 
 describe('a destroy PVE may still apply late', () => {
   let sim: Simulator;
@@ -99,6 +99,54 @@ describe('a destroy PVE may still apply late', () => {
         "a person's destroy made the create wait",
       );
     } finally {
+      await eng.stop();
+    }
+  });
+});
+
+describe('a node whose task list does not answer (listed online, its API hung)', () => {
+  let sim: Simulator;
+  let c: SimCluster;
+  before(async () => {
+    sim = await startSim({ topology: twoNodeTopology('late-destroy-hung.yaml') });
+    c = sim.cluster(SITE1);
+  });
+  after(() => sim.close());
+
+  it('holds only the creates made on it: one on the other node is made at once, one on it once it answers', async () => {
+    // pveproxy hands /nodes/pve-b/... to pve-b, which does not answer (595, as pveproxy says for a
+    // node it cannot reach). A late destroy sent there reaches only a VM on pve-b (QemuConfig.pm
+    // cfs_config_path): a create on pve-a is clear of it. Before, every create of the site waited.
+    const hung = c.addFault({
+      kind: 'request',
+      method: 'GET',
+      path: '/nodes/pve-b/tasks',
+      status: 595,
+      message: 'Connection timed out',
+      count: 1_000_000,
+    });
+    // (A 2 s late-request bound: a node that did not answer is asked again 2 s later.)
+    const eng = await new Engine(sim, { unknownOutcomeWaitMs: 2_000, pollIntervalMs: 50 }).start();
+    try {
+      const onA = eng.apply(vm('hung-a', { node: 'pve-a' }));
+      const onB = eng.apply(vm('hung-b', { node: 'pve-b' }));
+      const a = await eng.waitReady(onA);
+      assert.equal(ownedBy(c, a.metadata.uid).length, 1);
+      const held = await eng.waitFor(
+        onB,
+        (r) => cond(r, 'Synced')?.reason === 'NodeUnreachable',
+        'the create on pve-b held by its unread task list',
+      );
+      assert.equal(
+        cond(held, 'Synced')?.message,
+        'create failed: node pve-b of site site-1 did not answer the read of its destroy tasks (site site-1: GET /nodes/{node}/tasks: Connection timed out); the VM is made there once it answers, as a destroy sent there before may still be applied',
+      );
+      assert.equal(ownedBy(c, held.metadata.uid).length, 0, 'nothing made on pve-b while its destroys are unknown');
+      c.removeFault(hung);
+      const b = await eng.waitReady(onB);
+      assert.equal(ownedBy(c, b.metadata.uid).length, 1);
+    } finally {
+      c.removeFault(hung);
       await eng.stop();
     }
   });
