@@ -264,6 +264,13 @@ export async function retireReplaced(
   }
   const { found, cfg } = kept;
   if (cfg.lock) return { waitMs: ctx.taskPollMs };
+  // Protected by an operator: PVE refuses the destroy (delete.ts); found before it is stopped.
+  if (cfg.protection === '1')
+    throw reason(
+      'VMProtected',
+      `replaced VM ${old.vmid} on ${old.site}/${found.node} is protected (protection: 1): Proxmox refuses to destroy it, and it is left as it is (running or not) beside this resource's new VM. Fix: if it is to go, qm set ${old.vmid} --protection 0 on node ${found.node} of site ${old.site}`,
+      true,
+    );
   return {
     change: {
       kind: 'retire-replaced',

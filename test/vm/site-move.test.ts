@@ -13,7 +13,7 @@ import { keyOf } from '../../src/engine/resource.ts';
 import type { Simulator } from '../../src/sim/index.ts';
 import { planResources } from '../../src/vm/plan.ts';
 import { raw } from '../helpers/sim.ts';
-import { cond, count, Engine, NODE1, ownedBy, SITE1, startSim, vm } from './harness.ts';
+import { cond, count, Engine, NODE1, ownedBy, putConfig, SITE1, startSim, vm } from './harness.ts';
 
 const SITE2 = 'site-2';
 const NODE2 = 'r630-01';
@@ -213,6 +213,33 @@ describe('a site change that cannot be a remote migration', () => {
     assert.equal(ownedBy(c2, r.metadata.uid).length, 1, 'one new VM on site-2');
     assert.equal(c1.state.vms.get(old), undefined, 'the old VM was destroyed after the new one was Ready');
     assert.equal(count(c1, 'POST /nodes/{node}/qemu/{vmid}/remote_migrate'), 0);
+  });
+
+  it('a replaced VM an operator protected: VMProtected with the fix, left running; destroyed once unprotected', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('replaced-protected'));
+    const old = (await eng.waitReady(key)).status!.atProvider!.vmId!;
+    await putConfig(c1, NODE1, old, { protection: '1' });
+    const stops = count(c1, 'POST /nodes/{node}/qemu/{vmid}/status/stop');
+    eng.apply(vm('replaced-protected', { site: SITE2, node: NODE2, replacePolicy: 'CreateThenDelete' }));
+    const r = await eng.waitSynced(key, 'VMProtected');
+    assert.match(
+      cond(r, 'Synced')?.message ?? '',
+      new RegExp(
+        `replaced VM ${old} on site-1/${NODE1} is protected .*qm set ${old} --protection 0 on node ${NODE1} of site site-1`,
+      ),
+    );
+    assert.equal(ownedBy(c2, r.metadata.uid).length, 1, 'the new VM is there');
+    assert.equal(c1.state.vms.get(old)?.status, 'running', 'the old one left running');
+    assert.equal(count(c1, 'POST /nodes/{node}/qemu/{vmid}/status/stop'), stops);
+    await putConfig(c1, NODE1, old, { protection: '0' });
+    await eng.waitFor(
+      key,
+      (x) => x.status?.atProvider?.step === 'Ready' && !x.status.atProvider.replacing,
+      'the old VM retired',
+    );
+    assert.equal(c1.state.vms.get(old), undefined);
   });
 
   it("a replaced VM's snippet goes with it once it is destroyed; the new VM reads its own on site-2", () =>
