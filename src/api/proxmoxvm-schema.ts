@@ -248,12 +248,12 @@ function buildSchemas() {
       ),
       memory: Type.Optional(
         Quantity(
-          "Memory: a quantity (4Gi, 512Mi) or a bare number of MiB, 128Mi-2Ti, set in whole MiB (`memory`); it must fit the free memory of the node at create. Decimal units are Kubernetes' (4G is 4,000,000,000 bytes, 3815 MiB): valid, and warned about by validate, plan and apply. Default: 2048 MiB.",
+          "Memory: a quantity (4Gi, 512Mi) or a bare number of MiB, 128Mi-2Ti, set in whole MiB (`memory`); it must fit the free memory of the node at create. Decimal units are Kubernetes' (4G is 4,000,000,000 bytes, 3815 MiB): valid; validate, plan and apply warn about them in ProxmoxVM manifests. Default: 2048 MiB.",
         ),
       ),
       disk: Type.Optional(
         Quantity(
-          'Size of the boot disk `scsi0`: a quantity (20Gi, 1Ti) or a bare number of GiB, 1Gi-100Ti, rounded up to whole GiB (20G, decimal as in Kubernetes, is 18.6 GiB: made 19G, and warned about). A blank VM is created with it; an imported image or a clone is grown to it afterwards. Disks never shrink: a smaller size sets the DiskShrinkRefused condition. Default: 20Gi for a blank VM, else the size of the image or template.',
+          'Size of the boot disk `scsi0`: a quantity (20Gi, 1Ti) or a bare number of GiB, 1Gi-100Ti, rounded up to whole GiB (20G, decimal as in Kubernetes, is 18.6 GiB: made 19G; validate, plan and apply warn about decimal units in ProxmoxVM manifests). A blank VM is created with it; an imported image or a clone is grown to it afterwards. Disks never shrink: a smaller size sets the DiskShrinkRefused condition. Default: 20Gi for a blank VM, else the size of the image or template.',
         ),
       ),
       storage: Type.Optional(

@@ -139,7 +139,7 @@ export async function planCommand(args: {
   );
   emit(
     args.out,
-    render({ ...p, changes, ...(m.warnings.length ? { warnings: m.warnings } : {}) }, args.output ?? 'table', () =>
+    render({ ...p, changes, warnings: m.warnings }, args.output ?? 'table', () =>
       // (A site without quorum is among formatPlan's warnings already.)
       [
         ...m.warnings.map((w) => `warning: ${formatProblem(w)}`),

@@ -19,7 +19,7 @@ import type { PveClient } from '../proxmox/index.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import { vmidHoldersOf } from '../vm/connector.ts';
 import { classify, inventory, type MarkedVm, metaCtime } from '../vm/inventory.ts';
-import { manualCleanup } from '../vm/ownership.ts';
+import { isProtected, manualCleanup, unprotect } from '../vm/ownership.ts';
 import { isPlaceholderLock, type Marker, ownerKey, parseMarker } from '../vm/spec.ts';
 
 export type GcKind = 'orphan' | 'legacy-unknown' | 'stuck-lock' | 'half-created' | 'copy' | 'managed-elsewhere';
@@ -372,10 +372,9 @@ export async function collect(
       if (lock && !placeholderLock) {
         return `skipped: locked (${lock}) by another operation; such locks are never cleared`;
       }
-      // Proxmox refuses to destroy a protected VM (qemu-server src/PVE/API2/Qemu.pm:2829 at
-      // e6352be6): an operator's choice, found before the VM is stopped for a destroy refused.
-      if (cfg.values.protection === '1') {
-        return `skipped: protected (protection: 1), which Proxmox refuses to destroy; to collect it, qm set ${f.vmid} --protection 0 on node ${f.node}, then run gc again`;
+      // An operator's choice, found before the VM is stopped for a destroy refused (isProtected).
+      if (isProtected(cfg.values)) {
+        return `skipped: protected (protection: 1), which Proxmox refuses to destroy; to collect it, ${unprotect(f.vmid, f.node, f.site)}, then run gc again`;
       }
       if (placeholderLock) {
         const running = (await client.activeTasks(f.node, { vmid: f.vmid })).length > 0;

@@ -14,6 +14,7 @@ import type { ProxmoxTemplate, TemplateNode } from '../api/proxmoxtemplate.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { getCondition } from '../engine/resource.ts';
 import { ReasonedError } from '../engine/types.ts';
+import type { VmClientOptions } from '../vm/context.ts';
 
 /** Reasons only a change of the spec, the storage or the site fixes (apply stops waiting for them). */
 export const IMAGE_PERMANENT_REASONS: ReadonlySet<string> = new Set([
@@ -89,39 +90,66 @@ export function imageUsers(cat: Catalog, img: ProxmoxImage): string[] {
   for (const t of cat.templates())
     if (t.spec.forProvider.imageRef.name === img.metadata.name && ns(t) === ns(img))
       out.push(`ProxmoxTemplate ${ns(t)}/${t.metadata.name}`);
-  const volid = img.status?.atProvider?.volid;
-  const file = imageFileName(img.spec.forProvider);
-  for (const v of cat.vms()) {
-    const want = v.spec.forProvider.image;
-    if (want && (want === volid || want === file)) out.push(`ProxmoxVM ${ns(v)}/${v.metadata.name}`);
-  }
+  for (const v of cat.vms()) if (importsFileOf(v, img)) out.push(`ProxmoxVM ${ns(v)}/${v.metadata.name}`);
   return out.sort();
 }
 
 /**
+ * Whether the VM's `image:` names the image's file, as a create looks for it (preflight.ts
+ * resolveSource): the bare file name, the volid the image has, or the volid it will have on its
+ * storage (with its content type, or either while the site's version decides it).
+ */
+function importsFileOf(vm: ProxmoxVM, img: ProxmoxImage): boolean {
+  const want = vm.spec.forProvider.image;
+  if (!want || vm.spec.forProvider.template || vm.spec.forProvider.templateRef) return false;
+  const fp = img.spec.forProvider;
+  const file = imageFileName(fp);
+  const storage = fp.storage ?? 'local';
+  return (
+    want === file ||
+    want === img.status?.atProvider?.volid ||
+    (fp.content ? [fp.content] : ['import', 'iso']).some((c) => want === `${storage}:${c}/${file}`)
+  );
+}
+
+/**
  * The ProxmoxImage among `images` (the same apply's) that brings the file a VM's `image:` names to
- * the VM's site, and to its node when the image names its nodes: apply downloads images before it
- * creates VMs, so the plan's create check, which finds no such file yet (ImageNotFound), is no
- * refusal for that VM. Matched as the create looks for it (preflight.ts resolveSource): the volid
- * on the image's storage, whichever content type the site gives it, or the bare file name.
+ * `node` of the VM's site (a plan's VmClientOptions.imageToCome): apply downloads images before it
+ * creates VMs, so the plan's create check plans the import of that file where it finds none yet.
  * `defaultSite`: the site of an object that names none (the config's only one).
  */
 export function imageToCome(
   vm: ProxmoxVM,
   images: readonly ProxmoxImage[],
   defaultSite: string | undefined,
+  node: string,
 ): ProxmoxImage | undefined {
-  const want = vm.spec.forProvider.image;
-  if (!want || vm.spec.forProvider.template || vm.spec.forProvider.templateRef) return undefined;
   const site = vm.spec.forProvider.site ?? defaultSite;
-  const node = vm.spec.forProvider.node;
   return images.find((img) => {
     const fp = img.spec.forProvider;
-    if ((fp.site ?? defaultSite) !== site || (node && fp.nodes && !fp.nodes.includes(node))) return false;
-    const file = imageFileName(fp);
-    const storage = fp.storage ?? 'local';
-    return want === file || want === `${storage}:import/${file}` || want === `${storage}:iso/${file}`;
+    if ((fp.site ?? defaultSite) !== site || (fp.nodes && !fp.nodes.includes(node))) return false;
+    return importsFileOf(vm, img);
   });
+}
+
+/**
+ * A plan's VmClientOptions.imageToCome over `images` (imageToCome), and the image each planned
+ * resource's create waits for, by the resource's key, once the plan has asked.
+ */
+export function planImages(
+  images: readonly ProxmoxImage[],
+  defaultSite: string | undefined,
+  keyOf: (r: ProxmoxVM) => string,
+): { imageToCome: NonNullable<VmClientOptions['imageToCome']>; waitsFor: Map<string, ProxmoxImage> } {
+  const waitsFor = new Map<string, ProxmoxImage>();
+  const hook = (r: ProxmoxVM, node: string) => {
+    const img = imageToCome(r, images, defaultSite, node);
+    if (!img) return undefined;
+    waitsFor.set(keyOf(r), img);
+    const fp = img.spec.forProvider;
+    return { storage: fp.storage ?? 'local', file: imageFileName(fp), ...(fp.content ? { content: fp.content } : {}) };
+  };
+  return { imageToCome: hook, waitsFor };
 }
 
 /** `namespace/name` of every VM that clones the template. */

@@ -138,6 +138,8 @@ export const STOP_REASONS: ReadonlySet<string> = new Set([
   'LockWithoutTask',
   'SecretNotFound',
   'TaskFailed',
+  // An operator's protection: retried (it may be lifted), but no wait lifts it (ownership.ts isProtected).
+  'VMProtected',
 ]);
 
 export function settled(r: ProxmoxVM): boolean {

@@ -15,7 +15,7 @@ import { Controller } from '../engine/controller.ts';
 import { ManagedReconciler, type ReconcileResult } from '../engine/reconciler.ts';
 import { FINALIZER, getCondition, keyOf } from '../engine/resource.ts';
 import type { EngineHooks } from '../engine/types.ts';
-import { type Catalog, imageToCome, templateOnNode } from '../image/references.ts';
+import { type Catalog, planImages, templateOnNode } from '../image/references.ts';
 import { ImageRuntime } from '../image/runtime.ts';
 import { PERMANENT_REASONS } from '../vm/conditions.ts';
 import { VmConnector } from '../vm/connector.ts';
@@ -277,20 +277,17 @@ export class LocalRuntime {
     targets: ProxmoxVM[],
     opts: { readAhead?: (key: string) => boolean; images?: readonly ProxmoxImage[] } = {},
   ): Promise<ResourcePlan[]> {
-    const plans = await planResources(targets, (r) => this.connector.connect(r), keyOf, undefined, opts);
-    const images = opts.images ?? [];
-    if (!images.length) return plans;
-    // A file the same apply's ProxmoxImage downloads first is no refusal (references.ts imageToCome).
-    return plans.map((p, i) => {
-      const img =
-        p.action === 'refused' && p.reason === 'ImageNotFound'
-          ? imageToCome(targets[i]!, images, this.defaultSite)
-          : undefined;
+    // A file a ProxmoxImage of the manifests brings first is planned as there (references.ts).
+    const images = opts.images?.length ? planImages(opts.images, this.defaultSite, keyOf) : undefined;
+    const plans = await planResources(targets, (r) => this.connector.connect(r), keyOf, undefined, {
+      ...(opts.readAhead ? { readAhead: opts.readAhead } : {}),
+      ...(images ? { imageToCome: images.imageToCome } : {}),
+    });
+    return plans.map((p) => {
+      const img = p.action === 'create' ? images?.waitsFor.get(p.key) : undefined;
       if (!img) return p;
-      const { reason: _r, message: _m, ...rest } = p;
       return {
-        ...rest,
-        action: 'create',
+        ...p,
         message: `after ProxmoxImage ${img.metadata.namespace ?? 'default'}/${img.metadata.name} downloads it`,
       };
     });

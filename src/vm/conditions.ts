@@ -45,7 +45,6 @@ export const PERMANENT_REASONS: ReadonlySet<string> = new Set([
   'SshAuthenticationFailed',
   'DiskSizeStale',
   'DiskVolumeMissing',
-  'VMProtected',
 ]);
 
 export function reason(r: string, msg: string, retryable = false): ReasonedError {

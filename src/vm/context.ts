@@ -52,6 +52,19 @@ export interface VmClientOptions {
    * ReferenceNotReady while it is not built there.
    */
   templateOnNode?: (r: ProxmoxVM, node: string) => TemplateNode;
+  /**
+   * A plan's only (plan.ts planResources): the file a ProxmoxImage of the same manifests brings to
+   * `node` for `r`'s `image:`, which apply downloads before it creates any VM. The create check
+   * then plans the import of that file where it finds none yet (preflight.ts resolveSource).
+   */
+  imageToCome?: (r: ProxmoxVM, node: string) => ImageToCome | undefined;
+}
+
+/** A file a ProxmoxImage is to put on a node's storage: its content type, unless the site's version decides. */
+export interface ImageToCome {
+  storage: string;
+  file: string;
+  content?: 'import' | 'iso';
 }
 
 export interface StepContext {

@@ -4,7 +4,7 @@
  * set, on its own VM, with no task running, is cleared (root@pam's skiplock on destroy). Any other
  * lock (`backup`, `migrate`, `snapshot`, `suspended`, ...) belongs to somebody else's operation: it
  * is waited for and reported, never cleared (../shared/research/pve-failure-semantics.md, "Locks").
- * A VM an operator protected (`protection: 1`) is reported and left running. Then: stop a running
+ * A VM an operator protected (`protection: 1`) is reported and left as it is. Then: stop a running
  * VM, destroy with purge and the unreferenced disks, confirm it is gone.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
@@ -15,7 +15,7 @@ import { followTask, hook, type StepContext } from './context.ts';
 import { lockCleared, lockWithoutTask } from './lock-holder.ts';
 import { locate, nodeOffline } from './lookup.ts';
 import { destroyWaitsForNode } from './node-offline.ts';
-import { cloneSource, manualCleanup, ownershipOf, placeholderFate } from './ownership.ts';
+import { cloneSource, isProtected, manualCleanup, ownershipOf, placeholderFate, unprotect } from './ownership.ts';
 import { awaitQuorumAfterRefusal } from './site-quorum.ts';
 import { isPlaceholderLock } from './spec.ts';
 import { lateCreateMayStillApply } from './vmid.ts';
@@ -92,13 +92,11 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
     );
   }
   lockCleared(ctx, r, vmid);
-  // Protected by an operator: Proxmox refuses the destroy (qemu-server src/PVE/API2/Qemu.pm:2829
-  // at e6352be6, destroy_vm's early checks, before its running check). Found here, before the
-  // VM is stopped: stopping what could then not be destroyed took a protected VM down for nothing.
-  if (cfg.values.protection === '1')
+  // Before the VM is stopped: stopping what could then not be destroyed took it down for nothing.
+  if (isProtected(cfg.values))
     throw reason(
       'VMProtected',
-      `VM ${vmid} on node ${found.node} is protected (protection: 1): Proxmox refuses to destroy it, and it is left as it is (running or not). Fix: if it is to go, qm set ${vmid} --protection 0 on node ${found.node} (GUI: VM > Options > Protection); to keep it, set spec.deletionPolicy: Orphan`,
+      `VM ${vmid} on node ${found.node} of site ${ctx.site.name} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not). Fix: if it is to go, ${unprotect(vmid, found.node, ctx.site.name)}; to keep it, set spec.deletionPolicy: Orphan (in Kubernetes on the object; with the CLI in the manifest, applied before delete)`,
       true,
     );
   const status = await ctx.client.vmStatus(found.node, vmid);

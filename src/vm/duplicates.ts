@@ -51,6 +51,8 @@ export async function duplicatesOf(
   ]);
   const twins = [...candidates].filter(
     (e) =>
+      // (Named alike, tagged, or a placeholder: each may carry the marker. `e.name` itself: a
+      // named candidate came by its name.)
       mayBeMarked(e, e.name) &&
       e.template !== 1 &&
       !isPlaceholderLock(e.lock) &&

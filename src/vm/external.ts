@@ -14,7 +14,7 @@ import { issueCreate } from './create.ts';
 import { deleteVm } from './delete.ts';
 import type { Change } from './drift.ts';
 import { observe } from './observe.ts';
-import { planResource, type ResourcePlan } from './plan.ts';
+import { type PlanOptions, planResource, type ResourcePlan } from './plan.ts';
 import { type CreatePlan, placedOn, preflight, prepareCreate } from './preflight.ts';
 import { retireBeforeDelete } from './replace.ts';
 import type { SiteContext } from './site-cache.ts';
@@ -98,7 +98,7 @@ export class VmExternal implements ExternalClient<ProxmoxVM> {
   }
 
   /** What a reconcile would do, changing nothing (see plan.ts). */
-  planFor(r: ProxmoxVM, key: string, opts: { readAhead?: boolean } = {}): Promise<ResourcePlan> {
+  planFor(r: ProxmoxVM, key: string, opts: PlanOptions = {}): Promise<ResourcePlan> {
     return this.guard(planResource(this.ctx(r), r, key, opts)).catch((e) => {
       if (e instanceof ReasonedError)
         return { key, action: 'refused' as const, changes: [], pending: [], reason: e.reason, message: e.message };

@@ -77,6 +77,21 @@ export function manualCleanup(node: string, vmid: number): string {
   return `on node ${node} run 'qm unlock ${vmid} && qm destroy ${vmid} --purge'`;
 }
 
+/**
+ * Whether an operator protected the VM (`qm set N --protection 1`): Proxmox refuses to destroy it
+ * (qemu-server src/PVE/API2/Qemu.pm:2829 at e6352be6, destroy_vm's early checks). A delete, a
+ * replacement's retirement and gc look first, and leave it as it is rather than stop it for a
+ * destroy that is then refused.
+ */
+export function isProtected(cfg: VmConfig['values']): boolean {
+  return cfg.protection === '1';
+}
+
+/** The command that lets a protected VM go, and where to run it. */
+export function unprotect(vmid: number, node: string, site: string): string {
+  return `on node ${node} of site ${site} run 'qm set ${vmid} --protection 0' (GUI: VM ${vmid} > Options > Protection)`;
+}
+
 /** Whose is this config, read at VMID `at.vmid` by a resource of installation `at.installation`? */
 export function ownershipOf(r: ProxmoxVM, cfg: VmConfig['values'], at: MarkerPlace): Ownership {
   const m = parseMarker(cfg.description);

@@ -17,7 +17,7 @@ import { ReasonedError } from '../engine/types.ts';
 import { PveError } from '../proxmox/index.ts';
 import { noQuorumWarning } from '../proxmox/quorum.ts';
 import type { ClusterResource, VmConfig } from '../proxmox/types.ts';
-import type { StepContext } from './context.ts';
+import type { StepContext, VmClientOptions } from './context.ts';
 import { type Change, changes } from './drift.ts';
 import { observe } from './observe.ts';
 import { createRefusal } from './plan-create.ts';
@@ -222,12 +222,19 @@ function fieldsOf(c: Change, cfg: Record<string, string>, running: boolean): Fie
  * it (the drift interval counts from it). A second `apply` of a fleet that has not changed reads
  * each VM once, not twice.
  */
+/** How a resource is planned: `readAhead`, its create is carried out at once (apply); `imageToCome`, see VmClientOptions. */
+export interface PlanOptions {
+  readAhead?: boolean;
+  imageToCome?: VmClientOptions['imageToCome'];
+}
+
 export async function planResource(
-  ctx: StepContext,
+  given: StepContext,
   r: ProxmoxVM,
   key: string,
-  opts: { readAhead?: boolean } = {},
+  opts: PlanOptions = {},
 ): Promise<ResourcePlan> {
+  const ctx = opts.imageToCome ? { ...given, options: { ...given.options, imageToCome: opts.imageToCome } } : given;
   const copy = structuredClone(r);
   // Begun with the plan's own reads, waited for only by a plan that changes something.
   const quorum = siteQuorum(ctx).catch(() => undefined);
@@ -405,12 +412,10 @@ async function planObserved(
  */
 export async function planResources(
   resources: ProxmoxVM[],
-  connect: (
-    r: ProxmoxVM,
-  ) => Promise<{ planFor(r: ProxmoxVM, key: string, opts?: { readAhead?: boolean }): Promise<ResourcePlan> }>,
+  connect: (r: ProxmoxVM) => Promise<{ planFor(r: ProxmoxVM, key: string, opts?: PlanOptions): Promise<ResourcePlan> }>,
   keyOf: (r: ProxmoxVM) => string,
   parallel = 4,
-  opts: { readAhead?: (key: string) => boolean } = {},
+  opts: { readAhead?: (key: string) => boolean; imageToCome?: VmClientOptions['imageToCome'] } = {},
 ): Promise<ResourcePlan[]> {
   const out: ResourcePlan[] = new Array(resources.length);
   let next = 0;
@@ -420,7 +425,10 @@ export async function planResources(
       const r = resources[i]!;
       try {
         const key = keyOf(r);
-        out[i] = await (await connect(r)).planFor(r, key, { readAhead: opts.readAhead?.(key) ?? false });
+        out[i] = await (await connect(r)).planFor(r, key, {
+          readAhead: opts.readAhead?.(key) ?? false,
+          ...(opts.imageToCome ? { imageToCome: opts.imageToCome } : {}),
+        });
       } catch (e) {
         const reason = e instanceof ReasonedError ? e.reason : 'PlanFailed';
         out[i] = {

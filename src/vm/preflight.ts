@@ -419,6 +419,12 @@ export async function resolveSource(
       }
     }
   }
+  // Not there yet, and a ProxmoxImage of the manifests brings it first (a plan's look only).
+  const coming = volid ? undefined : ctx.options.imageToCome?.(r, node);
+  if (coming) {
+    content = coming.content ?? (caps.importContent ? 'import' : 'iso');
+    volid = `${coming.storage}:${content}/${coming.file}`;
+  }
   if (!volid) {
     throw reason(
       'ImageNotFound',

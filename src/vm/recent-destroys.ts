@@ -19,17 +19,17 @@
  * read per create.) A node the list shows offline is not read: it can apply nothing, and its VMs
  * stay listed.
  *
- * A node whose read fails (listed online, its API not answering: pveproxy or pvedaemon hung, a
- * partition between nodes) fails only the choices whose VM is to be made on it (NodeUnreachable,
- * retried), and is not asked again for the late-request bound, so that choices elsewhere do not
- * wait for its timeout each time. A late destroy reaches a VM only on the node it was sent to:
- * pveproxy hands `/nodes/{node}/...` to that node, and destroy_vm loads the config from the node it
- * runs on (qemu-server src/PVE/QemuConfig.pm:67-71 cfs_config_path at e6352be6, `$nodename` when
- * none is given). So a create on another node (placedOn) is clear of it; one failed read held every
- * create of the site until that node answered. What is not covered then: the new VM moved onto the
- * silent node within the window while a destroy sent there is still to be applied. With no
- * placement given (a move's target, which may change with the endpoint's failover before it is
- * sent), every node must be read.
+ * A node is read once at a time, whoever asks. One that does not answer (listed online, its API
+ * hung: pveproxy or pvedaemon, a partition between nodes) fails only the choices whose VM is to be
+ * made on it (NodeUnreachable, retried); a choice placed elsewhere waits for it at most BESIDE_MS
+ * once its own nodes answered, and goes on without its destroys. A late destroy reaches a VM only
+ * on the node it was sent to: pveproxy hands `/nodes/{node}/...` to that node, and destroy_vm loads
+ * the config from the node it runs on (qemu-server src/PVE/QemuConfig.pm:67-71 cfs_config_path at
+ * e6352be6, `$nodename` when none is given). So a create on another node (placedOn) is clear of it;
+ * one node that did not answer held every create of the site until it did. What is not covered
+ * then: the new VM moved onto that node within the window while a destroy sent there is still to
+ * be applied. With no placement given (a move's target, which may change with the endpoint's
+ * failover before it is sent), every node is waited for.
  */
 import { abortable } from '../proxmox/deadline.ts';
 import { AuthenticationError, PermissionError, TlsError } from '../proxmox/index.ts';
@@ -48,23 +48,26 @@ const LONGEST_DESTROY_S = 600;
 /** VMID -> the auth ids (`user@realm` or `user@realm!token`) of its destroys in the window. */
 export type RecentDestroys = Map<number, Set<string>>;
 
-/** One look: the destroys of the nodes that answered, and the error of each node that did not. */
-interface Look {
-  destroys: RecentDestroys;
-  unread: Map<string, unknown>;
-}
-
-interface Read {
+/**
+ * One node's destroy tasks as last read, and the read under way: one at a time per node, shared
+ * by every choice, so a node that hangs holds one request, not one per choice.
+ */
+interface NodeRead {
+  /** When the last read began (this process's clock), and the client's destroysSent then. */
   at: number;
-  /** The client's destroysSent when it began. */
-  destroys: number;
-  data: Promise<Look>;
+  sent: number;
+  /** What the last read that ended gave: the node's destroys in the window, or why it failed. */
+  result?: { destroys: RecentDestroys } | { error: unknown };
+  pending?: Promise<void>;
 }
 
 /** How long a read serves the site's choices (this process's clock). */
 const SERVES_MS = 1000;
 
-const reads = new WeakMap<SiteContext, Read>();
+/** How long a choice waits for the nodes it is not placed on once its own answered (this process's clock). */
+const BESIDE_MS = 2000;
+
+const reads = new WeakMap<SiteContext, Map<string, NodeRead>>();
 
 /**
  * The window of a late destroy, in ms: the late-request bound, and as much again for the clock
@@ -78,82 +81,96 @@ export function lateDestroyWindowMs(ctx: StepContext): number {
 /**
  * The VMIDs of the site whose destroy runs or ended within lateDestroyWindowMs, from the task
  * lists of the `nodes` (the bulk list's node entries) online. `placedOn`: the nodes the VM will be
- * made on (see the top of this file); a node among them (or any, without it) whose list could not
- * be read fails the call with that read's error.
+ * made on (see the top of this file). Those (all, without it) are waited for, and one whose list
+ * could not be read fails the call; the others are waited for up to BESIDE_MS more, and read
+ * where they answer.
  */
 export async function recentlyDestroyed(
   ctx: StepContext,
   nodes: ClusterResource[],
   placedOn?: readonly string[],
 ): Promise<RecentDestroys> {
-  const look = await sharedLook(ctx, nodes);
-  for (const [node, error] of look.unread) {
-    if (placedOn && !placedOn.includes(node)) continue;
-    // Credentials and certificates are the site's to fix, reported as such; anything else is this
-    // node not answering: retried, the node named.
-    if (error instanceof AuthenticationError || error instanceof PermissionError || error instanceof TlsError)
-      throw error;
-    throw reason(
-      'NodeUnreachable',
-      `node ${node} of site ${ctx.site.name} did not answer the read of its destroy tasks (${error instanceof Error ? error.message : String(error)}); ${placedOn ? `the VM is made there once it answers` : 'no VMID is chosen on the site until it answers'}, as a destroy sent there before may still be applied`,
-      true,
-    );
-  }
-  return look.destroys;
-}
-
-function sharedLook(ctx: StepContext, nodes: ClusterResource[]): Promise<Look> {
   const at = ctx.site.now();
-  const destroys = ctx.site.client.destroysSent;
-  const cur = reads.get(ctx.site);
-  if (cur && cur.destroys === destroys && at - cur.at < SERVES_MS) return abortable(cur.data, ctx.signal);
-  const data = readDestroys(ctx, nodes, at);
-  reads.set(ctx.site, { at, destroys, data });
-  data.catch(() => {
-    if (reads.get(ctx.site)?.data === data) reads.delete(ctx.site);
-  });
-  return abortable(data, ctx.signal);
+  const sent = ctx.site.client.destroysSent;
+  const byNode = reads.get(ctx.site) ?? new Map<string, NodeRead>();
+  reads.set(ctx.site, byNode);
+  const needed = (node: string) => !placedOn || placedOn.includes(node);
+  // A node not online cannot apply a request, nor be asked; its VMs stay in the list meanwhile.
+  const looks = nodes
+    .filter((n) => n.status === 'online' && n.node)
+    .map((n) => {
+      const node = n.node!;
+      let r = byNode.get(node);
+      const fresh = r?.result && 'destroys' in r.result && r.sent === sent && at - r.at < SERVES_MS;
+      if (!r?.pending && !fresh) r = startRead(ctx, byNode, node, at, sent);
+      return { node, r: r! };
+    });
+  await abortable(Promise.all(looks.filter((l) => needed(l.node)).map((l) => l.r.pending)), ctx.signal);
+  const beside = looks.filter((l) => !needed(l.node) && l.r.pending).map((l) => l.r.pending);
+  if (beside.length) await abortable(within(Promise.all(beside), BESIDE_MS), ctx.signal);
+  const out: RecentDestroys = new Map();
+  for (const { node, r } of looks) {
+    const res = r.result;
+    if (res && 'destroys' in res) {
+      for (const [vmid, by] of res.destroys) out.set(vmid, new Set([...(out.get(vmid) ?? []), ...by]));
+    } else if (needed(node)) throw unanswered(ctx, node, res?.error, placedOn !== undefined);
+  }
+  return out;
 }
 
-/** Per site, the nodes whose last read failed: when, and its error. */
-const silent = new WeakMap<SiteContext, Map<string, { at: number; error: unknown }>>();
+/** `p`, or nothing more than `ms` of waiting for it. */
+function within(p: Promise<unknown>, ms: number): Promise<unknown> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
 
-async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: number): Promise<Look> {
+/** Why a choice placed on `node` waits: its destroys could not be read. */
+function unanswered(ctx: StepContext, node: string, error: unknown, placed: boolean): Error {
+  // Credentials and certificates are the site's to fix, reported as such.
+  if (error instanceof AuthenticationError || error instanceof PermissionError || error instanceof TlsError)
+    return error;
+  return reason(
+    'NodeUnreachable',
+    `node ${node} of site ${ctx.site.name} did not answer the read of its destroy tasks (${error instanceof Error ? error.message : String(error)}); ${placed ? `the VM is made there once it answers` : 'no VMID is chosen on the site until it answers'}, as a destroy sent there earlier (by anyone) may still be applied to what is made at its VMID. Check: systemctl status pveproxy pvedaemon on node ${node}${placed ? ', or pin spec.forProvider.node to another node' : ''}`,
+    true,
+  );
+}
+
+/** Begin a read of `node`'s destroy tasks; the read ends with its result recorded, never rejected. */
+function startRead(ctx: StepContext, byNode: Map<string, NodeRead>, node: string, at: number, sent: number): NodeRead {
+  const r: NodeRead = byNode.get(node) ?? { at, sent };
+  r.at = at;
+  r.sent = sent;
+  r.pending = readNode(ctx, node, at).then(
+    (destroys) => {
+      r.result = { destroys };
+    },
+    (error: unknown) => {
+      r.result = { error };
+    },
+  );
+  r.pending.finally(() => {
+    r.pending = undefined;
+  });
+  byNode.set(node, r);
+  return r;
+}
+
+async function readNode(ctx: StepContext, node: string, at: number): Promise<RecentDestroys> {
   // The site's own client: a caller aborted stops waiting, the read goes on for the others.
   const client = ctx.site.client;
   const from = Math.floor((at - lateDestroyWindowMs(ctx)) / 1000);
   const withSince = (await client.capabilities()).version.major >= 7;
   const out: RecentDestroys = new Map();
-  // A node not online cannot apply a request, nor be asked; its VMs stay in the list meanwhile.
-  const online = nodes.filter((n) => n.status === 'online' && n.node);
-  const quiet = silent.get(ctx.site) ?? new Map<string, { at: number; error: unknown }>();
-  silent.set(ctx.site, quiet);
-  const unread = new Map<string, unknown>();
-  const asked = online.filter((n) => {
-    const q = quiet.get(n.node!);
-    // Taken as silent, unasked, for the late-request bound (this process's clock): the choices
-    // for VMs on other nodes do not wait for its timeout each time.
-    if (q && at - q.at < (ctx.options.unknownOutcomeWaitMs ?? 30_000)) unread.set(n.node!, q.error);
-    return !unread.has(n.node!);
+  const tasks = await client.listTasks(node, {
+    source: 'all',
+    typefilter: 'qmdestroy',
+    ...(withSince ? { since: from - LONGEST_DESTROY_S, limit: 500 } : { limit: 50 }),
   });
-  const lists = await Promise.allSettled(
-    asked.map((n) =>
-      client.listTasks(n.node!, {
-        source: 'all',
-        typefilter: 'qmdestroy',
-        ...(withSince ? { since: from - LONGEST_DESTROY_S, limit: 500 } : { limit: 50 }),
-      }),
-    ),
-  );
-  for (const [i, l] of lists.entries()) {
-    const node = asked[i]!.node!;
-    if (l.status === 'fulfilled') quiet.delete(node);
-    else {
-      unread.set(node, l.reason);
-      quiet.set(node, { at, error: l.reason });
-    }
-  }
-  for (const t of lists.flatMap((l) => (l.status === 'fulfilled' ? l.value : []))) {
+  for (const t of tasks) {
     const vmid = Number(t.id);
     if (!Number.isInteger(vmid)) continue;
     if (t.endtime !== undefined && t.endtime < from) continue;
@@ -161,5 +178,5 @@ async function readDestroys(ctx: StepContext, nodes: ClusterResource[], at: numb
     by.add(taskAuthId(t.upid) ?? t.user);
     out.set(vmid, by);
   }
-  return { destroys: out, unread };
+  return out;
 }

@@ -30,7 +30,7 @@ import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { lockCleared, reportLock } from './lock-holder.ts';
 import { locate, type ObservedVm } from './lookup.ts';
-import { confirmOwnVm } from './ownership.ts';
+import { confirmOwnVm, isProtected, unprotect } from './ownership.ts';
 import { removeSnippetsLeftOn } from './snippet-removal.ts';
 import { markerNames, parseMarker } from './spec.ts';
 import { taskDone } from './tasks.ts';
@@ -264,11 +264,11 @@ export async function retireReplaced(
   }
   const { found, cfg } = kept;
   if (cfg.lock) return { waitMs: ctx.taskPollMs };
-  // Protected by an operator: PVE refuses the destroy (delete.ts); found before it is stopped.
-  if (cfg.protection === '1')
+  // Found before it is stopped (ownership.ts isProtected); the replacement stays unfinished.
+  if (isProtected(cfg))
     throw reason(
       'VMProtected',
-      `replaced VM ${old.vmid} on ${old.site}/${found.node} is protected (protection: 1): Proxmox refuses to destroy it, and it is left as it is (running or not) beside this resource's new VM. Fix: if it is to go, qm set ${old.vmid} --protection 0 on node ${found.node} of site ${old.site}`,
+      `replaced VM ${old.vmid} on node ${found.node} of site ${old.site} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not) beside the new VM, and this resource is not Ready until it goes. Fix: ${unprotect(old.vmid, found.node, old.site)}`,
       true,
     );
   return {

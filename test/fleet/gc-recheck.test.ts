@@ -133,7 +133,7 @@ describe('gc re-checks each VM right before deleting it', () => {
     await api('POST', `/nodes/${NODE}/qemu/716/config`, { protection: '1' });
     sim.clock.advance(10 * 60_000);
     assert.deepEqual(await gcDelete(await scan(716)), [
-      `skipped: protected (protection: 1), which Proxmox refuses to destroy; to collect it, qm set 716 --protection 0 on node ${NODE}, then run gc again`,
+      `skipped: protected (protection: 1), which Proxmox refuses to destroy; to collect it, on node ${NODE} of site site-1 run 'qm set 716 --protection 0' (GUI: VM 716 > Options > Protection), then run gc again`,
     ]);
     assert.equal(sim.cluster('site-1').state.vms.get(716)?.status, 'running', 'not stopped');
     await api('POST', `/nodes/${NODE}/qemu/716/config`, { protection: '0' });

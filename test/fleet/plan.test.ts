@@ -308,6 +308,16 @@ spec:
     writeFileSync(join(d, 'by-volid.yaml'), vm('noble-volid', 'local:import/noble.qcow2'));
     writeFileSync(join(d, 'by-file.yaml'), vm('noble-file', 'noble.qcow2'));
     writeFileSync(join(d, 'elsewhere.yaml'), vm('jammy-missing', 'local:import/jammy-missing.qcow2'));
+    // The rest of the create check still runs: more vCPUs than the node has is refused as before.
+    writeFileSync(
+      join(d, 'too-wide.yaml'),
+      vmYaml(
+        'noble-wide',
+        '    site: site-1\n    node: ml110-01\n    cpu: 64\n    memory: 1Gi\n    disk: 10Gi\n    storage: local-lvm\n',
+      ).replace('image: local:import/ubuntu-22.04-cloud.qcow2', 'image: local:import/noble.qcow2'),
+    );
+    // The image is an `import` file: an `iso` volid of that name is not what it brings.
+    writeFileSync(join(d, 'as-iso.yaml'), vm('noble-iso', 'local:iso/noble.qcow2'));
     const c = capture();
     // The VM whose file nobody brings is still refused (exit 1); the two that the image brings are creates.
     assert.equal(await planCommand({ changesOf: planChanges, files: [d], config: configFile, out: c.out }), 1);
@@ -315,7 +325,12 @@ spec:
     assert.match(text, /\+ create +default\/noble-volid: after ProxmoxImage default\/noble downloads it$/m);
     assert.match(text, /\+ create +default\/noble-file: after ProxmoxImage default\/noble downloads it$/m);
     assert.match(text, /! refused +default\/jammy-missing: ImageNotFound: /);
-    assert.match(text, /Plan: 2 to create, .* 1 refused\./);
+    assert.match(
+      text,
+      /! refused +default\/noble-wide: InsufficientCapacity: 64 vCPUs requested but node ml110-01 has/,
+    );
+    assert.match(text, /! refused +default\/noble-iso: ImageNotFound: /);
+    assert.match(text, /Plan: 2 to create, .* 3 refused\./);
   });
 
   it('per VM, what apply would do (read live); --detailed-exitcode: 3 when something changes, 0 when nothing', async () => {

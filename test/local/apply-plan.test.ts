@@ -100,6 +100,21 @@ describe('apply and delete: plan, confirmation, summary', () => {
     assert.equal(vms('plan-decimal')[0]?.config.memory, '954');
   });
 
+  it('delete of a VM an operator protected: exit 1 at once, naming the fix; the VM is left running', async () => {
+    const dir = join(fx.dir, 'protected');
+    mkdirSync(dir);
+    writeManifests(dir, [{ name: 'plan-protected' }]);
+    const db = join(fx.dir, 'protected.db');
+    const apply = await cli(['apply', '--yes', '-f', dir, '--config', fx.config, '--state', db, ...POLL]);
+    assert.equal(apply.code, 0, apply.stdout + apply.stderr);
+    const vm = vms('plan-protected')[0]!;
+    vm.config.protection = '1';
+    const res = await cli(['delete', '--yes', '-f', dir, '--config', fx.config, '--state', db, ...POLL]);
+    assert.equal(res.code, 1, res.stdout + res.stderr);
+    assert.match(res.stdout + res.stderr, /VMProtected.*qm set \d+ --protection 0/s);
+    assert.equal(vms('plan-protected')[0]?.status, 'running', 'left running');
+  });
+
   it('apply and delete refused for want of --yes leave no empty state directory behind', async () => {
     const root = join(fx.dir, 'state-root');
     const before = process.env.PROVIDER_PROXMOX_STATE_DIR;

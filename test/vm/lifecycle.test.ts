@@ -204,7 +204,7 @@ describe('ProxmoxVM lifecycle against the simulator', () => {
     const r = await eng.waitSynced(key, 'VMProtected');
     assert.equal(
       cond(r, 'Synced')?.message,
-      `delete failed: VM ${vmid} on node ${NODE1} is protected (protection: 1): Proxmox refuses to destroy it, and it is left as it is (running or not). Fix: if it is to go, qm set ${vmid} --protection 0 on node ${NODE1} (GUI: VM > Options > Protection); to keep it, set spec.deletionPolicy: Orphan`,
+      `delete failed: VM ${vmid} on node ${NODE1} of site ${SITE1} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not). Fix: if it is to go, on node ${NODE1} of site ${SITE1} run 'qm set ${vmid} --protection 0' (GUI: VM ${vmid} > Options > Protection); to keep it, set spec.deletionPolicy: Orphan (in Kubernetes on the object; with the CLI in the manifest, applied before delete)`,
     );
     assert.equal(c.state.vms.get(vmid)?.status, 'running', 'not stopped');
     assert.equal(count(c, 'POST /nodes/{node}/qemu/{vmid}/status/stop'), stops);

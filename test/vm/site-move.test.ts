@@ -227,7 +227,7 @@ describe('a site change that cannot be a remote migration', () => {
     assert.match(
       cond(r, 'Synced')?.message ?? '',
       new RegExp(
-        `replaced VM ${old} on site-1/${NODE1} is protected .*qm set ${old} --protection 0 on node ${NODE1} of site site-1`,
+        `replaced VM ${old} on node ${NODE1} of site site-1 is protected .*not Ready until it goes. Fix: on node ${NODE1} of site site-1 run 'qm set ${old} --protection 0'`,
       ),
     );
     assert.equal(ownedBy(c2, r.metadata.uid).length, 1, 'the new VM is there');
