@@ -45,3 +45,29 @@ export function decimalSizeWarning(q: string | number | undefined, shownIn: 'MiB
   const as = shownIn === 'GiB' && bytes >= GiB ? `${(bytes / GiB).toFixed(1)} GiB` : `${(bytes / MiB).toFixed(1)} MiB`;
   return `'${q}' is ${bytes.toLocaleString('en-US')} bytes, ${as} (${m[2]} is a power of 1000, as in Kubernetes); for ${m[1]} ${unit === 'K' ? 'KiB' : `${unit}iB`} write '${binary}'`;
 }
+
+/**
+ * A ProxmoxVM spec's sizes in decimal units, each with its field and decimalSizeWarning's message:
+ * memory (shown in MiB, PVE's unit), the boot disk and the extra disks (in GiB).
+ */
+export function decimalSizes(fp: {
+  memory?: string | number | undefined;
+  disk?: string | number | undefined;
+  disks?: ReadonlyArray<{ size: string | number }> | undefined;
+}): Array<{ field: string; message: string }> {
+  const sizes: Array<[string, string | number | undefined, 'MiB' | 'GiB']> = [
+    ['spec.forProvider.memory', fp.memory, 'MiB'],
+    ['spec.forProvider.disk', fp.disk, 'GiB'],
+    ...(fp.disks ?? []).map((d, i): [string, string | number, 'GiB'] => [
+      `spec.forProvider.disks[${i}].size`,
+      d.size,
+      'GiB',
+    ]),
+  ];
+  const out: Array<{ field: string; message: string }> = [];
+  for (const [field, q, shownIn] of sizes) {
+    const message = decimalSizeWarning(q, shownIn);
+    if (message) out.push({ field, message });
+  }
+  return out;
+}

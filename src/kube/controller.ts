@@ -16,6 +16,7 @@ import type { ProxmoxImage } from '../api/proxmoximage.ts';
 import type { ProxmoxTemplate } from '../api/proxmoxtemplate.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GROUP, VERSION } from '../api/proxmoxvm.ts';
+import { decimalSizes } from '../api/quantity.ts';
 import type { ProxmoxVMScaleSet } from '../api/scaleset.ts';
 import { type Catalog, templateOnNode } from '../image/references.ts';
 import { Metrics } from '../observability/metrics.ts';
@@ -110,6 +111,8 @@ export class ProviderController {
   private readonly configSource: KubeConfigSource;
   /** One recorder for the whole process, so that a repeated event (each orphan scan's) is counted, not re-created. */
   private readonly recorder: EventRecorder;
+  /** uid -> the generation whose decimal sizes an event named (warnOfDecimalSizes): once each. */
+  private readonly sizesWarned = new Map<string, number>();
   private elector: LeaderElector | undefined;
   private health: Awaited<ReturnType<typeof startHealthServer>> | undefined;
   private metricsServer: Awaited<ReturnType<typeof startHealthServer>> | undefined;
@@ -131,7 +134,10 @@ export class ProviderController {
     this.vms = new Informer<ProxmoxVM>(this.api, path('proxmoxvms'), {
       log,
       resyncMs: 0,
-      onCacheChange: (key, vm) => this.vmidHolders.set(key, vm),
+      onCacheChange: (key, vm) => {
+        this.vmidHolders.set(key, vm);
+        if (vm) this.warnOfDecimalSizes(vm);
+      },
     });
     this.sets = new Informer<ProxmoxVMScaleSet>(this.api, path('proxmoxvmscalesets'), { log });
     this.pcs = new Informer<Obj>(this.api, path('providerconfigs'), { log });
@@ -255,6 +261,24 @@ export class ProviderController {
     }
     if (!uid) throw new Error('the kube-system namespace has no uid: pass --installation <id>');
     return `k8s-${uid}`;
+  }
+
+  /**
+   * A Warning event for the sizes of a ProxmoxVM in decimal units (`memory: 4G` is 4,000,000,000
+   * bytes, not 4 GiB), once per generation: what `validate`, `plan` and `apply` say at the line,
+   * for a manifest applied with kubectl (a CRD's rules can refuse, not warn). Only VMs with such a
+   * size are remembered.
+   */
+  private warnOfDecimalSizes(vm: ProxmoxVM): void {
+    const generation = vm.metadata.generation ?? 0;
+    if (this.sizesWarned.get(vm.metadata.uid) === generation) return;
+    const sizes = decimalSizes(vm.spec?.forProvider ?? {});
+    if (!sizes.length) {
+      this.sizesWarned.delete(vm.metadata.uid);
+      return;
+    }
+    this.sizesWarned.set(vm.metadata.uid, generation);
+    this.recorder.record(vm, 'Warning', 'DecimalSizeUnits', sizes.map((x) => `${x.field}: ${x.message}`).join('; '));
   }
 
   async start(): Promise<void> {

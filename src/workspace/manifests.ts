@@ -18,7 +18,7 @@ import { IMAGE_KIND, imageSpecProblems, type ProxmoxImage } from '../api/proxmox
 import { type ProxmoxTemplate, TEMPLATE_KIND } from '../api/proxmoxtemplate.ts';
 import { API_VERSION, BRIDGE_PATTERN, GROUP, type ProxmoxVM } from '../api/proxmoxvm.ts';
 import { vmSchemas } from '../api/proxmoxvm-schema.ts';
-import { decimalSizeWarning } from '../api/quantity.ts';
+import { decimalSizes } from '../api/quantity.ts';
 import { type ManifestDoc, type ManifestProblem, readManifestFile } from './documents.ts';
 import { type CheckedKind, specPasses, specSchemas } from './spec-check.ts';
 
@@ -358,22 +358,12 @@ export interface LoadedManifests {
 
 /** A ProxmoxVM's sizes in decimal units (`memory: 4G`), each at its line, with its binary spelling. */
 export function sizeWarnings(doc: ManifestDoc, vm: ProxmoxVM): ManifestProblem[] {
-  const fp = vm.spec.forProvider;
-  const sizes: Array<[string, string | number | undefined, 'MiB' | 'GiB']> = [
-    ['spec.forProvider.memory', fp.memory, 'MiB'],
-    ['spec.forProvider.disk', fp.disk, 'GiB'],
-    ...(fp.disks ?? []).map((d, i): [string, string | number, 'GiB'] => [
-      `spec.forProvider.disks[${i}].size`,
-      d.size,
-      'GiB',
-    ]),
-  ];
-  const out: ManifestProblem[] = [];
-  for (const [field, q, shownIn] of sizes) {
-    const message = decimalSizeWarning(q, shownIn);
-    if (message) out.push({ file: doc.file, ...(doc.lineOf(field) ?? { line: doc.line }), field, message });
-  }
-  return out;
+  return decimalSizes(vm.spec.forProvider).map(({ field, message }) => ({
+    file: doc.file,
+    ...(doc.lineOf(field) ?? { line: doc.line }),
+    field,
+    message,
+  }));
 }
 
 /**

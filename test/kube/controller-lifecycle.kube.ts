@@ -113,6 +113,31 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     assertOneVmPerResource(sim, [o!]);
   });
 
+  it('memory: 1G (decimal, 953.7 MiB) applied with kubectl: one Warning event naming 1Gi, and the VM made all the same', async () => {
+    const created = await create(kube, smallVm('decimal-1', { spec: { forProvider: { memory: '1G' } } }));
+    const [ready] = await waitAllReady(kube, NS, ['decimal-1']);
+    const warnings = await waitFor('the DecimalSizeUnits event', async () => {
+      const items = await list(kube, `/api/v1/namespaces/${NS}/events`, {
+        fieldSelector: `involvedObject.uid=${created.metadata.uid}`,
+      });
+      const w = items.filter((e) => e.reason === 'DecimalSizeUnits');
+      return w.length ? w : undefined;
+    });
+    assert.deepEqual(
+      warnings.map((e) => [e.type, e.message, e.count ?? 1]),
+      [
+        [
+          'Warning',
+          "spec.forProvider.memory: '1G' is 1,000,000,000 bytes, 953.7 MiB (G is a power of 1000, as in Kubernetes); for 1 GiB write '1Gi'",
+          1,
+        ],
+      ],
+      'once, though its status was written many times since',
+    );
+    assert.equal(condition(ready, 'Ready')?.status, 'True');
+    assert.equal(simVms(sim).find((v) => v.uid === created.metadata.uid)?.config.memory, '954');
+  });
+
   it('paused resources: Synced False ReconcilePaused, nothing created, no change applied', async () => {
     const paused = { 'crossplane.io/paused': 'true' };
     const created = await create(kube, smallVm('paused-1', { metadata: { annotations: paused } }));
