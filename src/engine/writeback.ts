@@ -153,9 +153,16 @@ export class ResourceWriter<R extends Managed = Managed> {
     if (err instanceof ReasonedError && err.permanent && !err.createFailure)
       return { kind: 'rateLimited', error: err, permanent: true };
     const steps = err instanceof ReasonedError && err.createFailure ? this.createSchedule : schedule;
-    if (!steps || (err instanceof ReasonedError && err.retryable)) return { kind: 'rateLimited', error: err };
-    // The n-th failed create in a row waits the n-th step of the schedule (see createFailures).
     const key = keyOf(r);
+    if (!steps || (err instanceof ReasonedError && err.retryable)) {
+      // A create refused for a reason that passes (a lock held by another: task-end.ts) is retried
+      // at the normal backoff, not the failed creates' schedule; its failure is still recorded,
+      // so that the next observe does not wait out the creation grace for the VM it did not make.
+      if (err instanceof ReasonedError && err.createFailure)
+        this.createFailures.set(key, { count: this.createFailures.get(key)?.count ?? 0, at: this.options.now() });
+      return { kind: 'rateLimited', error: err };
+    }
+    // The n-th failed create in a row waits the n-th step of the schedule (see createFailures).
     const count = (this.createFailures.get(key)?.count ?? 0) + 1;
     this.createFailures.set(key, { count, at: this.options.now() });
     return { kind: 'rateLimited', schedule: [steps[Math.min(count, steps.length) - 1]!], error: err };

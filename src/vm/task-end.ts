@@ -100,7 +100,10 @@ export async function observeTaskEnd(
           `${msg}: its worker was killed before it ended (a node crash or restart, an OOM kill); what it left is looked at again`,
           true,
         );
-      const locked = /VM is locked|got timeout/.test(msg);
+      // A lock held by another (the VM's, or its storage's: many creates on one storage, PVE's
+      // cfs_lock "got lock request timeout", which the slot limiter backs off from, limits.ts)
+      // refused the task before it changed anything: retried, not the resource's failure.
+      const locked = /VM is locked|got timeout/.test(msg) || isLockContention(msg);
       // A resize, start or migration that failed on a VM whose disks are gone (a destroy that
       // freed them and could not remove the config): reported as that, and not sent again
       // (disk-missing.ts). A migration's scan of the volumes fails on them (F94).

@@ -115,6 +115,40 @@ describe('apply and delete: plan, confirmation, summary', () => {
     assert.equal(vms('plan-protected')[0]?.status, 'running', 'left running');
   });
 
+  it("a create refused for contention on its storage's lock (cfs-lock timeout, many creates on a shared storage): retried, apply ends 0", async () => {
+    // qemu-server's create dies with PVE's storage lock timeout and removes what it made
+    // (pve-cluster Cluster.pm cfs_lock: "got lock request timeout"); nothing of the spec is wrong,
+    // and the next create goes through. Before, apply stopped on it as CreateFailed (exit 1).
+    const dir = join(fx.dir, 'contention');
+    mkdirSync(dir);
+    writeManifests(dir, [{ name: 'plan-contended' }]);
+    const fault = fx.sim.cluster('site-1').addFault({
+      kind: 'task',
+      type: 'qmcreate',
+      action: 'fail',
+      at: 'start',
+      message: "unable to create VM 0 - cfs-lock 'storage-local-lvm' error: got lock request timeout",
+      count: 1,
+    });
+    try {
+      const res = await cli([
+        'apply',
+        '--yes',
+        '-f',
+        dir,
+        '--config',
+        fx.config,
+        '--state',
+        join(fx.dir, 'contention.db'),
+        ...POLL,
+      ]);
+      assert.equal(res.code, 0, res.stdout + res.stderr);
+      assert.equal(vms('plan-contended').length, 1);
+    } finally {
+      fx.sim.cluster('site-1').removeFault(fault);
+    }
+  });
+
   it('apply and delete refused for want of --yes leave no empty state directory behind', async () => {
     const root = join(fx.dir, 'state-root');
     const before = process.env.PROVIDER_PROXMOX_STATE_DIR;
