@@ -5,10 +5,13 @@ const DECIMAL: Record<string, number> = { k: 1e3, K: 1e3, M: 1e6, G: 1e9, T: 1e1
 
 export const QUANTITY_PATTERN = '^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$';
 
+/** A quantity's number and unit (parseQuantity, decimalSizeWarning). */
+const QUANTITY_RE = /^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$/;
+
 /** Bytes of a quantity; a bare number is read in `bareUnit` bytes (MiB for memory, GiB for disks). */
 export function parseQuantity(q: string | number, bareUnit: number): number | undefined {
   if (typeof q === 'number') return Number.isFinite(q) && q >= 0 ? Math.round(q * bareUnit) : undefined;
-  const m = /^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$/.exec(q.trim());
+  const m = QUANTITY_RE.exec(q.trim());
   if (!m) return undefined;
   const n = Number(m[1]);
   const u = m[2];
@@ -37,8 +40,8 @@ export function formatBytes(b: number): string {
  */
 export function decimalSizeWarning(q: string | number | undefined, shownIn: 'MiB' | 'GiB'): string | undefined {
   if (typeof q !== 'string') return undefined;
-  const m = /^([0-9]+(?:\.[0-9]+)?)(k|K|M|G|T|P)$/.exec(q.trim());
-  if (!m) return undefined;
+  const m = QUANTITY_RE.exec(q.trim());
+  if (!m?.[2] || !(m[2] in DECIMAL)) return undefined;
   const bytes = parseQuantity(q, 1)!;
   const unit = m[2]!.toUpperCase();
   const binary = `${m[1]}${unit === 'K' ? 'Ki' : `${unit}i`}`;

@@ -18,7 +18,13 @@ import type { ProxmoxVM } from '../api/proxmoxvm.ts';
 import type { ResourcePlan } from '../vm/plan.ts';
 import { chooseState, configAmong, loadConfigArg, nothingToApply, UsageError } from '../workspace/arguments.ts';
 import { write as emit } from '../workspace/lines.ts';
-import { formatProblem, loadManifests, type ManifestDoc, ManifestError } from '../workspace/manifests.ts';
+import {
+  formatProblem,
+  formatWarning,
+  loadManifests,
+  type ManifestDoc,
+  ManifestError,
+} from '../workspace/manifests.ts';
 import { RolloutError } from '../workspace/phases.ts';
 import { readStateFile, type StateFile, StateFileError } from '../workspace/state-file.ts';
 import type { GcFinding } from './gc.ts';
@@ -57,7 +63,7 @@ export async function validateCommand(args: {
     args.out,
     render(r, args.output ?? 'table', () =>
       [
-        ...r.warnings.map((w) => `warning: ${formatProblem(w)}`),
+        ...r.warnings.map(formatWarning),
         ...(r.warnings.length ? [''] : []),
         r.problems.length
           ? `${r.problems.map(formatProblem).join('\n')}\n\n${r.problems.length} problem(s) in ${new Set(r.problems.map((p) => p.file)).size} file(s); ${r.resources} valid ProxmoxVM(s)`
@@ -142,7 +148,7 @@ export async function planCommand(args: {
     render({ ...p, changes, warnings: m.warnings }, args.output ?? 'table', () =>
       // (A site without quorum is among formatPlan's warnings already.)
       [
-        ...m.warnings.map((w) => `warning: ${formatProblem(w)}`),
+        ...m.warnings.map(formatWarning),
         ...(m.warnings.length ? [''] : []),
         formatPlan(p),
         '',

@@ -17,7 +17,7 @@ import {
   stateFileFor,
   UsageError,
 } from '../workspace/arguments.ts';
-import { formatProblem, type ManifestDoc } from '../workspace/manifests.ts';
+import { formatWarning, type ManifestDoc } from '../workspace/manifests.ts';
 import {
   loadFleetFile,
   manifestKey,
@@ -57,7 +57,7 @@ export async function applyCommand(args: ApplyArgs): Promise<number> {
   if (!vms.length && !images.length && !templates.length) throw nothingToApply(args.files);
   // stdout: the table or, with -o json|yaml, the document alone; the human lines go to o.say (src/local/output.ts).
   const o = outputFor(args);
-  for (const w of warnings) o.note(`warning: ${formatProblem(w)}`);
+  for (const w of warnings) o.note(formatWarning(w));
   // A fleet file with a problem stops apply as a bad flag does (exit 2), each problem at its line.
   const fleetProblems = args.fleet ? fleetFileProblems(args.fleet, vms) : [];
   if (fleetProblems.length) throw new UsageError(formatFleetProblems(fleetProblems));

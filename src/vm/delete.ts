@@ -15,7 +15,15 @@ import { followTask, hook, type StepContext } from './context.ts';
 import { lockCleared, lockWithoutTask } from './lock-holder.ts';
 import { locate, nodeOffline } from './lookup.ts';
 import { destroyWaitsForNode } from './node-offline.ts';
-import { cloneSource, isProtected, manualCleanup, ownershipOf, placeholderFate, unprotect } from './ownership.ts';
+import {
+  cloneSource,
+  isProtected,
+  manualCleanup,
+  ownershipOf,
+  placeholderFate,
+  protectedVm,
+  unprotect,
+} from './ownership.ts';
 import { awaitQuorumAfterRefusal } from './site-quorum.ts';
 import { isPlaceholderLock } from './spec.ts';
 import { lateCreateMayStillApply } from './vmid.ts';
@@ -96,7 +104,7 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
   if (isProtected(cfg.values))
     throw reason(
       'VMProtected',
-      `VM ${vmid} on node ${found.node} of site ${ctx.site.name} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not). Fix: if it is to go, ${unprotect(vmid, found.node, ctx.site.name)}; to keep it, set spec.deletionPolicy: Orphan (in Kubernetes on the object; with the CLI in the manifest, applied before delete)`,
+      `${protectedVm(`VM ${vmid} on node ${found.node} of site ${ctx.site.name}`)}. Fix: if it is to go, ${unprotect(vmid, found.node, ctx.site.name)}; to keep it, set spec.deletionPolicy: Orphan (in Kubernetes on the object; with the CLI in the manifest, applied before delete)`,
       true,
     );
   const status = await ctx.client.vmStatus(found.node, vmid);

@@ -87,6 +87,11 @@ export function isProtected(cfg: VmConfig['values']): boolean {
   return cfg.protection === '1';
 }
 
+/** What a delete or a replacement says of a protected VM (`what`: which VM, where). */
+export function protectedVm(what: string): string {
+  return `${what} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not)`;
+}
+
 /** The command that lets a protected VM go, and where to run it. */
 export function unprotect(vmid: number, node: string, site: string): string {
   return `on node ${node} of site ${site} run 'qm set ${vmid} --protection 0' (GUI: VM ${vmid} > Options > Protection)`;

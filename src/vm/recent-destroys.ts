@@ -31,7 +31,7 @@
  * be applied. With no placement given (a move's target, which may change with the endpoint's
  * failover before it is sent), every node is waited for.
  */
-import { abortable } from '../proxmox/deadline.ts';
+import { abortable, deadline } from '../proxmox/deadline.ts';
 import { AuthenticationError, PermissionError, TlsError } from '../proxmox/index.ts';
 import type { ClusterResource } from '../proxmox/types.ts';
 import { reason } from './conditions.ts';
@@ -107,7 +107,16 @@ export async function recentlyDestroyed(
     });
   await abortable(Promise.all(looks.filter((l) => needed(l.node)).map((l) => l.r.pending)), ctx.signal);
   const beside = looks.filter((l) => !needed(l.node) && l.r.pending).map((l) => l.r.pending);
-  if (beside.length) await abortable(within(Promise.all(beside), BESIDE_MS), ctx.signal);
+  if (beside.length) {
+    const d = deadline(BESIDE_MS, ctx.signal);
+    try {
+      await abortable(Promise.all(beside), d.signal);
+    } catch (e) {
+      if (ctx.signal?.aborted) throw e; // (past BESIDE_MS: go on without them)
+    } finally {
+      d.release();
+    }
+  }
   const out: RecentDestroys = new Map();
   for (const { node, r } of looks) {
     const res = r.result;
@@ -116,15 +125,6 @@ export async function recentlyDestroyed(
     } else if (needed(node)) throw unanswered(ctx, node, res?.error, placedOn !== undefined);
   }
   return out;
-}
-
-/** `p`, or nothing more than `ms` of waiting for it. */
-function within(p: Promise<unknown>, ms: number): Promise<unknown> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise((resolve) => {
-    timer = setTimeout(resolve, ms);
-  });
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
 /** Why a choice placed on `node` waits: its destroys could not be read. */

@@ -30,7 +30,7 @@ import { type StepContext, stepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { lockCleared, reportLock } from './lock-holder.ts';
 import { locate, type ObservedVm } from './lookup.ts';
-import { confirmOwnVm, isProtected, unprotect } from './ownership.ts';
+import { confirmOwnVm, isProtected, protectedVm, unprotect } from './ownership.ts';
 import { removeSnippetsLeftOn } from './snippet-removal.ts';
 import { markerNames, parseMarker } from './spec.ts';
 import { taskDone } from './tasks.ts';
@@ -268,7 +268,7 @@ export async function retireReplaced(
   if (isProtected(cfg))
     throw reason(
       'VMProtected',
-      `replaced VM ${old.vmid} on node ${found.node} of site ${old.site} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not) beside the new VM, and this resource is not Ready until it goes. Fix: ${unprotect(old.vmid, found.node, old.site)}`,
+      `${protectedVm(`replaced VM ${old.vmid} on node ${found.node} of site ${old.site}`)} beside the new VM, and this resource is not Ready until it goes. Fix: ${unprotect(old.vmid, found.node, old.site)}`,
       true,
     );
   return {

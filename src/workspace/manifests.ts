@@ -38,6 +38,11 @@ export function formatProblem(p: ManifestProblem): string {
   return `${where}: ${p.field ? `${p.field}: ` : ''}${p.message}`;
 }
 
+/** A warning (LoadedManifests.warnings) as validate, plan and apply print it. */
+export function formatWarning(w: ManifestProblem): string {
+  return `warning: ${formatProblem(w)}`;
+}
+
 /**
  * Every .yaml/.yml file under the given files and directories, sorted. A directory's entries come
  * with their types (no stat per file, a system call each); a symbolic link is followed with stat.
