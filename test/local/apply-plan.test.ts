@@ -34,6 +34,9 @@ describe('apply and delete: plan, confirmation, summary', () => {
       .filter((v) => parseMarker(v.config.description)?.name === name);
   const run = (cmd: string, ...extra: string[]) =>
     cli([cmd, '-f', m, '--config', fx.config, '--state', state, ...POLL, ...extra]);
+  /** `cmd --yes` of `path` with a state file of its own (`state`, in the fixture's directory). */
+  const runOn = (cmd: string, path: string, state: string) =>
+    cli([cmd, '--yes', '-f', path, '--config', fx.config, '--state', join(fx.dir, state), ...POLL]);
 
   it('without a terminal and without --yes, apply changes nothing and says how to go ahead (exit 2)', async () => {
     writeManifests(m, [{ name: 'plan-a' }, { name: 'plan-b' }]);
@@ -84,17 +87,7 @@ describe('apply and delete: plan, confirmation, summary', () => {
     const plan = await cli(['plan', '-f', dec, '--config', fx.config, '--state', join(fx.dir, 'decimal.db')]);
     assert.equal(plan.code, 0, plan.stdout + plan.stderr);
     assert.match(plan.stdout, warning);
-    const res = await cli([
-      'apply',
-      '--yes',
-      '-f',
-      file!,
-      '--config',
-      fx.config,
-      '--state',
-      join(fx.dir, 'decimal.db'),
-      ...POLL,
-    ]);
+    const res = await runOn('apply', file!, 'decimal.db');
     assert.equal(res.code, 0, res.stdout + res.stderr);
     assert.match(res.stderr, warning);
     assert.equal(vms('plan-decimal')[0]?.config.memory, '954');
@@ -104,12 +97,11 @@ describe('apply and delete: plan, confirmation, summary', () => {
     const dir = join(fx.dir, 'protected');
     mkdirSync(dir);
     writeManifests(dir, [{ name: 'plan-protected' }]);
-    const db = join(fx.dir, 'protected.db');
-    const apply = await cli(['apply', '--yes', '-f', dir, '--config', fx.config, '--state', db, ...POLL]);
+    const apply = await runOn('apply', dir, 'protected.db');
     assert.equal(apply.code, 0, apply.stdout + apply.stderr);
     const vm = vms('plan-protected')[0]!;
     vm.config.protection = '1';
-    const res = await cli(['delete', '--yes', '-f', dir, '--config', fx.config, '--state', db, ...POLL]);
+    const res = await runOn('delete', dir, 'protected.db');
     assert.equal(res.code, 1, res.stdout + res.stderr);
     assert.match(res.stdout + res.stderr, /VMProtected.*qm set \d+ --protection 0/s);
     assert.equal(vms('plan-protected')[0]?.status, 'running', 'left running');
@@ -131,17 +123,7 @@ describe('apply and delete: plan, confirmation, summary', () => {
       count: 1,
     });
     try {
-      const res = await cli([
-        'apply',
-        '--yes',
-        '-f',
-        dir,
-        '--config',
-        fx.config,
-        '--state',
-        join(fx.dir, 'contention.db'),
-        ...POLL,
-      ]);
+      const res = await runOn('apply', dir, 'contention.db');
       assert.equal(res.code, 0, res.stdout + res.stderr);
       assert.equal(vms('plan-contended').length, 1);
     } finally {
