@@ -6,12 +6,12 @@
 
 import type { LoadedProviderConfig } from '../api/provider-config-load.ts';
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { GiB, parseQuantity } from '../api/quantity.ts';
+import { GiB } from '../api/quantity.ts';
 import { formatImagePlans, type ImagePlan } from '../image/plan.ts';
 import { noQuorumWarning, type Quorum, quorumOf } from '../proxmox/quorum.ts';
 import { clientForSite } from '../proxmox/site.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
-import { diskBytes, hasOwnerTag, memoryBytes, vcpus, vmName } from '../vm/spec.ts';
+import { diskAllocations, hasOwnerTag, memoryBytes, vcpus, vmName } from '../vm/spec.ts';
 import { comparePhases, DEFAULT_PHASE, planRollout, type RolloutPlan } from '../workspace/phases.ts';
 
 export interface StoragePlan {
@@ -98,10 +98,7 @@ async function readSite(config: LoadedProviderConfig, site: string): Promise<Sit
 }
 
 function vmDisk(vm: ProxmoxVM): number {
-  const fp = vm.spec.forProvider;
-  let d = diskBytes(fp) ?? 0;
-  for (const x of fp.disks ?? []) d += parseQuantity(x.size, GiB) ?? 0;
-  return d;
+  return diskAllocations(vm.spec.forProvider).reduce((sum, d) => sum + d.bytes, 0);
 }
 
 export async function planFleet(
@@ -206,7 +203,7 @@ export async function planFleet(
       let placed = false;
       if (!nodeName) {
         // The node with the most free memory among those whose storage can take the disk.
-        const own = diskBytes(fp) ?? 0;
+        const own = diskAllocations(fp)[0]!.bytes;
         const best = [...plans.values()]
           .filter(
             (p) =>
@@ -282,9 +279,7 @@ export async function planFleet(
         s.requested += deployed ? 0 : bytes;
         if (!s.vms.includes(name)) s.vms.push(name);
       };
-      addDisk(storage, diskBytes(fp) ?? 0, 'storage');
-      for (const [i, d] of (fp.disks ?? []).entries())
-        addDisk(d.storage ?? storage, parseQuantity(d.size, GiB) ?? 0, `disks[${i}].storage`);
+      for (const d of diskAllocations(fp)) addDisk(d.storage, d.bytes, d.field);
       // An offline node reports no CPUs nor memory (0): its own finding says it is offline.
       if (p.online && cpus > p.cpus) {
         findings.push({

@@ -5,7 +5,7 @@
  * ReasonedError whose message names the fix. `preflight` then takes a concurrency slot.
  */
 import type { ProxmoxVM } from '../api/proxmoxvm.ts';
-import { GiB, MiB, parseQuantity } from '../api/quantity.ts';
+import { GiB, MiB } from '../api/quantity.ts';
 import { PveError } from '../proxmox/index.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { atProvider, explain, reason, setStep } from './conditions.ts';
@@ -22,7 +22,7 @@ import {
   uploadSnippet,
   warmSnippetConnection,
 } from './snippets.ts';
-import { desiredNets, diskBytes, memoryBytes, needsSnippet, vcpus } from './spec.ts';
+import { desiredNets, diskAllocations, memoryBytes, needsSnippet, vcpus } from './spec.ts';
 
 export type CreateSource =
   | { kind: 'blank' }
@@ -85,7 +85,7 @@ export async function preflight(
   }
   ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, vcpus(fp), {
     id: storage,
-    bytes: diskBytes(fp) ?? 0,
+    bytes: diskAllocations(fp)[0]!.bytes,
   });
   return { plan: { node, storage, ciStorage, source, ...(cloneOnSource ? { cloneOnSource } : {}) } };
 }
@@ -108,15 +108,9 @@ export async function checkOnNode(
   const storages = await nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node));
   // Creates already in flight on this storage count: their disks are not in Proxmox's numbers yet.
   const inFlight = ctx.site.storageInFlight(node, storage, r.metadata.uid);
-  const entry = checkStorage(storages, storage, (diskBytes(fp) ?? 0) + inFlight, 'spec.forProvider.storage');
-  for (const [i, d] of (fp.disks ?? []).entries()) {
-    checkStorage(
-      storages,
-      d.storage ?? storage,
-      parseQuantity(d.size, GiB) ?? 0,
-      `spec.forProvider.disks[${i}].storage`,
-    );
-  }
+  const [system, ...extra] = diskAllocations(fp);
+  const entry = checkStorage(storages, storage, system!.bytes + inFlight, 'spec.forProvider.storage');
+  for (const d of extra) checkStorage(storages, d.storage, d.bytes, `spec.forProvider.${d.field}`);
   const ciStorage = fp.cloudInit?.storage ?? storage;
   if (ciStorage !== storage) checkStorage(storages, ciStorage, 4 * MiB, 'spec.forProvider.cloudInit.storage');
   setStep(r, 'ResolvingImage');
@@ -153,7 +147,7 @@ async function cloneOnTemplateNode(
       'CloneAcrossNodes',
       `template ${source.vmid} is on node ${source.node}, and PVE clones to another node only onto a shared storage: storage '${storage}' on node ${node} is not shared, and node ${source.node} has none of that name to clone onto before a migration. Fix: a shared storage in spec.forProvider.storage, node: ${source.node}, or a template on node ${node}`,
     );
-  checkStorage(there, storage, diskBytes(r.spec.forProvider) ?? 0, 'spec.forProvider.storage');
+  checkStorage(there, storage, diskAllocations(r.spec.forProvider)[0]!.bytes, 'spec.forProvider.storage');
   return true;
 }
 

@@ -44,6 +44,35 @@ export function wholeGiB(bytes: number): number {
   return Math.max(1, Math.ceil(bytes / GiB));
 }
 
+/** A disk as its storage will hold it: where, how many bytes, and the spec field that names the storage. */
+export interface DiskAllocation {
+  storage: string;
+  bytes: number;
+  /** Under spec.forProvider: `storage` or `disks[i].storage`. */
+  field: string;
+}
+
+/**
+ * What the VM's disks take on their storages once made, each in whole GiB up as PVE makes them
+ * (wholeGiB): scsi0 first (0 bytes when the spec leaves its size to the image or template), then
+ * each extra disk. Capacity checks (preflight's, `plan`'s) count these, not the bytes asked: ten
+ * disks of `10.4Gi` take 110 GiB, not 104.
+ */
+export function diskAllocations(fp: ForProvider): DiskAllocation[] {
+  const storage = fp.storage ?? 'local-lvm';
+  const disk = diskBytes(fp);
+  const out: DiskAllocation[] = [{ storage, bytes: disk === undefined ? 0 : wholeGiB(disk) * GiB, field: 'storage' }];
+  for (const [i, d] of (fp.disks ?? []).entries()) {
+    const b = parseQuantity(d.size, GiB);
+    out.push({
+      storage: d.storage ?? storage,
+      bytes: b === undefined ? 0 : wholeGiB(b) * GiB,
+      field: `disks[${i}].storage`,
+    });
+  }
+  return out;
+}
+
 /** Step 1: every problem of the spec, each with its field and what is allowed. */
 export function validateSpec(r: ProxmoxVM): Problem[] {
   const fp = r.spec.forProvider ?? ({} as ForProvider);

@@ -281,6 +281,22 @@ describe('plan: the seed fleet against the simulated seed sites', () => {
     assert.match(text, /Plan: 0 to create, 0 to adopt, 0 to update, 0 to reboot, 0 unchanged, 3 refused\./);
   });
 
+  it('disks count in the whole GiB PVE makes them: three of 2730.4Gi (8191.2 GiB asked, 8193 made) do not fit 8192 GiB', async () => {
+    const d = join(dir, 'whole-gib');
+    mkdirSync(d);
+    for (const name of ['part-a', 'part-b', 'part-c'])
+      writeFileSync(
+        join(d, `${name}.yaml`),
+        vmYaml(
+          name,
+          '    site: site-2\n    node: r630-01\n    cpu: 1\n    memory: 1Gi\n    disk: 2730.4Gi\n    storage: ceph-fs\n',
+        ),
+      );
+    const c = capture();
+    assert.equal(await planCommand({ changesOf: planChanges, files: [d], config: configFile, out: c.out }), 1);
+    assert.match(c.text(), /site-2\/ceph-fs \(shared\): 8193 GiB of disks requested, 8192 GiB free of 8192 GiB/);
+  });
+
   it('a VM importing the file a ProxmoxImage of the same manifests downloads first: planned as a create after it, not refused', async () => {
     const d = join(dir, 'image-first');
     mkdirSync(d);

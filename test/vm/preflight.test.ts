@@ -128,6 +128,15 @@ describe('the seed\'s "Potential Issues": refused before anything is created, wi
     );
   });
 
+  it('a disk that fits in bytes but not in the whole GiB PVE allocates -> StorageFull, not a create PVE refuses', async () => {
+    // local-lvm on NODE1 holds the template's 2252 MiB disk, so its free space is a whole GiB and
+    // 0.8 of one (less what earlier tests left); half a GiB past the whole ones fits in bytes.
+    const free = sim.cluster(SITE1).state.storage(NODE1, 'local-lvm')!.avail / 1024 ** 3;
+    assert.ok(free % 1 > 0.5, `free ${free} GiB`);
+    const { message } = await refused('whole-gib', { disk: `${Math.floor(free)}.5Gi` }, 'StorageFull', 3);
+    assert.match(message, new RegExp(`has ${free.toFixed(1)} GiB free, ${Math.ceil(free)}\\.0 GiB needed`));
+  });
+
   it('storage full (storage-full fault) -> StorageFull; created once space is freed', async () => {
     const c = sim.cluster(SITE1);
     const fault = c.addFault({ kind: 'storage-full', node: NODE1, storage: 'local-lvm' });
