@@ -22,6 +22,7 @@ import type { Change } from './drift.ts';
 import { classify, type MarkedVm, mayBeMarked } from './inventory.ts';
 import { listIndex } from './list-index.ts';
 import { isOwnVm, type ObservedVm } from './lookup.ts';
+import { protectedVm, unprotect } from './ownership.ts';
 import type { SiteContext } from './site-cache.ts';
 import { vmName } from './spec.ts';
 
@@ -83,11 +84,16 @@ export async function retireStrayElsewhere(
   }
   const going = strays.filter((s) => keepsStray(own, candidate(s)) === false);
   if (!going.length) return undefined;
+  // A twin an operator protected is left as it is and said to be (ownership.ts isProtected): stopped
+  // first, it would be left stopped by a destroy PVE refuses, at every poll.
   const why = going
-    .map(
-      (s) =>
-        `VM ${s.vm.vmid} on node ${s.vm.node} of site ${s.site.name}, made for this resource too by a create whose state was lost, duplicates VM ${found.vmid} and ${lesser(own, candidate(s))}: ${s.vm.status === 'running' ? 'stopped, then destroyed at a later poll' : 'destroyed'}`,
-    )
+    .map((s) => {
+      const what = `VM ${s.vm.vmid} on node ${s.vm.node} of site ${s.site.name}`;
+      const twin = `made for this resource too by a create whose state was lost, duplicates VM ${found.vmid} and ${lesser(own, candidate(s))}`;
+      return s.vm.protected
+        ? `${protectedVm(what)}; it ${twin}. Fix: if it is to go, ${unprotect(s.vm.vmid, s.vm.node, s.site.name)}`
+        : `${what}, ${twin}: ${s.vm.status === 'running' ? 'stopped, then destroyed at a later poll' : 'destroyed'}`;
+    })
     .join('; ');
   // A plan shows the first twin's retirement (the why names them all) and sends nothing.
   if (ctx.readOnly) {
@@ -104,8 +110,11 @@ export async function retireStrayElsewhere(
       },
     };
   }
-  for (const s of going) await retire(ctx, s);
-  duplicateCondition(r, 'True', 'RetiringDuplicate', why);
+  // (A protected twin's config is read again at the next poll: the marker cache would keep its protection.)
+  for (const s of going)
+    if (s.vm.protected) s.site.forgetMarked(s.vm.vmid);
+    else await retire(ctx, s);
+  duplicateCondition(r, 'True', going.some((s) => s.vm.protected) ? 'VMProtected' : 'RetiringDuplicate', why);
   if (!moving) return undefined;
   // Before a move to another site, the move waits until they are gone: one at the VMID the VM
   // carries would refuse it (fault search F59).

@@ -26,6 +26,8 @@ export interface MarkedVm {
    * src/image/template-build.ts): its resource is a template, never an orphan of the VM store.
    */
   templateBuild?: boolean;
+  /** An operator protected it (`protection: 1`): Proxmox refuses to destroy it (ownership.ts isProtected). */
+  protected?: boolean;
   marker?: Marker;
   /** When PVE created it (the config's `meta: …,ctime=<epoch>`, written by create), seconds. */
   ctime?: number;
@@ -96,6 +98,7 @@ export async function readMarkedVm(client: PveClient, e: ClusterResource): Promi
     ...(v.lock ? { lock: v.lock } : {}),
     template: e.template === 1 || v.template === '1',
     ...(hasOwnerTag(v.tags) && (v.tags ?? '').split(/[;,\s]/).includes('template') ? { templateBuild: true } : {}),
+    ...(v.protection === '1' ? { protected: true } : {}),
     ...(marker ? { marker } : {}),
     ...(ctime !== undefined ? { ctime } : {}),
     digest: cfg.digest,

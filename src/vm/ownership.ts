@@ -24,7 +24,7 @@ import {
 } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
 import type { VmConfig } from '../proxmox/types.ts';
-import { atProvider, ready } from './conditions.ts';
+import { atProvider, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
 import type { Change } from './drift.ts';
 import { findTemplate } from './lookup.ts';
@@ -95,6 +95,21 @@ export function protectedVm(what: string): string {
 /** The command that lets a protected VM go, and where to run it. */
 export function unprotect(vmid: number, node: string, site: string): string {
   return `on node ${node} of site ${site} run 'qm set ${vmid} --protection 0' (GUI: VM ${vmid} > Options > Protection)`;
+}
+
+/**
+ * Before a duplicate or a discarded replacement is stopped and destroyed: refused (VMProtected,
+ * retried) when an operator protected it, read from PVE right then. Stopped first, it was left
+ * stopped by a destroy PVE refused, again at every retry; the operator's protection may have been
+ * meant for it (`why`: why it was to go).
+ */
+export async function refuseProtected(ctx: StepContext, node: string, vmid: number, why: string): Promise<void> {
+  if (!isProtected((await ctx.client.vmConfig(node, vmid)).values)) return;
+  throw reason(
+    'VMProtected',
+    `${protectedVm(`VM ${vmid} on node ${node} of site ${ctx.site.name}`)}; it was to go: ${why}. Fix: if it is to go, ${unprotect(vmid, node, ctx.site.name)}`,
+    true,
+  );
 }
 
 /** Whose is this config, read at VMID `at.vmid` by a resource of installation `at.installation`? */

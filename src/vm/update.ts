@@ -12,6 +12,7 @@ import { checkDisksAfterFailure, recheckMissingDisks } from './disk-missing.ts';
 import { checkStaleDiskSize, resizeSent } from './disk-size.ts';
 import type { Change } from './drift.ts';
 import { checkMigration } from './migrate.ts';
+import { refuseProtected } from './ownership.ts';
 import { reserveReplacement, retireStep } from './replace.ts';
 import { sendSiteMove } from './site-move-request.ts';
 import { removeSnippets } from './snippet-removal.ts';
@@ -110,9 +111,10 @@ export async function applyChange(
       });
       break;
     case 'retire-duplicate':
-    case 'discard-replacement':
+    case 'discard-replacement': {
       // Stopped hard, then destroyed with its disks: it is a few minutes old (duplicates.ts, replace.ts).
       setStep(r, change.kind === 'retire-duplicate' ? 'RetiringDuplicate' : 'DiscardingReplacement');
+      await refuseProtected(ctx, node, change.vmid ?? vmid, change.why);
       upid = change.running
         ? await ctx.client.stopVm(node, change.vmid ?? vmid)
         : await ctx.client.deleteVm(node, change.vmid ?? vmid, {
@@ -121,6 +123,7 @@ export async function applyChange(
           });
       ctx.site.forgetMarked(change.vmid ?? vmid);
       break;
+    }
     case 'stop':
       upid = await ctx.client.shutdownVm(node, vmid, { timeout: 60, forceStop: true });
       break;

@@ -12,7 +12,7 @@ import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import type { SimCluster, Simulator } from '../../src/sim/index.ts';
 import { ownershipMarker } from '../../src/vm/spec.ts';
 import { raw, waitTask } from '../helpers/sim.ts';
-import { cond, count, Engine, foreignVm, NODE1, SITE1, startSim, vm } from './harness.ts';
+import { cond, count, Engine, foreignVm, NODE1, putConfig, SITE1, startSim, vm } from './harness.ts';
 
 const SITE2 = 'site-2';
 const NODE2 = 'r630-01';
@@ -27,7 +27,14 @@ function named(c: SimCluster, name: string): number[] {
 }
 
 /** Make `r`'s twin on site-2 at `vmid` for a uid no resource holds, started when `running`. */
-async function stray(sim: Simulator, r: ProxmoxVM, vmid: number, installation: string, running: boolean) {
+async function stray(
+  sim: Simulator,
+  r: ProxmoxVM,
+  vmid: number,
+  installation: string,
+  running: boolean,
+  extra: Record<string, string> = {},
+) {
   const c2 = sim.cluster(SITE2);
   const lost = { ...r, metadata: { ...r.metadata, uid: LOST_UID } };
   await foreignVm(
@@ -37,6 +44,7 @@ async function stray(sim: Simulator, r: ProxmoxVM, vmid: number, installation: s
       name: r.metadata.name,
       tags: 'provider-proxmox',
       description: ownershipMarker(lost, { installation, vmid }),
+      ...extra,
     },
     NODE2,
   );
@@ -105,6 +113,34 @@ describe("a resource's twin on another site", () => {
     stop();
   });
 
+  it('a twin an operator protected is left as it is, said to be, and goes once the protection is lifted', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('twin-p'));
+    const r = await eng.waitReady(key);
+    const vmid = r.status!.atProvider!.vmId!;
+    const installation = /installation=(\S+)/.exec(c1.state.vms.get(vmid)!.config.description ?? '')![1]!;
+    const destroys = count(c2, 'DELETE /nodes/{node}/qemu/{vmid}');
+    await stray(sim, r, 172, installation, true, { protection: '1' });
+    const held = await eng.waitFor(
+      key,
+      (x) => cond(x, 'DuplicateElsewhere')?.reason === 'VMProtected',
+      'the condition says the twin is protected',
+    );
+    assert.match(
+      cond(held, 'DuplicateElsewhere')!.message ?? '',
+      /VM 172 on node r630-01 of site site-2 is protected \(protection: 1\).*Fix: if it is to go, on node r630-01 of site site-2 run 'qm set 172 --protection 0'/,
+    );
+    // Before, it was stopped for a destroy PVE refused, at every poll.
+    assert.equal(c2.state.vms.get(172)?.status, 'running', 'not stopped');
+    assert.equal(count(c2, 'POST /nodes/{node}/qemu/{vmid}/status/stop'), 0);
+    assert.equal(count(c2, 'DELETE /nodes/{node}/qemu/{vmid}'), destroys, 'no destroy sent');
+    assert.equal(cond(held, 'Ready')?.status, 'True', 'the resource keeps its VM, Ready');
+    await putConfig(c2, NODE2, 172, { protection: '0' });
+    await until('the twin goes once unprotected', () => named(c2, 'twin-p').length === 0);
+    assert.deepEqual(named(c1, 'twin-p'), [vmid]);
+  });
+
   it('a running twin of a stopped VM stays: the resource retires its own VM, adopts the twin and moves it here', async () => {
     const c1 = sim.cluster(SITE1);
     const c2 = sim.cluster(SITE2);
@@ -128,5 +164,37 @@ describe("a resource's twin on another site", () => {
     assert.equal(c1.state.vms.get(kept[0]!)?.config.smbios1, uuid, 'it is the twin, moved (its SMBIOS UUID)');
     assert.equal(moved.status?.atProvider?.vmId, kept[0]);
     assert.equal(moved.status?.atProvider?.node, NODE1);
+  });
+
+  it('its own VM protected, to be retired for a running twin: left as it is (VMProtected) until the protection is lifted', async () => {
+    const c1 = sim.cluster(SITE1);
+    const c2 = sim.cluster(SITE2);
+    const key = eng.apply(vm('twin-q', { powerState: 'stopped' }));
+    const r = await eng.waitReady(key);
+    const vmid = r.status!.atProvider!.vmId!;
+    const installation = /installation=(\S+)/.exec(c1.state.vms.get(vmid)!.config.description ?? '')![1]!;
+    await putConfig(c1, NODE1, vmid, { protection: '1' });
+    const destroys = count(c1, 'DELETE /nodes/{node}/qemu/{vmid}');
+    await stray(sim, r, 173, installation, true);
+    const held = await eng.waitFor(key, (x) => cond(x, 'Synced')?.reason === 'VMProtected', 'VMProtected');
+    assert.match(
+      cond(held, 'Synced')!.message ?? '',
+      new RegExp(
+        `VM ${vmid} on node ${NODE1} of site site-1 is protected \\(protection: 1\\).*it was to go: VM ${vmid} duplicates VM 173.*Fix: if it is to go, on node ${NODE1} of site site-1 run 'qm set ${vmid} --protection 0'`,
+      ),
+    );
+    assert.ok(c1.state.vms.has(vmid), 'left as it is');
+    assert.equal(count(c1, 'DELETE /nodes/{node}/qemu/{vmid}'), destroys, 'no destroy sent');
+    await putConfig(c1, NODE1, vmid, { protection: '0' });
+    await eng.waitFor(
+      key,
+      (x) =>
+        x.status?.atProvider?.site === SITE1 &&
+        x.status?.atProvider?.step === 'Ready' &&
+        named(c2, 'twin-q').length === 0,
+      'the twin adopted and moved to site-1 once unprotected',
+    );
+    assert.equal(named(c1, 'twin-q').length, 1, 'one VM of the resource');
+    assert.equal(c1.state.vms.has(vmid), false, 'its own VM went');
   });
 });
