@@ -107,6 +107,9 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
       `${protectedVm(`VM ${vmid} on node ${found.node} of site ${ctx.site.name}`)}. Fix: if it is to go, ${unprotect(vmid, found.node, ctx.site.name)}; to keep it, set spec.deletionPolicy: Orphan (in Kubernetes on the object; with the CLI in the manifest, applied before delete)`,
       true,
     );
+  // (A test seam: what happens between these checks and the stop or destroy, e.g. a lock or a
+  // protection set meanwhile, which PVE then refuses them for.)
+  await hook(ctx, 'delete-checked', r);
   const status = await ctx.client.vmStatus(found.node, vmid);
   if (status.status === 'running') {
     setStep(r, 'Stopping');

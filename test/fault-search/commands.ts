@@ -160,7 +160,9 @@ export type ForeignAct =
   | 'power-off'
   | 'destroy'
   /** HA or a person migrates our VM to the other node of its site (the fourth search's site-2). */
-  | 'migrate';
+  | 'migrate'
+  /** A person protects our VM (`qm set N --protection 1`): Proxmox then refuses to destroy it. */
+  | 'protect';
 
 /** Acts on the cluster the resource's VM is on (its status's site), where another user would meet it. */
 export async function foreignAct(w: World, what: ForeignAct, name: Name): Promise<void> {
@@ -238,6 +240,18 @@ export async function foreignAct(w: World, what: ForeignAct, name: Name): Promis
       });
       const res = await foreignRequest(w, 'DELETE', `/nodes/${vm.node}/qemu/${vmid}`, undefined, site);
       return w.log(`  foreign: destroy of VM ${site}/${vmid} (HTTP ${res.status})`);
+    }
+    case 'protect': {
+      // The web UI's Options > Protection, on whichever of our VMs the resource names, locked or
+      // not (PVE refuses a config change under a lock: then nothing happens). A delete, a
+      // replacement or a twin's retirement must leave the VM as it is and say so; the settle's
+      // operator lifts it for such a report (operator.ts operatorUnprotects).
+      const vmid = Number(r ? externalName(r) : undefined);
+      const vm = c.state.vms.get(vmid);
+      if (!r || !vm || markerUid(vm.config.description) !== r.metadata.uid || vm.config.protection === '1')
+        return w.log(`  foreign: ${name} has no unprotected VM to protect`);
+      const res = await foreignRequest(w, 'PUT', `/nodes/${vm.node}/qemu/${vmid}/config`, { protection: '1' }, site);
+      return w.log(`  foreign: protect VM ${site}/${vmid} (HTTP ${res.status})`);
     }
     case 'migrate': {
       // As HA's relocation or the web UI's Migrate would: online when it runs, the local disk

@@ -15,7 +15,7 @@ import type { VmState } from '../../src/sim/state.ts';
 import { heldVmids } from '../../src/vm/connector.ts';
 import { markerUid, ownerKey, parseMarker } from '../../src/vm/spec.ts';
 import { creatorOf, foreignBaselines } from './foreign.ts';
-import { diskSizeReports, lockReports, missingDiskReports, placeholderReports } from './operator.ts';
+import { diskSizeReports, lockReports, missingDiskReports, placeholderReports, protectionReports } from './operator.ts';
 import type { SettleResult } from './settle.ts';
 import { violated } from './violation.ts';
 import { FOREIGN_USER, type Name, type SiteName, type World } from './world.ts';
@@ -200,6 +200,7 @@ export function checkAlways(w: World): void {
   placeholderReports(w);
   diskSizeReports(w);
   missingDiskReports(w);
+  protectionReports(w);
   for (const r of [...w.store.listSync(), ...(w.otherStore?.listSync() ?? [])]) {
     const site = r.status?.atProvider?.site as SiteName | undefined;
     if (!site) continue;

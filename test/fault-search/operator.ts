@@ -8,7 +8,8 @@
  * a resize grew the volume but its config write failed, no quorum or a dead worker), each checked
  * against PVE too, for which the operator runs `qm disk rescan`; and DiskVolumeMissing reports
  * (src/vm/disk-missing.ts: a VM whose disks a destroy freed, its config left), for which it runs
- * `qm destroy --purge`.
+ * `qm destroy --purge`. And VMProtected reports (a protected VM a delete or a replacement left as
+ * it is), for which it runs `qm set N --protection 0`.
  */
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
 import { externalName, getCondition } from '../../src/engine/resource.ts';
@@ -284,5 +285,47 @@ export function operatorDestroysDiskless(w: World): void {
     w.log(
       `  operator: qm destroy ${vm.vmid} --purge on ${vm.node}${freed.length ? ` (freed ${freed.join(' ')})` : ''} (${r.metadata.name} reported its disks gone)`,
     );
+  }
+}
+
+/** A VMProtected report (src/vm/ownership.ts protectedVm): which VM, where. */
+const PROTECTED = /VM (\d+) on node (\S+) of site (\S+) is protected \(protection: 1\)/;
+
+/**
+ * The VMProtected reports (a delete, a replacement or a twin's retirement left a protected VM as
+ * it is), each checked against PVE: the VM named is there and protected. A VM since gone (a site
+ * move's source) or moved is no report to act on; one there and unprotected, never lifted by the
+ * operator, is a false report. A report not written again since the operator acted is left out.
+ */
+export function protectionReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState }> {
+  const out: Array<{ r: ProxmoxVM; c: SimCluster; vm: VmState }> = [];
+  for (const { r } of unacted(w)) {
+    // (Synced of a delete, a replacement or a duplicate's retirement; DuplicateElsewhere of a twin on another site.)
+    const report = r.status?.conditions?.find((c) => c.reason === 'VMProtected');
+    if (!report) continue;
+    const m = PROTECTED.exec(report.message ?? '');
+    if (!m || !/qm set \d+ --protection 0/.test(report.message ?? '')) {
+      violated('a VMProtected report without its fix', `${r.metadata.name}: ${report.message}`);
+      continue;
+    }
+    const [, vmidText, node, site] = m;
+    const c = w.cluster(site as ReturnType<World['siteOf']>);
+    const vm = c.state.vms.get(Number(vmidText));
+    if (!vm || vm.node !== node) continue; // gone or moved since
+    if (vm.config.protection !== '1')
+      violated('a VM reported protected that is not', `${r.metadata.name}: VM ${c.name}/${vm.vmid}: ${report.message}`);
+    out.push({ r, c, vm });
+  }
+  return out;
+}
+
+/** What an operator does with such a report: `qm set <vmid> --protection 0`, so that it may go. */
+export function operatorUnprotects(w: World): void {
+  for (const { r, vm } of protectionReports(w)) {
+    delete vm.config.protection;
+    // (By name: the report may name another VM than the resource's external name, the one a
+    // replacement retires.)
+    acted(w, r);
+    w.log(`  operator: qm set ${vm.vmid} --protection 0 on ${vm.node} (${r.metadata.name} reported it protected)`);
   }
 }

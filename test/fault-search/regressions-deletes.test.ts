@@ -47,6 +47,29 @@ describe('fault-search regressions: deletes and destroys', () => {
     );
   });
 
+  it("an operator protects vm-a, then it is deleted -> VMProtected naming the fix, the VM left running; once the settle's operator lifts it, the resource goes with its VM", async () => {
+    await runSchedule(
+      'token',
+      [vmA],
+      [new Converge('vm-a'), new Foreign('protect', 'vm-a'), new Delete('vm-a'), new Converge('vm-a')],
+      { strict: true },
+    );
+  });
+
+  it("vm-a's delete has passed its checks when an operator protects it -> its stop goes on (the race), and the next look says VMProtected before any destroy; gone once lifted", async () => {
+    await runSchedule(
+      'password',
+      [vmA],
+      [
+        new Converge('vm-a'),
+        new Delete('vm-a'),
+        new Reconcile('vm-a', { where: { step: 'delete-checked' }, what: { kind: 'foreign', what: 'protect' } }),
+        new Converge('vm-a'),
+      ],
+      { strict: true },
+    );
+  });
+
   it("F3: delete while another user's backup holds our VM -> waits; never clears the backup lock", async () => {
     await runSchedule(
       'password',

@@ -4,7 +4,7 @@
  * old site at each step, a dead create, a VMID taken, another state file holding the old VM.
  */
 import { describe, it } from 'node:test';
-import { Apply, Converge, Fault, Heal, Move, OtherState, Reconcile, Replace } from './commands.ts';
+import { Apply, Converge, Fault, Foreign, Heal, Move, OtherState, Reconcile, Replace } from './commands.ts';
 import { vmA, vmB, vmC } from './regression-schedules.ts';
 import { runSchedule } from './runner.ts';
 
@@ -160,6 +160,20 @@ describe('fault-search regressions: replacements', () => {
       'password',
       [new Apply('vm-a', { cpu: 1, memory: '1Gi' }), new Apply('vm-c', { cpu: 1, memory: '1Gi', site: 'site-2' })],
       [new OtherState('vm-c'), new Replace('vm-c'), new Reconcile('vm-a')],
+      { strict: true },
+    );
+  });
+
+  it("an operator protects vm-a (site-2/100), then it moves to site-1 by a replacement while the new VM's create hangs -> the old VM is left as it is with VMProtected naming 'qm set 100 --protection 0'; once the settle's operator runs it, the old VM goes: one VM (the search's operator had marked the wrong resource as acted on and read the stale report)", async () => {
+    await runSchedule(
+      'password',
+      [vmB, new Apply('vm-a', { cpu: 1, memory: '1Gi', site: 'site-2' })],
+      [
+        new Converge('vm-a'),
+        new Foreign('protect', 'vm-a'),
+        new Replace('vm-a'),
+        new Fault('task qmcreate hangs until healed', { kind: 'task', type: 'qmcreate', action: 'stall' }),
+      ],
       { strict: true },
     );
   });

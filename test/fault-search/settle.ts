@@ -16,6 +16,7 @@ import {
   operatorDestroysPlaceholders,
   operatorRescans,
   operatorUnlocks,
+  operatorUnprotects,
 } from './operator.ts';
 import { SITE_TTL_MS } from './process.ts';
 import type { Name, World } from './world.ts';
@@ -82,6 +83,7 @@ export async function settle(w: World, maxRounds = 250, maxEngineMs = 6 * 3600_0
     operatorDestroysPlaceholders(w);
     operatorRescans(w);
     operatorDestroysDiskless(w);
+    operatorUnprotects(w);
     rounds++;
     // One line per round (identical rounds collapse into one with a count).
     // Both state files' resources on one line: identical rounds collapse, and a failure's journal
