@@ -48,7 +48,7 @@ export const ProxmoxVMAtProviderSchema = Type.Object(
     step: Type.Optional(
       Type.String({
         description:
-          'What the provider is doing now: CheckingNode, Placing, CheckingBridge, CheckingStorage, ResolvingImage, WaitingForSlot, ReservingVMID, Creating, Importing, Cloning, Configuring, Resizing, Starting, Stopping, Rebooting, UploadingSnippet, Migrating, MovingDisk, WaitingForAgent, AgentNotResponding, WaitingForCloudInit, Ready, Destroying, ...; Failed after a failed task.',
+          'What the provider is doing now: CheckingNode, Placing, CheckingBridge, CheckingStorage, ResolvingImage, WaitingForSlot, ReservingVMID, Creating, Importing, Cloning, Configuring, Resizing, Starting, Stopping, Rebooting, UploadingSnippet, Migrating, MovingDisk, WaitingForAgent, AgentNotResponding, WaitingForCloudInit, Ready, Deleting (its checks before a stop or destroy), Destroying, ...; Failed after a failed task.',
       }),
     ),
     pendingChanges: Type.Optional(

@@ -32,6 +32,9 @@ export async function deleteVm(ctx: StepContext, r: ProxmoxVM): Promise<{ requeu
   const a = atProvider(r);
   const vmid = Number(externalName(r));
   if (a.task) return { requeueAfterMs: followTask(ctx, r, a.task) }; // observe clears it once the task ends
+  // (Not the step observe's drift named, e.g. Starting for a VM found stopped, while a protection
+  // or a lock holds the delete.)
+  setStep(r, 'Deleting');
   const found = await locate(ctx, vmid, true);
   // Its node is offline: nothing can be sent there until it is back.
   if (found && found.entry.status === 'unknown' && (await nodeOffline(ctx, found.node)))

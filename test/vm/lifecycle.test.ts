@@ -207,6 +207,8 @@ describe('ProxmoxVM lifecycle against the simulator', () => {
       `delete failed: VM ${vmid} on node ${NODE1} of site ${SITE1} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not). Fix: if it is to go, on node ${NODE1} of site ${SITE1} run 'qm set ${vmid} --protection 0' (GUI: VM ${vmid} > Options > Protection); to keep it, set spec.deletionPolicy: Orphan (in Kubernetes on the object; with the CLI in the manifest, applied before delete)`,
     );
     assert.equal(c.state.vms.get(vmid)?.status, 'running', 'not stopped');
+    // Not the step observe had named (Ready here; Starting for a VM found stopped).
+    assert.equal(r.status?.atProvider?.step, 'Deleting');
     assert.equal(count(c, 'POST /nodes/{node}/qemu/{vmid}/status/stop'), stops);
     assert.equal(count(c, 'DELETE /nodes/{node}/qemu/{vmid}'), destroys, 'no destroy sent');
     await putConfig(c, NODE1, vmid, { protection: '0' });
