@@ -87,7 +87,7 @@ export function rowOf(r: ProxmoxVM, now = Date.now()): Row {
     node: a.node ?? r.spec.forProvider.node ?? '',
     vmid: externalName(r) ?? '',
     step: r.metadata.deletionTimestamp
-      ? `Deleting${a.step && a.step !== 'Ready' ? `/${a.step}` : ''}`
+      ? `Deleting${a.step && a.step !== 'Ready' && a.step !== 'Deleting' ? `/${a.step}` : ''}`
       : (a.step ?? 'Pending'),
     state: a.state ?? '',
     ip: a.ipAddresses?.[0] ?? '',

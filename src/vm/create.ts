@@ -18,6 +18,7 @@ import { type CreatePlan, placedOn } from './preflight.ts';
 import { sshKeys } from './secrets.ts';
 import { needsSnippet, recheckSnippet } from './snippets.ts';
 import {
+  BLANK_DISK_BYTES,
   desiredDescription,
   desiredIpConfigs,
   desiredNets,
@@ -140,7 +141,7 @@ export function createConfig(
   };
   const disk = diskBytes(fp);
   if (source.kind === 'import') cfg.scsi0 = `${storage}:0,import-from=${source.from},iothread=1`;
-  else cfg.scsi0 = `${storage}:${wholeGiB(disk ?? 20 * GiB)},iothread=1`;
+  else cfg.scsi0 = `${storage}:${wholeGiB(disk ?? BLANK_DISK_BYTES)},iothread=1`;
   for (const [i, d] of (fp.disks ?? []).entries()) {
     const slot = d.slot ?? `scsi${i + 1}`;
     const size = wholeGiB(parseQuantity(d.size, GiB) ?? GiB);

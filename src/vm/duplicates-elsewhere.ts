@@ -22,7 +22,7 @@ import type { Change } from './drift.ts';
 import { classify, type MarkedVm, mayBeMarked } from './inventory.ts';
 import { listIndex } from './list-index.ts';
 import { isOwnVm, type ObservedVm } from './lookup.ts';
-import { protectedVm, unprotect } from './ownership.ts';
+import { isProtected, protectedVm, unprotect } from './ownership.ts';
 import type { SiteContext } from './site-cache.ts';
 import { vmName } from './spec.ts';
 
@@ -96,8 +96,11 @@ export async function retireStrayElsewhere(
     })
     .join('; ');
   // A plan shows the first twin's retirement (the why names them all) and sends nothing.
-  if (ctx.readOnly) {
-    const s = going[0]!;
+  // (A protected twin is not said to go: apply leaves it.)
+  const shown = going.find((s) => !s.vm.protected);
+  if (ctx.readOnly && !shown) return undefined;
+  if (ctx.readOnly && shown) {
+    const s = shown;
     return {
       obs: { exists: true, upToDate: false },
       change: {
@@ -220,6 +223,10 @@ async function retire(ctx: StepContext, s: Stray): Promise<void> {
   const client = s.site.client.withSignal(ctx.signal);
   const { vmid, node } = s.vm;
   try {
+    // Read again right before: the marker read may be 30 s old (site-cache.ts MARKER_TTL_MS), and
+    // a protection set since would have it stopped for a destroy PVE refuses. Left for the next
+    // poll, which reads its config afresh (finally) and reports it.
+    if (isProtected((await client.vmConfig(node, vmid)).values)) return;
     if (s.vm.status === 'running') await client.stopVm(node, vmid);
     else await client.deleteVm(node, vmid, { purge: true, destroyUnreferencedDisks: true });
   } catch (e) {

@@ -22,7 +22,7 @@ import {
   uploadSnippet,
   warmSnippetConnection,
 } from './snippets.ts';
-import { desiredNets, diskAllocations, memoryBytes, needsSnippet, vcpus } from './spec.ts';
+import { desiredNets, diskAllocations, memoryBytes, needsSnippet, storageNeeds, vcpus } from './spec.ts';
 
 export type CreateSource =
   | { kind: 'blank' }
@@ -83,10 +83,13 @@ export async function preflight(
       message: `waiting for a free slot on node ${writes} / storage ${storage} (concurrency limits of the ProviderConfig)`,
     };
   }
-  ctx.site.reserveCapacity(r.metadata.uid, node, memoryBytes(fp) ?? 0, vcpus(fp), {
-    id: storage,
-    bytes: diskAllocations(fp)[0]!.bytes,
-  });
+  ctx.site.reserveCapacity(
+    r.metadata.uid,
+    node,
+    memoryBytes(fp) ?? 0,
+    vcpus(fp),
+    storageNeeds(fp).map((d) => ({ id: d.storage, bytes: d.bytes })),
+  );
   return { plan: { node, storage, ciStorage, source, ...(cloneOnSource ? { cloneOnSource } : {}) } };
 }
 
@@ -106,11 +109,18 @@ export async function checkOnNode(
   setStep(r, 'CheckingStorage');
   const storage = fp.storage ?? 'local-lvm';
   const storages = await nodeFact(ctx, 'storages', node, (c) => c.nodeStorages(node));
-  // Creates already in flight on this storage count: their disks are not in Proxmox's numbers yet.
-  const inFlight = ctx.site.storageInFlight(node, storage, r.metadata.uid);
-  const [system, ...extra] = diskAllocations(fp);
-  const entry = checkStorage(storages, storage, system!.bytes + inFlight, 'spec.forProvider.storage');
-  for (const d of extra) checkStorage(storages, d.storage, d.bytes, `spec.forProvider.${d.field}`);
+  // Every disk of the VM on a storage counts at once, with what creates already in flight hold
+  // there: their disks are not in Proxmox's numbers yet.
+  const checked = storageNeeds(fp).map((d) =>
+    checkStorage(
+      storages,
+      d.storage,
+      d.bytes + ctx.site.storageInFlight(node, d.storage, r.metadata.uid),
+      `spec.forProvider.${d.field}`,
+    ),
+  );
+  // (The first is scsi0's storage, with whatever other disks go there too.)
+  const entry = checked[0]!;
   const ciStorage = fp.cloudInit?.storage ?? storage;
   if (ciStorage !== storage) checkStorage(storages, ciStorage, 4 * MiB, 'spec.forProvider.cloudInit.storage');
   setStep(r, 'ResolvingImage');

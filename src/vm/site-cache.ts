@@ -73,7 +73,7 @@ export class SiteContext {
     {
       memory: number;
       cpu: number;
-      holders: Map<string, { memory: number; cpu: number; storage?: { id: string; bytes: number } }>;
+      holders: Map<string, { memory: number; cpu: number; storages: Array<{ id: string; bytes: number }> }>;
     }
   >();
   private readonly memory = new Map<string, ResourceMemory>();
@@ -212,7 +212,7 @@ export class SiteContext {
   }
 
   /**
-   * Promise a node's memory, CPU and room on a storage to a create in flight (idempotent per
+   * Promise a node's memory, CPU and room on its storages to a create in flight (idempotent per
    * resource): the next create's checks count it, until the task ended and Proxmox shows it.
    */
   reserveCapacity(
@@ -220,13 +220,13 @@ export class SiteContext {
     node: string,
     memory: number,
     cpu: number,
-    storage?: { id: string; bytes: number },
+    storages: Array<{ id: string; bytes: number }> = [],
   ): void {
     const e = this.inflight.get(node) ?? { memory: 0, cpu: 0, holders: new Map() };
     if (!e.holders.has(uid)) {
       e.memory += memory;
       e.cpu += cpu;
-      e.holders.set(uid, { memory, cpu, ...(storage ? { storage } : {}) });
+      e.holders.set(uid, { memory, cpu, storages });
     }
     this.inflight.set(node, e);
   }
@@ -235,7 +235,7 @@ export class SiteContext {
   storageInFlight(node: string, id: string, except?: string): number {
     let bytes = 0;
     for (const [uid, h] of this.inflight.get(node)?.holders ?? [])
-      if (uid !== except && h.storage?.id === id) bytes += h.storage.bytes;
+      if (uid !== except) for (const st of h.storages) if (st.id === id) bytes += st.bytes;
     return bytes;
   }
 

@@ -44,6 +44,9 @@ export function wholeGiB(bytes: number): number {
   return Math.max(1, Math.ceil(bytes / GiB));
 }
 
+/** scsi0 of a VM made with no image nor template and no `disk` (create.ts). */
+export const BLANK_DISK_BYTES = 20 * GiB;
+
 /** A disk as its storage will hold it: where, how many bytes, and the spec field that names the storage. */
 export interface DiskAllocation {
   storage: string;
@@ -60,7 +63,8 @@ export interface DiskAllocation {
  */
 export function diskAllocations(fp: ForProvider): DiskAllocation[] {
   const storage = fp.storage ?? 'local-lvm';
-  const disk = diskBytes(fp);
+  const blank = !fp.image && !fp.template && !fp.templateRef;
+  const disk = diskBytes(fp) ?? (blank ? BLANK_DISK_BYTES : undefined);
   const out: DiskAllocation[] = [{ storage, bytes: disk === undefined ? 0 : wholeGiB(disk) * GiB, field: 'storage' }];
   for (const [i, d] of (fp.disks ?? []).entries()) {
     const b = parseQuantity(d.size, GiB);
@@ -71,6 +75,22 @@ export function diskAllocations(fp: ForProvider): DiskAllocation[] {
     });
   }
   return out;
+}
+
+/**
+ * diskAllocations added up per storage, in order of first use (the first disk there names the
+ * field): what a create needs on each storage, every disk of it at once. Checked one by one, a
+ * `disk: 30Gi` and a `disks[0]` of 30Gi on one storage with 50 GiB free each passed, and PVE
+ * refused the create.
+ */
+export function storageNeeds(fp: ForProvider): DiskAllocation[] {
+  const out = new Map<string, DiskAllocation>();
+  for (const d of diskAllocations(fp)) {
+    const seen = out.get(d.storage);
+    if (seen) seen.bytes += d.bytes;
+    else out.set(d.storage, { ...d });
+  }
+  return [...out.values()];
 }
 
 /** Step 1: every problem of the spec, each with its field and what is allowed. */

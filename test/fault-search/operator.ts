@@ -312,8 +312,16 @@ export function protectionReports(w: World): Array<{ r: ProxmoxVM; c: SimCluster
     const c = w.cluster(site as ReturnType<World['siteOf']>);
     const vm = c.state.vms.get(Number(vmidText));
     if (!vm || vm.node !== node) continue; // gone or moved since
-    if (vm.config.protection !== '1')
-      violated('a VM reported protected that is not', `${r.metadata.name}: VM ${c.name}/${vm.vmid}: ${report.message}`);
+    if (vm.config.protection !== '1') {
+      // (DuplicateElsewhere is written only at a Ready resource's polls, and stays as it was while
+      // the resource is deleted, moved or replaced: it may be older than the operator's act.)
+      if (report.type !== 'DuplicateElsewhere')
+        violated(
+          'a VM reported protected that is not',
+          `${r.metadata.name}: VM ${c.name}/${vm.vmid}: ${report.message}`,
+        );
+      continue;
+    }
     out.push({ r, c, vm });
   }
   return out;

@@ -1,12 +1,13 @@
 /**
  * Which conditions `apply` and `delete` stop waiting on (src/local/resource-view.ts
  * failedPermanently): a lock whose worker died (LockWithoutTask, src/vm/lock-holder.ts) is one, as
- * only a person clears it; a lock a running task holds (Locked) is waited for.
+ * only a person clears it; a lock a running task holds (Locked) is waited for. And how a delete's
+ * step reads in the table (rowOf).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { ProxmoxVM } from '../../src/api/proxmoxvm.ts';
-import { failedPermanently } from '../../src/local/resource-view.ts';
+import { failedPermanently, rowOf } from '../../src/local/resource-view.ts';
 
 function withConditions(ready: [string, string], synced: [string, string] = ['True', 'ReconcileSuccess']): ProxmoxVM {
   const at = '2026-12-06T20:00:00Z';
@@ -38,5 +39,14 @@ describe('stop reasons of apply and delete', () => {
     assert.equal(failedPermanently(withConditions(['True', 'Available'], ['False', 'NoQuorum'])), false);
     assert.equal(failedPermanently(withConditions(['True', 'Available'], ['False', 'DiskSizeStale'])), true);
     assert.equal(failedPermanently(withConditions(['True', 'Available'], ['False', 'TaskDied'])), false);
+  });
+
+  it('a delete held by its checks reads Deleting in the step column, not Deleting/Deleting; a step of its own after the slash', () => {
+    const r = withConditions(['False', 'Deleting'], ['False', 'VMProtected']);
+    r.metadata.deletionTimestamp = '2026-12-07T21:00:00Z';
+    r.status!.atProvider = { step: 'Deleting' };
+    assert.equal(rowOf(r).step, 'Deleting');
+    r.status!.atProvider = { step: 'Stopping' };
+    assert.equal(rowOf(r).step, 'Deleting/Stopping');
   });
 });

@@ -12,7 +12,7 @@ import { planResources } from '../../src/vm/plan.ts';
 import { describePlans } from '../../src/vm/plan-text.ts';
 import { ownershipMarker } from '../../src/vm/spec.ts';
 import { raw, waitTask } from '../helpers/sim.ts';
-import { count, Engine, foreignVm, mutations, NODE1, SITE1, startSim, vm } from './harness.ts';
+import { count, Engine, foreignVm, mutations, NODE1, putConfig, SITE1, startSim, vm } from './harness.ts';
 
 describe('plan: what a reconcile would do, from the live VMs', () => {
   let sim: Simulator;
@@ -238,6 +238,10 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     );
     assert.match(elsewhere.changes[0]!.detail ?? '', /does not run where the other does: destroyed/);
     assert.ok(c2.state.vms.has(871), 'the plan destroyed nothing');
+    // Protected by an operator: apply leaves it (duplicates-elsewhere.ts), so the plan does not say it goes.
+    await putConfig(c2, 'r630-01', 871, { protection: '1' });
+    assert.equal((await planFresh(r)).action, 'no-op');
+    await putConfig(c2, 'r630-01', 871, { protection: '0' });
     await destroy(c2, 'r630-01', 871);
     assert.equal((await planFresh(r)).action, 'no-op');
   });

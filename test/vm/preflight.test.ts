@@ -6,11 +6,13 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { Simulator } from '../../src/sim/index.ts';
+import { raw, waitTask } from '../helpers/sim.ts';
 import {
   assertBackoffGrows,
   cond,
   count,
   Engine,
+  foreignVm,
   guests,
   IMPORT_IMAGE,
   NODE1,
@@ -135,6 +137,32 @@ describe('the seed\'s "Potential Issues": refused before anything is created, wi
     assert.ok(free % 1 > 0.5, `free ${free} GiB`);
     const { message } = await refused('whole-gib', { disk: `${Math.floor(free)}.5Gi` }, 'StorageFull', 3);
     assert.match(message, new RegExp(`has ${free.toFixed(1)} GiB free, ${Math.ceil(free)}\\.0 GiB needed`));
+  });
+
+  it("a VM's disks on one storage count together: two that each fit, but not both -> StorageFull before any create", async () => {
+    const free = sim.cluster(SITE1).state.storage(NODE1, 'local-lvm')!.avail / 1024 ** 3;
+    const half = `${Math.ceil(free / 2)}Gi`;
+    const { message } = await refused('two-disks', { disk: half, disks: [{ size: half }] }, 'StorageFull', 3);
+    assert.match(message, new RegExp(`has ${free.toFixed(1)} GiB free, ${2 * Math.ceil(free / 2)}\\.0 GiB needed`));
+  });
+
+  it('a blank VM (no image, template nor disk) counts the 20 GiB its create makes', async () => {
+    const c = sim.cluster(SITE1);
+    // Another user's VM leaves 10-11 GiB of local-lvm free.
+    const filler = 990;
+    await foreignVm(
+      c,
+      filler,
+      { scsi0: `local-lvm:${Math.floor(c.state.storage(NODE1, 'local-lvm')!.avail / 1024 ** 3) - 10}` },
+      NODE1,
+    );
+    try {
+      const { message } = await refused('blank-20g', { image: undefined, disk: undefined }, 'StorageFull', 3);
+      assert.match(message, /GiB free, 20\.0 GiB needed/);
+    } finally {
+      const res = await raw(c.url, 'DELETE', `/nodes/${NODE1}/qemu/${filler}`);
+      assert.equal((await waitTask(c.url, NODE1, (res.json as { data: string }).data)).exitstatus, 'OK');
+    }
   });
 
   it('storage full (storage-full fault) -> StorageFull; created once space is freed', async () => {
