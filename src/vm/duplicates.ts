@@ -66,7 +66,10 @@ export async function duplicatesOf(
     .filter((v) => v.marker?.installation !== undefined && isOwnVm(v, r, installation) && !v.lock)
     .sort((a, b) => a.vmid - b.vmid);
   const kept = own.find((v) => v.vmid < found.vmid);
-  return kept ? { kept, strays: [] } : { strays: own.filter((v) => v.vmid > found.vmid) };
+  // (Protected ones last: one an operator protected is left as it is, and must not hold back the
+  // retirement of the others, which goes one at a time.)
+  const strays = own.filter((v) => v.vmid > found.vmid).sort((a, b) => Number(!!a.protected) - Number(!!b.protected));
+  return kept ? { kept, strays: [] } : { strays };
 }
 
 /** The change that retires a duplicate of this resource's VM (ours, or a stray twin), if there is one. */

@@ -226,7 +226,17 @@ describe('plan: what a reconcile would do, from the live VMs', () => {
     const text = describePlans([same]).join('\n');
     assert.match(text, /- retire-duplicate +default\/plan-twin/);
     assert.match(text, /1 duplicate VM\(s\) to destroy/);
+    // With another twin after it, the one an operator protected goes last: the other first.
+    await putConfig(c1, NODE1, 870, { protection: '1' });
+    await twin(r, c1, NODE1, 872);
+    const next = await planFresh(r);
+    assert.deepEqual(
+      next.changes.map((f) => [f.key, f.from, f.to]),
+      [['duplicate', `VM 872 on node ${NODE1}`, '(destroyed)']],
+    );
+    await putConfig(c1, NODE1, 870, { protection: '0' });
     await destroy(c1, NODE1, 870);
+    await destroy(c1, NODE1, 872);
 
     // On another site, never started while the resource's VM runs: the twin there goes.
     await twin(r, c2, 'r630-01', 871);
