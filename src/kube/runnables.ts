@@ -134,8 +134,11 @@ export class LeaderRunnables {
         },
       },
       onResult: (key, result, ms) => {
+        // A create refused for a lock (PVE's storage lock under many creates: task-end.ts) is sent
+        // again and is not the resource's failure: `retried`, apart from `failed`, which the
+        // ProxmoxVMCreateFailureRate alert reads.
         if (result.kind === 'rateLimited' && result.error instanceof ReasonedError && result.error.createFailure)
-          this.c.metrics.creates.inc({ outcome: 'failed' });
+          this.c.metrics.creates.inc({ outcome: result.error.reason === 'Locked' ? 'retried' : 'failed' });
         // (the engine has no delete-failed step: a failed reconcile of a resource being deleted is one)
         if (result.kind === 'rateLimited' && this.c.vms.cache.get(key)?.metadata.deletionTimestamp)
           this.c.metrics.deletes.inc({ outcome: 'failed' });

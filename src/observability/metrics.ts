@@ -41,7 +41,7 @@ export class Metrics {
   });
   readonly creates = new Counter({
     name: 'provider_proxmox_vm_creates_total',
-    help: 'VM creates issued, by outcome (ok, failed).',
+    help: 'VM creates, by outcome: ok = Proxmox accepted the create; failed = it refused it, or its task failed; retried = its task was refused for a lock (storage lock contention) and the create is sent again.',
     labelNames: ['outcome'],
     registers: [this.registry],
   });

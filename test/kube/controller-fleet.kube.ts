@@ -152,6 +152,18 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
   it('the seed fleet (examples/production, 30 VMs) becomes Ready; kubectl get shows the printer columns', async (t) => {
     const fleet = yamlFiles(join(ROOT, 'examples/production')).flatMap(readYaml);
     assert.equal(fleet.length, 30);
+    // The first create on site-2 is refused for contention on its storage's lock, as PVE's create
+    // dies under many at once (pve-cluster Cluster.pm cfs_lock): sent again, and counted
+    // `retried`, not `failed` (the metrics test below). (Not on site-1: the events test reads
+    // basic-vm's clean create there.)
+    sim.cluster('site-2').addFault({
+      kind: 'task',
+      type: 'qmcreate',
+      action: 'fail',
+      at: 'start',
+      message: "unable to create VM 0 - cfs-lock 'storage-ceph-fs' error: got lock request timeout",
+      count: 1,
+    });
     for (const o of fleet) await create(kube, o);
     const ready = await waitAllReady(kube, 'default', undefined, 180_000);
     assert.equal(ready.length, 30);
@@ -295,6 +307,7 @@ describe('controller (in-process) on a real kube-apiserver with the simulator', 
     assert.ok(metric(m.text, 'workqueue_adds_total', { name: controller.controller }) >= 30);
     assert.ok(metric(m.text, 'provider_proxmox_pve_requests_total', { class: 'ok' }) > 0, 'PVE calls by class');
     assert.ok(metric(m.text, 'provider_proxmox_vm_creates_total', { outcome: 'ok' }) >= 30, 'creates counted');
+    assert.ok(metric(m.text, 'provider_proxmox_vm_creates_total', { outcome: 'retried' }) >= 1, 'refused for a lock');
     assert.ok(
       Number.isNaN(metric(m.text, 'provider_proxmox_vm_creates_total', { outcome: 'failed' })),
       'no failed create',
