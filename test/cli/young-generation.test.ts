@@ -9,12 +9,20 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { COMMAND_GROUPS } from '../../src/cli/program.ts';
-import { boundedRestartArgs, LONG_RUNNING_COMMANDS, SEMI_SPACE_MB } from '../../src/cli/young-generation.ts';
+import {
+  boundedRestartArgs,
+  boundedRestartEnv,
+  LONG_RUNNING_COMMANDS,
+  SEMI_SPACE_MB,
+} from '../../src/cli/young-generation.ts';
 import { MAIN, ROOT } from '../helpers/cli.ts';
 
 const BOUNDED = `--max-semi-space-size=${SEMI_SPACE_MB}`;
 const REPORT =
   'data:text/javascript,process.on("exit",()=>process.stderr.write("EXECARGV "+JSON.stringify(process.execArgv)+"\\n"))';
+
+const MALLOC_REPORT =
+  'data:text/javascript,process.on("exit",()=>process.stderr.write("MALLOC "+process.env.MALLOC_ARENA_MAX+" "+process.env.MALLOC_MMAP_THRESHOLD_+"\\n"))';
 
 /** The Node options of each process that ran the CLI to its end (one, unless something went wrong). */
 function nodeOptionsOfRun(args: string[], nodeArgs: string[] = [], env: NodeJS.ProcessEnv = {}): string[][] {
@@ -45,6 +53,21 @@ describe('long-running commands bound the young generation', () => {
       ['--max-semi-space-size=16'],
     ]);
     assert.deepEqual(nodeOptionsOfRun(['apply', '--help'], [], { NODE_OPTIONS: '--max-semi-space-size=2' }), [[]]);
+  });
+
+  it("glibc's malloc is bounded in the restart (2 arenas, the mmap threshold fixed), unless the user set either", {
+    skip: typeof process.execve !== 'function' || process.platform === 'win32',
+  }, () => {
+    const r = spawnSync(process.execPath, ['--import', MALLOC_REPORT, MAIN, 'apply', '--help'], {
+      cwd: ROOT,
+      env: { ...process.env, NODE_OPTIONS: '', MALLOC_ARENA_MAX: '', MALLOC_MMAP_THRESHOLD_: '' },
+      encoding: 'utf8',
+    });
+    assert.match(r.stderr, /^MALLOC 2 131072$/m);
+    assert.deepEqual(boundedRestartEnv({ MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '65536' }), {
+      MALLOC_ARENA_MAX: '4',
+      MALLOC_MMAP_THRESHOLD_: '65536',
+    });
   });
 
   it('brief commands and help are not restarted', () => {
