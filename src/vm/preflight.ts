@@ -4,8 +4,9 @@
  * credentials can import it on this PVE version, and the node's capacity. Each failure is a
  * ReasonedError whose message names the fix. `preflight` then takes a concurrency slot.
  */
-import type { ProxmoxVM } from '../api/proxmoxvm.ts';
+import { ANNOTATION_SITE, type ProxmoxVM } from '../api/proxmoxvm.ts';
 import { GiB, MiB } from '../api/quantity.ts';
+import { externalName, setAnnotation } from '../engine/resource.ts';
 import { PveError } from '../proxmox/index.ts';
 import type { ClusterResource, StorageEntry } from '../proxmox/types.ts';
 import { atProvider, explain, reason, setStep } from './conditions.ts';
@@ -90,6 +91,11 @@ export async function preflight(
     vcpus(fp),
     storageNeeds(fp).map((d) => ({ id: d.storage, bytes: d.bytes })),
   );
+  // A replacement's new VM made at the VMID carried from the old site (no VMID chosen, which
+  // writes the site with it): the site written with the name is the new one from this create on,
+  // in the pending mark's write. Left on the old site, a delete that had retired the old VM and
+  // sent the new one's destroy followed that task on the old site for good (fault search F99).
+  if (atProvider(r).replacing && externalName(r) !== undefined) setAnnotation(r, ANNOTATION_SITE, ctx.site.name);
   return { plan: { node, storage, ciStorage, source, ...(cloneOnSource ? { cloneOnSource } : {}) } };
 }
 

@@ -4,7 +4,7 @@
  * old site at each step, a dead create, a VMID taken, another state file holding the old VM.
  */
 import { describe, it } from 'node:test';
-import { Apply, Converge, Fault, Foreign, Heal, Move, OtherState, Reconcile, Replace } from './commands.ts';
+import { Apply, Converge, Delete, Fault, Foreign, Heal, Move, OtherState, Reconcile, Replace } from './commands.ts';
 import { vmA, vmB, vmC } from './regression-schedules.ts';
 import { runSchedule } from './runner.ts';
 
@@ -173,6 +173,22 @@ describe('fault-search regressions: replacements', () => {
         new Foreign('protect', 'vm-a'),
         new Replace('vm-a'),
         new Fault('task qmcreate hangs until healed', { kind: 'task', type: 'qmcreate', action: 'stall' }),
+      ],
+      { strict: true },
+    );
+  });
+
+  it('F99: vm-a (site-2/100, stopped) is being replaced on site-1 (password credentials: no migration there), its new VM importing at the VMID carried over, when it is deleted -> the delete retires the old VM, destroys the new one and follows that destroy on site-1 (it followed it on site-2 for good: the site written with the name was the old one)', async () => {
+    await runSchedule(
+      'password',
+      [new Apply('vm-a', { cpu: 1, memory: '1Gi' })],
+      [
+        new Apply('vm-a', { cpu: 1, memory: '1Gi', powerState: 'stopped', site: 'site-2', disk: '10.4Gi' }),
+        new Converge('vm-a'),
+        new Replace('vm-a'),
+        new Reconcile('vm-a'),
+        new Reconcile('vm-a'),
+        new Delete('vm-a'),
       ],
       { strict: true },
     );
