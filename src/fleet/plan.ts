@@ -97,10 +97,6 @@ async function readSite(config: LoadedProviderConfig, site: string): Promise<Sit
   }
 }
 
-function vmDisk(vm: ProxmoxVM): number {
-  return diskAllocations(vm.spec.forProvider).reduce((sum, d) => sum + d.bytes, 0);
-}
-
 export async function planFleet(
   vms: ProxmoxVM[],
   config: LoadedProviderConfig,
@@ -197,13 +193,15 @@ export async function planFleet(
       const name = vmName(vm);
       const cpus = vcpus(fp);
       const memory = memoryBytes(fp) ?? 0;
-      const disk = vmDisk(vm);
+      // One count of the VM's disks for its total, its placement and each storage's bars.
+      const allocations = diskAllocations(fp);
+      const disk = allocations.reduce((sum, d) => sum + d.bytes, 0);
       const storage = fp.storage ?? 'local-lvm';
       let nodeName = fp.node;
       let placed = false;
       if (!nodeName) {
         // The node with the most free memory among those whose storage can take the disk.
-        const own = diskAllocations(fp)[0]!.bytes;
+        const own = allocations[0]!.bytes;
         const best = [...plans.values()]
           .filter(
             (p) =>
@@ -279,7 +277,7 @@ export async function planFleet(
         s.requested += deployed ? 0 : bytes;
         if (!s.vms.includes(name)) s.vms.push(name);
       };
-      for (const d of diskAllocations(fp)) addDisk(d.storage, d.bytes, d.field);
+      for (const d of allocations) addDisk(d.storage, d.bytes, d.field);
       // An offline node reports no CPUs nor memory (0): its own finding says it is offline.
       if (p.online && cpus > p.cpus) {
         findings.push({

@@ -22,7 +22,7 @@ import type { Change } from './drift.ts';
 import { classify, type MarkedVm, mayBeMarked } from './inventory.ts';
 import { listIndex } from './list-index.ts';
 import { isOwnVm, type ObservedVm } from './lookup.ts';
-import { isProtected, protectedVm, unprotect } from './ownership.ts';
+import { protectedNow, protectedVm, unprotect } from './ownership.ts';
 import type { SiteContext } from './site-cache.ts';
 import { vmName } from './spec.ts';
 
@@ -226,7 +226,7 @@ async function retire(ctx: StepContext, s: Stray): Promise<void> {
     // Read again right before: the marker read may be 30 s old (site-cache.ts MARKER_TTL_MS), and
     // a protection set since would have it stopped for a destroy PVE refuses. Left for the next
     // poll, which reads its config afresh (finally) and reports it.
-    if (isProtected((await client.vmConfig(node, vmid)).values)) return;
+    if (await protectedNow(client, node, vmid)) return;
     if (s.vm.status === 'running') await client.stopVm(node, vmid);
     else await client.deleteVm(node, vmid, { purge: true, destroyUnreferencedDisks: true });
   } catch (e) {

@@ -23,6 +23,7 @@ import {
   annotation,
 } from '../engine/resource.ts';
 import type { ExternalObservation } from '../engine/types.ts';
+import type { PveClient } from '../proxmox/index.ts';
 import type { VmConfig } from '../proxmox/types.ts';
 import { atProvider, ready, reason } from './conditions.ts';
 import type { StepContext } from './context.ts';
@@ -87,6 +88,11 @@ export function isProtected(cfg: VmConfig['values']): boolean {
   return cfg.protection === '1';
 }
 
+/** Whether the VM is protected by its config read from PVE now (a marker or list read may be old). */
+export async function protectedNow(client: PveClient, node: string, vmid: number): Promise<boolean> {
+  return isProtected((await client.vmConfig(node, vmid)).values);
+}
+
 /** What a delete or a replacement says of a protected VM (`what`: which VM, where). */
 export function protectedVm(what: string): string {
   return `${what} is protected (protection: 1): Proxmox refuses to destroy it, so it is left as it is (running or not)`;
@@ -104,7 +110,7 @@ export function unprotect(vmid: number, node: string, site: string): string {
  * meant for it (`why`: why it was to go).
  */
 export async function refuseProtected(ctx: StepContext, node: string, vmid: number, why: string): Promise<void> {
-  if (!isProtected((await ctx.client.vmConfig(node, vmid)).values)) return;
+  if (!(await protectedNow(ctx.client, node, vmid))) return;
   throw reason(
     'VMProtected',
     `${protectedVm(`VM ${vmid} on node ${node} of site ${ctx.site.name}`)}; it was to go: ${why}. Fix: if it is to go, ${unprotect(vmid, node, ctx.site.name)}`,
